@@ -1,0 +1,404 @@
+"""Client: the API applications use to run functions on a Scaler cluster.
+
+Serializes functions (once per function object) and arguments in the caller's thread, hands requests to the
+connection's I/O thread, and returns standard futures. See docs/client.md for every method with examples.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
+from scaler.client.future import BlockingSection, ScalerFuture
+from scaler.client.graph import KeyArg, plan_graph
+from scaler.client.object_reference import ObjectReference
+from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
+from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedError
+from scaler.io.processes import parse_address
+from scaler.payloads import pack_function, unpack_exception
+from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
+from scaler.serializer import DEFAULT_SERIALIZER, Serializer
+
+logger = logging.getLogger(__name__)
+
+_MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
+
+
+class Client:
+    """A connection to a Scaler scheduler.
+
+    >>> with Client(address="tcp://127.0.0.1:2345") as client:
+    ...     client.submit(pow, 2, 10).result()
+    1024
+
+    Arguments:
+        address: the scheduler's address, tcp://HOST:PORT.
+        profiling: profile every task (see ScalerFuture.profiling_info()).
+        timeout_seconds: give up connecting, or declare the scheduler lost, after this much silence.
+        heartbeat_interval_seconds: how often to tell the scheduler this client is alive.
+        serializer: a Serializer for functions, arguments, objects and results (default: cloudpickle).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        profiling: bool = False,
+        timeout_seconds: float = 60,
+        heartbeat_interval_seconds: float = 2,
+        serializer: Serializer | type[Serializer] = DEFAULT_SERIALIZER,
+    ) -> None:
+        parse_address(address)
+        if not timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
+        if not heartbeat_interval_seconds > 0:
+            raise ValueError(f"heartbeat_interval_seconds must be positive, not {heartbeat_interval_seconds!r}")
+        if not (callable(getattr(serializer, "serialize", None)) and callable(getattr(serializer, "deserialize", None))):
+            raise TypeError("serializer must provide serialize(obj) -> bytes and deserialize(bytes) -> obj")
+        self._address = address
+        self._profiling = bool(profiling)
+        self._timeout = float(timeout_seconds)
+        self._heartbeat = float(heartbeat_interval_seconds)
+        self._serializer: Serializer = serializer  # type: ignore[assignment]
+        self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
+        self._objects: set[int] = set()
+        self._lock = threading.Lock()
+        name = f"client-{os.getpid()}-{threading.current_thread().name}"
+        self._connection = Connection(address, name, self._heartbeat, self._timeout)
+        self._connection.start()
+        self._connection.wait_connected(self._timeout)
+        self._prefix = self._connection.core.id_prefix
+
+    # ------------------------------------------------------------------------------------------- context
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
+
+    def __reduce__(self) -> tuple[Callable[..., Client], tuple[Any, ...]]:
+        """A client passed to a task reconnects from the worker, with the same settings."""
+        return _reconnect, (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
+
+    def __repr__(self) -> str:
+        state = "disconnected" if self._connection.closed.is_set() else "connected"
+        pending = len(self._connection.sinks)
+        return f"<Client {self._address} {state}, {pending} tasks pending>"
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    # ------------------------------------------------------------------------------------------- tasks
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
+        """Run fn(*args, **kwargs) on a worker; returns a future of its result.
+
+        The keyword `profiling` is reserved: submit(fn, x, profiling=True) profiles this task instead of
+        passing profiling to fn. Arguments that are ObjectReference (from send_object) become the object.
+        """
+        profiling = bool(kwargs.pop("profiling", self._profiling))
+        connection = self._live()
+        if not callable(fn):
+            raise TypeError(f"submit() needs a callable as its first argument, not {type(fn).__name__}")
+        requests: list[Request] = []
+        function_id = self._function_object(fn, requests)
+        refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
+        task_id = connection.mint(1)[0]
+        future = ScalerFuture(task_id, _label(fn), self._cancel)
+        connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
+        requests.append(NewTask(task_id, function_id, FLAG_PROFILING if profiling else 0, refs, keywords, payloads))
+        connection.submit(requests)
+        return future
+
+    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], profiling: bool = False) -> list[Any]:
+        """Run fn(*args) for every tuple of arguments in iterable; returns the results, in order.
+
+        >>> client.map(pow, [(2, 1), (2, 2), (2, 3)])
+        [2, 4, 8]
+
+        If a task fails, map raises its exception (the other tasks are cancelled).
+        """
+        connection = self._live()
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable as its first argument, not {type(fn).__name__}")
+        items = list(iterable)
+        for index, item in enumerate(items):
+            if not isinstance(item, tuple):
+                raise TypeError(
+                    f"map() takes an iterable of argument tuples, like [(1,), (2,)]; item {index} is a "
+                    f"{type(item).__name__}: {item!r:.60}"
+                )
+        requests: list[Request] = []
+        function_id = self._function_object(fn, requests)
+        flags = FLAG_PROFILING if profiling or self._profiling else 0
+        ids = connection.mint(len(items))
+        tasks = []
+        for task_id, item in zip(ids, items):
+            refs, _, payloads = self._encode_arguments(fn, item, {})
+            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads))
+        collector = Collector(len(items))
+        connection.register(zip(ids, map(collector.slot, range(len(items)))))
+        connection.submit(requests)
+        for start in range(0, len(tasks), _MAP_CHUNK):
+            connection.submit(tasks[start : start + _MAP_CHUNK])
+        self._wait(collector.done)
+        if collector.error is not None:
+            self._cancel_many([i for i in ids if i in connection.sinks])
+            raise collector.error
+        return self._collect(collector, ids)
+
+    def _collect(self, collector: Collector, ids: range) -> list[Any]:
+        deserialize = self._serializer.deserialize
+        results = []
+        for index, status in enumerate(collector.statuses):
+            payload = collector.payloads[index]
+            assert payload is not None
+            if status == TaskStatus.SUCCESS:
+                results.append(deserialize(bytes(payload)))  # type: ignore[call-overload]
+                continue
+            self._cancel_many([i for i in ids[index + 1 :] if i in self._connection.sinks])
+            raise _outcome_error(status, payload)
+        return results
+
+    def get(self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False) -> dict[Hashable, Any]:
+        """Compute a dask-style graph; returns {key: value} for the keys asked for.
+
+        >>> client.get({"a": 2, "b": (inc, "a")}, keys=["b"])
+        {'b': 3}
+        """
+        futures = self.submit_graph(graph, keys, profiling)
+        self._wait_futures(futures)
+        return {key: future.result() for key, future in zip(keys, futures)}
+
+    def submit_graph(
+        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False
+    ) -> list[ScalerFuture]:
+        """Submit a dask-style graph; returns one future per key asked for, in order."""
+        if not isinstance(keys, (list, tuple)):
+            raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
+        connection = self._live()
+        plan = plan_graph(graph, keys)
+        requests: list[Request] = []
+        ids: dict[Hashable, int] = {}
+        for key, value in plan.literals.items():
+            payload = self._serialize(value, f"the value of key {key!r}")
+            ids[key] = object_id = connection.mint(1)[0]
+            requests.append(NewObject(object_id, payload, f"graph key {key!r}"))
+        wanted = set(keys)
+        futures: dict[Hashable, ScalerFuture] = {}
+        sinks: list[tuple[int, ResultSink]] = []
+        flags_base = FLAG_PROFILING if profiling or self._profiling else 0
+        tasks: list[Request] = []
+        for node in plan.tasks:
+            function_id = self._function_object(node.function, requests)
+            refs: list[int] = []
+            payloads: list[Payload] = []
+            for position, arg in enumerate(node.args):
+                if isinstance(arg, KeyArg):
+                    refs.append(ids[arg.key])
+                elif isinstance(arg.value, ObjectReference):
+                    refs.append(self._check_reference(arg.value))
+                else:
+                    refs.append(0)
+                    payloads.append(self._serialize(arg.value, f"argument {position} of key {node.key!r}"))
+            ids[node.key] = task_id = connection.mint(1)[0]
+            flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
+            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
+            if node.key in wanted:
+                future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel)
+                futures[node.key] = future
+                sinks.append((task_id, FutureSink(future, self._serializer, bool(flags_base))))
+        connection.register(sinks)
+        connection.submit(requests + tasks)
+        # The scheduler keeps the literals while tasks need them; we do not.
+        connection.submit([FreeRequest(ids[key]) for key in plan.literals])
+        out = []
+        for key in keys:
+            if key in futures:
+                out.append(futures[key])
+            else:
+                done = ScalerFuture(0, f"key {key!r}")
+                done.set_result(plan.literals[key])
+                out.append(done)
+        return out
+
+    # ------------------------------------------------------------------------------------------- objects
+    def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
+        """Send obj to the scheduler once; returns a reference to pass to tasks as an argument.
+
+        >>> ref = client.send_object([1, 2, 3], name="numbers")
+        >>> client.submit(sum, ref).result()
+        6
+
+        The older order send_object(name, obj) is accepted when name is a str and obj is not.
+        """
+        if name is not None and not isinstance(name, str):
+            if isinstance(obj, str):  # send_object("name", value): the order older documents show
+                warnings.warn(
+                    "send_object(name, obj) is the old argument order; use send_object(obj, name=...)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                obj, name = name, obj
+            else:
+                raise TypeError(f"send_object(obj, name=None): name must be a str, not {type(name).__name__}")
+        connection = self._live()
+        payload = self._serialize(obj, "the object")
+        object_id = connection.mint(1)[0]
+        label = name if name is not None else f"object-{object_id & ((1 << ID_PREFIX_SHIFT) - 1)}"
+        connection.submit_one(NewObject(object_id, payload, label))
+        with self._lock:
+            self._objects.add(object_id)
+        return ObjectReference(label, object_id, len(payload))
+
+    def clear(self) -> None:
+        """Cancel every unfinished task of this client and free every object it sent (references die)."""
+        connection = self._live()
+        self._cancel_many(list(connection.sinks))
+        with self._lock:
+            object_ids = list(self._objects) + [object_id for _, object_id in self._functions.values()]
+            self._objects.clear()
+            self._functions.clear()
+        connection.submit([FreeRequest(object_id) for object_id in object_ids])
+
+    # ------------------------------------------------------------------------------------------- lifetime
+    def disconnect(self) -> None:
+        """Close the session: unfinished tasks are cancelled, objects freed. Safe to call twice."""
+        self._connection.close("the client disconnected")
+
+    def shutdown(self) -> None:
+        """Stop the scheduler and its workers. Refused (ProtectedModeError) when the scheduler is protected."""
+        connection = self._live()
+        connection.request_shutdown("client.shutdown()", self._timeout)
+        self._connection.close("shutdown")
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _live(self) -> Connection:
+        connection = self._connection
+        if connection.closed.is_set():
+            if connection.close_kind == CloseKind.LOCAL or connection.close_kind is None:
+                raise ClientClosedError("this client is disconnected; create a new Client to submit work")
+            raise ConnectionFailedError(f"this client lost its scheduler: {connection.close_reason}")
+        return connection
+
+    def _wait(self, event: threading.Event) -> None:
+        with BlockingSection(not event.is_set()):
+            while not event.wait(0.1):
+                pass
+
+    def _wait_futures(self, futures: list[ScalerFuture]) -> None:
+        pending = [f for f in futures if not f.done()]
+        with BlockingSection(bool(pending)):
+            concurrent.futures.wait(pending)
+
+    def _cancel(self, task_id: int) -> None:
+        if not self._connection.closed.is_set():
+            self._connection.submit_one(CancelRequest(task_id))
+
+    def _cancel_many(self, task_ids: list[int]) -> None:
+        if task_ids and not self._connection.closed.is_set():
+            self._connection.submit([CancelRequest(i) for i in task_ids])
+
+    def _function_object(self, fn: Callable[..., Any], requests: list[Request]) -> int:
+        """The object id of fn, sending it first if this client has not yet."""
+        entry = self._functions.get(id(fn))
+        if entry is not None:
+            holder, object_id = entry
+            if (holder() if isinstance(holder, weakref.ref) else holder) is fn:
+                return object_id
+        try:
+            payload = pack_function(self._serializer, fn)
+        except Exception as exc:
+            raise TypeError(f"the function {_label(fn)} could not be serialized: {exc}") from exc
+        object_id = self._connection.mint(1)[0]
+        requests.append(NewObject(object_id, payload, _label(fn)))
+        key = id(fn)
+        try:
+            holder = weakref.ref(fn, lambda _, key=key, oid=object_id: self._forget_function(key, oid))  # type: ignore[misc]
+        except TypeError:  # builtins cannot be weakly referenced; they live forever anyway
+            holder = fn
+        with self._lock:
+            self._functions[key] = (holder, object_id)
+        return object_id
+
+    def _forget_function(self, key: int, object_id: int) -> None:
+        with self._lock:
+            entry = self._functions.get(key)
+            if entry is not None and entry[1] == object_id:
+                del self._functions[key]
+        if not self._connection.closed.is_set():
+            self._connection.submit_one(FreeRequest(object_id))
+
+    def _encode_arguments(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[int, ...], tuple[str, ...] | None, tuple[Payload, ...]]:
+        refs: list[int] = []
+        payloads: list[Payload] = []
+        for position, arg in enumerate(args):
+            if isinstance(arg, ObjectReference):
+                refs.append(self._check_reference(arg))
+            else:
+                refs.append(0)
+                payloads.append(self._serialize(arg, f"argument {position} of {_label(fn)}"))
+        keywords = None
+        if kwargs:
+            keywords = ("",) * len(args) + tuple(kwargs)
+            for key, value in kwargs.items():
+                if isinstance(value, ObjectReference):
+                    refs.append(self._check_reference(value))
+                else:
+                    refs.append(0)
+                    payloads.append(self._serialize(value, f"keyword argument {key!r} of {_label(fn)}"))
+        return tuple(refs), keywords, tuple(payloads)
+
+    def _check_reference(self, ref: ObjectReference) -> int:
+        if ref.object_id >> ID_PREFIX_SHIFT != self._prefix:
+            raise ValueError(f"{ref!r} was sent by another client; send the object with this client")
+        return ref.object_id
+
+    def _serialize(self, value: Any, what: str) -> Payload:
+        try:
+            payload = self._serializer.serialize(value)
+        except Exception as exc:
+            raise TypeError(f"{what} could not be serialized ({type(value).__name__}): {exc}") from exc
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(f"the serializer returned {type(payload).__name__} for {what}; it must return bytes")
+        return payload
+
+
+def _label(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _outcome_error(status: int, payload: Payload) -> BaseException:
+    if status == TaskStatus.ERROR:
+        return unpack_exception(bytes(payload))  # type: ignore[call-overload]
+    if status == TaskStatus.CANCELED:
+        return concurrent.futures.CancelledError()
+    return TaskFailedError(bytes(payload).decode(errors="replace"))  # type: ignore[call-overload]
+
+
+# ----------------------------------------------------------------------------------------------- nested clients
+_nested: dict[tuple[Any, ...], Client] = {}
+_nested_lock = threading.Lock()
+
+
+def _reconnect(
+    address: str, profiling: bool, timeout: float, heartbeat: float, serializer: Serializer
+) -> Client:
+    """Unpickling a Client (inside a task) gives one shared, live client per address and settings."""
+    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, os.getpid())
+    with _nested_lock:
+        client = _nested.get(key)
+        if client is None or client._connection.closed.is_set():
+            deadline = time.monotonic() + timeout
+            client = Client(address, profiling, max(1.0, deadline - time.monotonic()), heartbeat, serializer)
+            _nested[key] = client
+        return client

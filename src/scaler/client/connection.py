@@ -1,0 +1,309 @@
+"""The client's I/O thread: one ZeroMQ DEALER socket, a poll loop, and the ClientCore driving it.
+
+User threads hand requests over through a deque and wake the loop through a pipe only when it is not already
+awake, so a burst of submits costs one wake-up and travels as one batch. Results end futures (or map
+collectors) right here; decoding the values waits until someone asks for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import zmq
+
+from scaler.client.future import ProfilingInfo, ScalerFuture
+from scaler.core.client.session import (
+    ClientCommand,
+    ClientCore,
+    CloseKind,
+    Closed,
+    Completed,
+    Connected,
+    Rejected,
+    Request,
+    Send,
+    SessionState,
+)
+from scaler.errors import ConnectionFailedError, ProtectedModeError, TaskFailedError
+from scaler.io.processes import hostname
+from scaler.io.sockets import connect_dealer, context, recv_message, send_message
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.messages import ErrorCode, Payload, TaskResults, TaskStatus
+from scaler.serializer import Serializer
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+
+
+class ResultSink(Protocol):
+    """Where one task's outcome goes: a future, or a slot of a map collector."""
+
+    def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None: ...
+
+    def fail(self, exc: BaseException) -> None: ...
+
+
+class FutureSink:
+    __slots__ = ("future", "profiled", "serializer")
+
+    def __init__(self, future: ScalerFuture, serializer: Serializer, profiled: bool) -> None:
+        self.future = future
+        self.serializer = serializer
+        self.profiled = profiled
+
+    def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None:
+        info = profiling if self.profiled else None
+        if status == TaskStatus.SUCCESS:
+            self.future._deliver(self.serializer, payload, info)
+        elif status == TaskStatus.ERROR:
+            self.future._deliver_error(payload, info)
+        elif status == TaskStatus.CANCELED:
+            self.future._cancel_quietly()
+        else:
+            self.future._fail(TaskFailedError(bytes(payload).decode(errors="replace")))  # type: ignore[call-overload]
+
+    def fail(self, exc: BaseException) -> None:
+        self.future._fail(exc)
+
+
+class Collector:
+    """Outcomes of a map: payloads in order, and one event when the last arrives (cheaper than futures)."""
+
+    def __init__(self, count: int) -> None:
+        self.statuses = bytearray(count)
+        self.payloads: list[Payload | None] = [None] * count
+        self.remaining = count
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        if count == 0:
+            self.done.set()
+
+    def slot(self, index: int) -> CollectorSlot:
+        return CollectorSlot(self, index)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.done.set()
+
+
+class CollectorSlot:
+    __slots__ = ("collector", "index")
+
+    def __init__(self, collector: Collector, index: int) -> None:
+        self.collector = collector
+        self.index = index
+
+    def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None:
+        c = self.collector
+        c.statuses[self.index] = status
+        c.payloads[self.index] = payload
+        c.remaining -= 1
+        if c.remaining == 0:
+            c.done.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self.collector.fail(exc)
+
+
+class Connection:
+    """Owns the socket and the I/O thread of one client."""
+
+    def __init__(self, address: str, name: str, heartbeat_interval: float, timeout: float) -> None:
+        self.address = address
+        self.core = ClientCore(name, heartbeat_interval, timeout)
+        self.identity = f"C|{hostname()}|{os.getpid()}|{os.urandom(4).hex()}".encode()
+        self.sinks: dict[int, ResultSink] = {}
+        self.connected = threading.Event()
+        self.closed = threading.Event()
+        self.close_kind: CloseKind | None = None
+        self.close_reason = ""
+        self.protected = True
+        self.scheduler_name = ""
+        self._requests: deque[Request] = deque()
+        self._control: deque[Callable[[float], list[ClientCommand]]] = deque()
+        self._wake_pending = False
+        self._wake_read, self._wake_write = os.pipe()
+        self._sinks_lock = threading.Lock()
+        self._sinks_closed = False
+        self._shutdown_answer: list[BaseException | None] = []
+        self._shutdown_event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"scaler-client-io-{name}", daemon=True)
+
+    # ------------------------------------------------------------------------------------------- user side
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_connected(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.connected.is_set():
+            if self.closed.is_set():
+                break
+            if not self.connected.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    break
+        if not self.connected.is_set():
+            self.close(wait=True)
+            reason = self.close_reason or f"no scheduler answered at {self.address} within {timeout:g}s"
+            raise ConnectionFailedError(f"could not connect to {self.address}: {reason}")
+
+    def register(self, items: Iterable[tuple[int, ResultSink]]) -> None:
+        """File where results go; raises if the session already ended (no future may wait forever)."""
+        with self._sinks_lock:
+            if self._sinks_closed:
+                raise ConnectionFailedError(f"{self.close_reason} (scheduler {self.address})")
+            self.sinks.update(items)
+
+    def mint(self, count: int = 1) -> range:
+        return self.core.mint(count)
+
+    def submit(self, requests: Iterable[Request]) -> None:
+        self._requests.extend(requests)
+        self._wake()
+
+    def submit_one(self, request: Request) -> None:
+        self._requests.append(request)
+        self._wake()
+
+    def request_shutdown(self, reason: str, timeout: float) -> None:
+        """Ask the scheduler to stop the cluster; raises ProtectedModeError if it refuses."""
+        self._call(lambda now: self.core.request_shutdown(reason))
+        if not self._shutdown_event.wait(timeout) and not self.closed.is_set():
+            raise ConnectionFailedError(f"the scheduler did not answer the shutdown request within {timeout:g}s")
+        if self._shutdown_answer and self._shutdown_answer[0] is not None:
+            raise self._shutdown_answer[0]
+
+    def close(self, reason: str = "", wait: bool = True) -> None:
+        if self._thread.is_alive():
+            self._call(lambda now: self.core.disconnect(reason))
+            if wait and threading.current_thread() is not self._thread:
+                self._thread.join(5)
+        self.closed.set()
+
+    def _call(self, action: Callable[[float], list[ClientCommand]]) -> None:
+        self._control.append(action)
+        self._wake()
+
+    def _wake(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_write, b"x")
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------------------------------- I/O thread
+    def _run(self) -> None:
+        sock = connect_dealer(self.address, self.identity, context())
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_read, zmq.POLLIN)
+        try:
+            self._execute(sock, self.core.start(time.monotonic(), hostname(), os.getpid()))
+            next_tick = time.monotonic() + TICK_SECONDS
+            while self.core.state != SessionState.CLOSED:
+                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+                events = dict(poller.poll(timeout_ms))
+                if self._wake_read in events:
+                    os.read(self._wake_read, 4096)
+                    self._wake_pending = False
+                    self._forward(sock)
+                if sock in events:
+                    self._receive(sock)
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._execute(sock, self.core.tick(now))
+                    next_tick = now + TICK_SECONDS
+        except Exception as exc:  # a bug here must not leave futures hanging
+            logger.exception("client I/O thread failed")
+            self._on_closed(Closed(CloseKind.UNREACHABLE, f"the client's I/O thread failed: {exc!r}"))
+        finally:
+            sock.close(linger=2000)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self.closed.set()
+
+    def _forward(self, sock: zmq.Socket[Any]) -> None:
+        while self._control:
+            self._execute(sock, self._control.popleft()(time.monotonic()))
+        if not self._requests or self.core.state != SessionState.CONNECTED:
+            return
+        requests = self._requests
+        batch = [requests.popleft() for _ in range(len(requests))]
+        for message in self.core.batch(batch):
+            send_message(sock, message)
+
+    def _receive(self, sock: zmq.Socket[Any]) -> None:
+        while True:
+            try:
+                message = recv_message(sock, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ProtocolError as exc:
+                logger.warning("dropped a malformed message from the scheduler: %s", exc)
+                continue
+            self._execute(sock, self.core.received(time.monotonic(), message))
+            if self.core.state == SessionState.CLOSED:
+                return
+
+    def _execute(self, sock: zmq.Socket[Any], commands: list[ClientCommand]) -> None:
+        for command in commands:
+            if isinstance(command, Completed):
+                self._on_results(command.results)
+            elif isinstance(command, Send):
+                send_message(sock, command.message)
+            elif isinstance(command, Connected):
+                self.protected = command.protected
+                self.scheduler_name = command.scheduler_name
+                self.connected.set()
+                self._forward(sock)
+            elif isinstance(command, Rejected):
+                self._on_rejected(command)
+            elif isinstance(command, Closed):
+                self._on_closed(command)
+
+    def _on_results(self, results: TaskResults) -> None:
+        sinks = self.sinks
+        durations, peaks = results.durations_us, results.peak_memory
+        for k, task_id in enumerate(results.task_ids):
+            sink = sinks.pop(task_id, None)
+            if sink is None:
+                continue
+            info = ProfilingInfo(durations[k], peaks[k]) if durations is not None and peaks is not None else None
+            sink.deliver(results.statuses[k], results.payloads[k], info)
+
+    def _on_rejected(self, command: Rejected) -> None:
+        if command.code == ErrorCode.PROTECTED:
+            self._shutdown_answer.append(ProtectedModeError(command.text))
+            self._shutdown_event.set()
+            return
+        logger.error("the scheduler refused a request: %s", command.text)
+        error = TaskFailedError(f"the scheduler refused the task: {command.text}")
+        for task_id in command.ids:
+            sink = self.sinks.pop(task_id, None)
+            if sink is not None:
+                sink.fail(error)
+
+    def _on_closed(self, command: Closed) -> None:
+        self.close_kind = command.kind
+        self.close_reason = command.reason
+        if command.kind != CloseKind.LOCAL:
+            log = logger.info if command.kind == CloseKind.SHUTDOWN else logger.error
+            log("client session ended: %s", command.reason)
+        error = ConnectionFailedError(f"{command.reason} (scheduler {self.address})")
+        with self._sinks_lock:
+            sinks, self.sinks = self.sinks, {}
+            self._sinks_closed = True
+        for sink in sinks.values():
+            sink.fail(error)
+        if command.kind == CloseKind.SHUTDOWN:
+            self._shutdown_answer.append(None)
+        self._shutdown_event.set()
+        self.closed.set()

@@ -1,0 +1,137 @@
+"""ScalerFuture: a concurrent.futures.Future whose result is decoded lazily, on first use, in the caller's
+thread, and which can tell how the task ran (profiling_info)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scaler.payloads import unpack_exception
+from scaler.protocol.messages import Payload
+
+if TYPE_CHECKING:
+    from scaler.serializer import Serializer
+
+_UNDECODED = object()
+
+# Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting.
+_block_enter: Callable[[], bool] | None = None
+_block_exit: Callable[[], None] | None = None
+
+
+def set_blocking_hook(enter: Callable[[], bool] | None, exit: Callable[[], None] | None) -> None:
+    global _block_enter, _block_exit
+    _block_enter, _block_exit = enter, exit
+
+
+class BlockingSection:
+    """Around a wait on nested tasks inside a processor: lets the worker run other tasks meanwhile."""
+
+    def __init__(self, needed: bool = True) -> None:
+        self.entered = bool(needed and _block_enter is not None and _block_enter())
+
+    def __enter__(self) -> BlockingSection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.entered and _block_exit is not None:
+            _block_exit()
+
+
+@dataclass(frozen=True)
+class ProfilingInfo:
+    """How a task submitted with profiling=True ran on its worker."""
+
+    duration_us: int  # run time of the function, in microseconds
+    peak_memory: int  # peak memory (RSS) the run added on top of the processor's own, in bytes
+
+
+class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    """The future of one task. Works with concurrent.futures.wait/as_completed, callbacks and cancel()."""
+
+    def __init__(self, task_id: int, label: str, on_cancel: Callable[[int], None] | None = None) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self._label = label
+        self._on_cancel = on_cancel
+        self._serializer: Serializer | None = None
+        self._payload: Payload | None = None
+        self._profiling: ProfilingInfo | None = None
+        self._decode_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------- I/O side
+    def _deliver(self, serializer: Serializer, payload: Payload, profiling: ProfilingInfo | None) -> None:
+        self._serializer, self._payload, self._profiling = serializer, payload, profiling
+        try:
+            self.set_result(_UNDECODED)
+        except concurrent.futures.InvalidStateError:
+            pass  # cancelled meanwhile
+
+    def _deliver_error(self, payload: Payload, profiling: ProfilingInfo | None) -> None:
+        self._profiling = profiling
+        self._fail(unpack_exception(bytes(payload)))  # type: ignore[call-overload]
+
+    def _fail(self, exc: BaseException) -> None:
+        try:
+            self.set_exception(exc)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    def _cancel_quietly(self) -> None:
+        concurrent.futures.Future.cancel(self)
+
+    # ------------------------------------------------------------------------------------------- user side
+    def result(self, timeout: float | None = None) -> Any:
+        with BlockingSection(not self.done()):
+            value = super().result(timeout)
+        if value is _UNDECODED:
+            return self._decode()
+        return value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        with BlockingSection(not self.done()):
+            exc = super().exception(timeout)
+        if exc is None and self._result is _UNDECODED:  # type: ignore[attr-defined]
+            try:
+                self._decode()
+            except Exception as decode_error:
+                return decode_error
+        return exc
+
+    def _decode(self) -> Any:
+        with self._decode_lock:
+            if self._result is _UNDECODED:  # type: ignore[attr-defined]
+                assert self._serializer is not None and self._payload is not None
+                try:
+                    self._result = self._serializer.deserialize(bytes(self._payload))  # type: ignore[call-overload]
+                except Exception as exc:
+                    self._result = None
+                    self._exception = exc
+                    raise
+                finally:
+                    self._payload = None
+            if self._exception is not None:  # type: ignore[attr-defined]
+                raise self._exception  # type: ignore[attr-defined]
+            return self._result  # type: ignore[attr-defined]
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled and self._on_cancel is not None:
+            self._on_cancel(self.task_id)
+        return cancelled
+
+    def profiling_info(self) -> ProfilingInfo:
+        """Run time and peak memory of the task; for tasks submitted with profiling=True, once they ended."""
+        if not self.done():
+            raise ValueError("profiling_info() is available once the task ended: call result() first")
+        if self._profiling is None:
+            raise ValueError("no profiling information: submit the task with profiling=True")
+        return self._profiling
+
+    def __repr__(self) -> str:
+        with self._condition:  # type: ignore[attr-defined]
+            state = self._state.lower()  # type: ignore[attr-defined]
+        return f"<ScalerFuture task={self.task_id:#x} {self._label} state={state}>"

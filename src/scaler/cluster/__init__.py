@@ -1,0 +1,1 @@
+"""Local clusters: a scheduler and workers started together from Python."""

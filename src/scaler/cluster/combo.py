@@ -1,0 +1,172 @@
+"""SchedulerClusterCombo: a scheduler and N workers on this machine, as child processes, in one call."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+from typing import Any
+
+from scaler.core.scheduler import SchedulerConfig
+from scaler.core.worker.agent import AgentConfig
+from scaler.io.loop import check_event_loop
+from scaler.io.processes import default_monitor_address, die_with_parent, parse_address, setup_logging
+from scaler.scheduler.server import run_scheduler
+from scaler.worker.cluster import run_cluster
+
+logger = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_SECONDS = 30.0
+STOP_TIMEOUT_SECONDS = 5.0
+
+
+def _scheduler_main(
+    address: str,
+    monitor_address: str,
+    config: SchedulerConfig,
+    event_loop: str,
+    log_level: str,
+    log_paths: tuple[str, ...],
+    ready: multiprocessing.connection.Connection,
+) -> None:
+    die_with_parent(signal.SIGTERM)
+    setup_logging(log_level, log_paths)
+    try:
+        run_scheduler(address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None))
+    except Exception as exc:
+        ready.send(f"{type(exc).__name__}: {exc}")
+        raise SystemExit(1) from exc
+
+
+def _cluster_main(
+    address: str,
+    n_workers: int,
+    config: AgentConfig,
+    event_loop: str,
+    log_level: str,
+    log_paths: tuple[str, ...],
+) -> None:
+    die_with_parent(signal.SIGTERM)
+    setup_logging(log_level, log_paths)
+    raise SystemExit(run_cluster(address, n_workers, config, event_loop, log_level, log_paths))
+
+
+class SchedulerClusterCombo:
+    """Start a scheduler on `address` and `n_workers` workers connected to it; shutdown() stops them all.
+
+    >>> cluster = SchedulerClusterCombo(address="tcp://127.0.0.1:2345", n_workers=4)
+    >>> ...
+    >>> cluster.shutdown()
+
+    Everything stops too when this process exits.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        n_workers: int | None = None,
+        event_loop: str = "builtin",
+        protected: bool = True,
+        monitor_address: str | None = None,
+        heartbeat_interval_seconds: float = 2.0,
+        worker_timeout_seconds: float = 10.0,
+        client_timeout_seconds: float = 60.0,
+        max_task_retries: int = 3,
+        per_worker_queue_size: int = 1000,
+        logging_level: str = "INFO",
+        logging_paths: tuple[str, ...] = ("/dev/stdout",),
+    ) -> None:
+        parse_address(address)
+        check_event_loop(event_loop)
+        if n_workers is None:
+            n_workers = os.cpu_count() or 1
+        if not isinstance(n_workers, int) or n_workers < 0:
+            raise ValueError(f"n_workers must be a whole number >= 0, not {n_workers!r}")
+        if per_worker_queue_size < 1:
+            raise ValueError(f"per_worker_queue_size must be at least 1, not {per_worker_queue_size!r}")
+        self._address = address
+        self._monitor_address = monitor_address or default_monitor_address(address)
+        self._n_workers = n_workers
+        scheduler_config = SchedulerConfig(
+            protected=protected,
+            worker_timeout_seconds=worker_timeout_seconds,
+            client_timeout_seconds=client_timeout_seconds,
+            max_task_retries=max_task_retries,
+        )
+        agent_config = AgentConfig(
+            name="worker",
+            queue_capacity=per_worker_queue_size,
+            heartbeat_interval_seconds=heartbeat_interval_seconds,
+        )
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        self._scheduler: Any = context.Process(
+            target=_scheduler_main,
+            args=(address, self._monitor_address, scheduler_config, event_loop, logging_level, logging_paths, send),
+            name="scaler-scheduler",
+        )
+        self._scheduler.start()
+        send.close()
+        self._cluster: Any = None
+        atexit.register(self.shutdown)
+        self._wait_ready(receive)
+        self._cluster = context.Process(
+            target=_cluster_main,
+            args=(address, n_workers, agent_config, event_loop, logging_level, logging_paths),
+            name="scaler-cluster",
+        )
+        self._cluster.start()
+
+    def _wait_ready(self, receive: multiprocessing.connection.Connection) -> None:
+        try:
+            if not receive.poll(STARTUP_TIMEOUT_SECONDS):
+                raise RuntimeError(f"the scheduler did not start within {STARTUP_TIMEOUT_SECONDS:g}s")
+            error = receive.recv()
+        except EOFError:
+            error = f"the scheduler process exited (code {self._scheduler.exitcode}) before it was ready"
+        except RuntimeError as exc:
+            error = str(exc)
+        finally:
+            receive.close()
+        if error is not None:
+            self.shutdown()
+            raise RuntimeError(f"could not start a scheduler on {self._address}: {error}")
+
+    def get_address(self) -> str:
+        return self._address
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def monitor_address(self) -> str:
+        return self._monitor_address
+
+    def __enter__(self) -> SchedulerClusterCombo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        alive = self._scheduler is not None and self._scheduler.is_alive()
+        return f"<SchedulerClusterCombo {self._address} workers={self._n_workers} {'running' if alive else 'stopped'}>"
+
+    def shutdown(self) -> None:
+        """Stop the workers, then the scheduler. Safe to call more than once."""
+        for process in (self._cluster, self._scheduler):
+            if process is not None and process.pid is not None and process.is_alive():
+                process.terminate()
+        for process in (self._cluster, self._scheduler):
+            if process is None or process.pid is None:
+                continue
+            process.join(STOP_TIMEOUT_SECONDS)
+            if process.is_alive():
+                logger.warning("%s did not stop within %gs; killing it", process.name, STOP_TIMEOUT_SECONDS)
+                process.kill()
+                process.join(STOP_TIMEOUT_SECONDS)
+        atexit.unregister(self.shutdown)

@@ -1,0 +1,1 @@
+"""The client's pure core."""

@@ -1,0 +1,19 @@
+"""Settings of the scheduler core, with the defaults the CLI shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    name: str = "scheduler"
+    protected: bool = True
+    # A worker silent this long is declared dead and its tasks are re-queued.
+    worker_timeout_seconds: float = 10.0
+    # A client silent this long is disconnected: its tasks are cancelled and its objects freed.
+    client_timeout_seconds: float = 60.0
+    # How many times a task may be re-run after the worker running it died, before it fails.
+    max_task_retries: int = 3
+    # Least time between two balancing passes.
+    balance_interval_seconds: float = 0.1

@@ -1,0 +1,653 @@
+"""SchedulerCore: the whole scheduling logic as a synchronous state machine.
+
+`feed(event)` records what happened (a decoded message, a tick of time, an undeliverable peer);
+`flush()` places ready tasks on workers and returns every command to carry out, in order.
+`handle(event)` is both. The core never awaits, never reads the clock, never touches a socket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Callable
+
+from scaler.core.scheduler.config import SchedulerConfig
+from scaler.core.scheduler.events import Command, Event, Log, Malformed, Received, Send, Stop, Tick, Undeliverable
+from scaler.core.scheduler.objects import StoredObject
+from scaler.core.scheduler.placement import plan_balance, water_fill
+from scaler.core.scheduler.sessions import ClientSession, WorkerSession
+from scaler.core.scheduler.tasks import InvariantError, Task, TaskEvent, TaskState
+from scaler.protocol.messages import (
+    FLAG_SILENT,
+    ID_COUNTER_MASK,
+    ID_PREFIX_SHIFT,
+    MAX_ID_PREFIX,
+    MESSAGE_NAMES,
+    PROTOCOL_VERSION,
+    BalanceRequest,
+    BalanceResponse,
+    CancelTasks,
+    ClientStatus,
+    Disconnect,
+    DispatchTasks,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    Message,
+    Payload,
+    PeerKind,
+    PutObjects,
+    Refused,
+    Shutdown,
+    ShutdownRequest,
+    Status,
+    SubmitTasks,
+    TaskResults,
+    TaskStatus,
+    Welcome,
+    WorkerStatus,
+)
+
+_EMPTY = b""
+_ZERO_LAYOUTS = [(0,) * n for n in range(64)]
+_ENDED_NAMES = {
+    TaskStatus.SUCCESS: "success",
+    TaskStatus.ERROR: "error",
+    TaskStatus.CANCELED: "canceled",
+    TaskStatus.FAILED: "failed",
+}
+
+
+class SchedulerCore:
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        self.tasks: dict[int, Task] = {}
+        self.ready: deque[Task] = deque()  # may hold tasks that ended meanwhile; skipped when popped
+        self.clients: dict[bytes, ClientSession] = {}
+        self.workers: dict[bytes, WorkerSession] = {}
+        self.objects: dict[int, StoredObject] = {}
+        self.state_counts = [0] * len(TaskState)
+        self.ended: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()
+        self.dropped = 0
+        self.stale_results = 0
+        self.now = 0.0
+        self._next_prefix = 1
+        self._out: list[Command] = []
+        self._balance_due = False
+        self._last_balance = -math.inf
+        self._stopped = False
+        self._client_handlers: dict[type, Callable[[ClientSession, Message], None]] = {
+            SubmitTasks: self._on_submit,  # type: ignore[dict-item]
+            CancelTasks: self._on_cancel,  # type: ignore[dict-item]
+            PutObjects: self._on_put_objects,  # type: ignore[dict-item]
+            FreeObjects: self._on_free_objects,  # type: ignore[dict-item]
+            Heartbeat: self._on_client_heartbeat,  # type: ignore[dict-item]
+            Disconnect: self._on_client_disconnect,  # type: ignore[dict-item]
+            ShutdownRequest: self._on_shutdown_request,  # type: ignore[dict-item]
+        }
+        self._worker_handlers: dict[type, Callable[[WorkerSession, Message], None]] = {
+            TaskResults: self._on_results,  # type: ignore[dict-item]
+            BalanceResponse: self._on_balance_response,  # type: ignore[dict-item]
+            Heartbeat: self._on_worker_heartbeat,  # type: ignore[dict-item]
+            Disconnect: self._on_worker_disconnect,  # type: ignore[dict-item]
+        }
+
+    # ------------------------------------------------------------------------------------------- entry points
+    def handle(self, event: Event) -> list[Command]:
+        self.feed(event)
+        return self.flush()
+
+    def feed(self, event: Event) -> None:
+        if self._stopped:
+            return
+        self.now = max(self.now, event.now)
+        if isinstance(event, Received):
+            self._on_received(event.peer, event.message)
+        elif isinstance(event, Tick):
+            self._on_tick()
+        elif isinstance(event, Malformed):
+            self.dropped += 1
+            self._send(event.peer, Error(ErrorCode.MALFORMED, event.reason))
+            self._out.append(Log.warning(f"dropped a malformed message from {event.peer!r}: {event.reason}"))
+        elif isinstance(event, Undeliverable):
+            self._on_undeliverable(event.peer)
+
+    def flush(self) -> list[Command]:
+        if not self._stopped:
+            self._place()
+            if self._balance_due and self.state_counts[TaskState.QUEUED] == 0:
+                self._balance()
+            self._flush_outboxes()
+        out, self._out = self._out, []
+        for command in out:
+            if isinstance(command, Send):
+                self.sent[MESSAGE_NAMES[type(command.message)]] += 1
+        return out
+
+    # ------------------------------------------------------------------------------------------- dispatching
+    def _on_received(self, peer: bytes, message: Message) -> None:
+        self.received[MESSAGE_NAMES[type(message)]] += 1
+        if isinstance(message, Hello):
+            self._on_hello(peer, message)
+            return
+        client = self.clients.get(peer)
+        if client is not None:
+            client.last_seen = self.now
+            handler = self._client_handlers.get(type(message))
+            if handler is None:
+                self._bad_request(peer, f"a client may not send {MESSAGE_NAMES[type(message)]}")
+            else:
+                handler(client, message)
+            return
+        worker = self.workers.get(peer)
+        if worker is not None:
+            worker.last_seen = self.now
+            worker_handler = self._worker_handlers.get(type(message))
+            if worker_handler is None:
+                self._bad_request(peer, f"a worker may not send {MESSAGE_NAMES[type(message)]}")
+            else:
+                worker_handler(worker, message)
+            return
+        if not isinstance(message, Disconnect):
+            self.dropped += 1
+            self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
+
+    def _send(self, peer: bytes, message: Message) -> None:
+        self._out.append(Send(peer, message))
+
+    def _bad_request(self, peer: bytes, text: str, ids: list[int] | None = None) -> None:
+        self.dropped += 1
+        self._send(peer, Error(ErrorCode.BAD_REQUEST, text, ids or []))
+        self._out.append(Log.warning(f"refused a request from {peer!r}: {text}"))
+
+    # ------------------------------------------------------------------------------------------- sessions
+    def _on_hello(self, peer: bytes, hello: Hello) -> None:
+        if hello.protocol_version != PROTOCOL_VERSION:
+            reason = f"protocol version {hello.protocol_version} is not supported; this scheduler speaks {PROTOCOL_VERSION}"
+            self._send(peer, Refused(reason))
+            self._out.append(Log.warning(f"refused {hello.name!r}: {reason}"))
+            return
+        if hello.kind == PeerKind.WORKER and hello.queue_capacity < 1:
+            self._send(peer, Refused("a worker must accept at least one task (queueCapacity >= 1)"))
+            return
+        if self._next_prefix > MAX_ID_PREFIX:
+            self._send(peer, Refused("this scheduler has opened all the sessions it can; restart it"))
+            return
+        if peer in self.clients:
+            self._client_gone(self.clients[peer], "it said hello again")
+        if peer in self.workers:
+            self._worker_lost(self.workers[peer], "it said hello again", count_attempt=False)
+        prefix = self._next_prefix
+        self._next_prefix += 1
+        name = hello.name or peer.hex()
+        if hello.kind == PeerKind.CLIENT:
+            self.clients[peer] = ClientSession(peer, name, prefix, self.now)
+            self._out.append(Log.info(f"client {name} connected"))
+            timeout = self.config.client_timeout_seconds
+        else:
+            self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now)
+            self._out.append(Log.info(f"worker {name} joined (queue capacity {hello.queue_capacity})"))
+            self._balance_due = True
+            timeout = self.config.worker_timeout_seconds
+        self._send(peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000)))
+
+    def _on_client_heartbeat(self, client: ClientSession, message: Heartbeat) -> None:
+        self._send(client.identity, HeartbeatEcho())
+
+    def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
+        worker.heartbeat = message
+        self._send(worker.identity, HeartbeatEcho())
+
+    def _on_client_disconnect(self, client: ClientSession, message: Disconnect) -> None:
+        self._client_gone(client, f"disconnected{': ' + message.reason if message.reason else ''}")
+
+    def _on_worker_disconnect(self, worker: WorkerSession, message: Disconnect) -> None:
+        reason = f"disconnected{': ' + message.reason if message.reason else ''}"
+        self._worker_lost(worker, reason, count_attempt=False)
+
+    def _on_undeliverable(self, peer: bytes) -> None:
+        if peer in self.workers:
+            self._worker_lost(self.workers[peer], "its connection closed", count_attempt=True)
+        elif peer in self.clients:
+            self._client_gone(self.clients[peer], "its connection closed")
+
+    def _on_tick(self) -> None:
+        now = self.now
+        for worker in [w for w in self.workers.values() if now - w.last_seen > self.config.worker_timeout_seconds]:
+            silence = now - worker.last_seen
+            self._worker_lost(worker, f"no heartbeat for {silence:.1f}s", count_attempt=True)
+        for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_timeout_seconds]:
+            self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
+        if now - self._last_balance >= self.config.balance_interval_seconds:
+            self._balance_due = True
+
+    def _on_shutdown_request(self, client: ClientSession, message: ShutdownRequest) -> None:
+        if self.config.protected:
+            text = "the scheduler runs in protected mode and refuses to shut down; start it unprotected to allow this"
+            self._send(client.identity, Error(ErrorCode.PROTECTED, text))
+            self._out.append(Log.warning(f"refused a shutdown request from client {client.name} (protected mode)"))
+            return
+        reason = f"shutdown requested by client {client.name}"
+        self._out.append(Log.info(reason))
+        self.stop(reason)
+
+    def stop(self, reason: str) -> None:
+        """Tell every peer the scheduler stops, then emit Stop. Later events are ignored."""
+        self._flush_outboxes()
+        for peer in [*self.workers, *self.clients]:
+            self._send(peer, Shutdown(reason))
+        self._out.append(Stop(reason))
+        self._stopped = True
+
+    def _worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
+        del self.workers[worker.identity]
+        tasks = list(worker.assigned.values())
+        worker.assigned.clear()
+        for oid in worker.objects:
+            obj = self.objects.get(oid)
+            if obj is not None:
+                obj.holders.discard(worker.identity)
+        requeued = []
+        for task in tasks:
+            task.worker = None
+            if task.state == TaskState.CANCELING:
+                self._end(task, TaskStatus.CANCELED, _EMPTY)
+            elif count_attempt:
+                self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})")
+            else:
+                self._move(task, TaskEvent.REQUEUE)
+                requeued.append(task)
+        self.ready.extendleft(reversed(requeued))
+        self._out.append(Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue"))
+        self._balance_due = True
+
+    def _client_gone(self, client: ClientSession, reason: str) -> None:
+        del self.clients[client.identity]
+        mine = [t for t in self.tasks.values() if t.client is client]
+        for task in mine:
+            self._cancel(task)
+        for oid in list(client.objects):
+            obj = self.objects.get(oid)
+            if obj is not None:
+                obj.released = True
+                if obj.droppable:
+                    self._drop_object(obj)
+        self._out.append(Log.info(f"client {client.name} left ({reason}); {len(mine)} unfinished tasks cancelled"))
+
+    # ------------------------------------------------------------------------------------------- tasks
+    def _on_submit(self, client: ClientSession, batch: SubmitTasks) -> None:
+        refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
+        arg_pos = pay_pos = 0
+        bad_ids: list[int] = []
+        for k, task_id in enumerate(batch.task_ids):
+            count = batch.arg_counts[k]
+            refs = tuple(refs_all[arg_pos : arg_pos + count])
+            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
+            arg_pos += count
+            if not any(refs):
+                inline = count
+                refs = _ZERO_LAYOUTS[count] if count < len(_ZERO_LAYOUTS) else refs
+            else:
+                inline = refs.count(0)
+            pays = tuple(payloads[pay_pos : pay_pos + inline])
+            pay_pos += inline
+            if task_id >> ID_PREFIX_SHIFT != client.prefix or not task_id & ID_COUNTER_MASK or task_id in self.tasks:
+                bad_ids.append(task_id)
+                continue
+            if kws is not None and not any(kws):
+                kws = None
+            task = Task(task_id, client, batch.function_ids[k], batch.flags[k], refs, kws, pays)
+            self.tasks[task_id] = task
+            self.state_counts[TaskState.WAITING] += 1
+            client.task_count += 1
+            self._link(task)
+        if bad_ids:
+            text = f"{len(bad_ids)} task ids are not this session's, are 0 or are already in use"
+            self._bad_request(client.identity, text, bad_ids)
+
+    def _link(self, task: Task) -> None:
+        """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
+        client = task.client
+        for ref in task.references():
+            obj = self.objects.get(ref)
+            if obj is not None and obj.owner is client:
+                obj.refs += 1
+                continue
+            dep = self.tasks.get(ref)
+            if dep is not None and dep.client is client and dep is not task:
+                if dep.dependents is None:
+                    dep.dependents = []
+                dep.dependents.append(task)
+                task.waiting_on += 1
+                continue
+            what = "function" if ref == task.function_id else "argument"
+            text = f"the task's {what} refers to object or task {ref:#x}, which this client does not have"
+            self._end(task, TaskStatus.FAILED, text.encode())
+            return
+        if task.waiting_on == 0:
+            self._move(task, TaskEvent.READY)
+            self.ready.append(task)
+
+    def _on_cancel(self, client: ClientSession, message: CancelTasks) -> None:
+        for task_id in message.ids:
+            task = self.tasks.get(task_id)
+            if task is not None and task.client is client:
+                self._cancel(task)
+
+    def _cancel(self, task: Task) -> None:
+        if task.state in (TaskState.WAITING, TaskState.QUEUED):
+            self._end(task, TaskStatus.CANCELED, _EMPTY)
+        elif task.state == TaskState.ASSIGNED:
+            assert task.worker is not None
+            self._move(task, TaskEvent.CANCEL_REMOTE)
+            task.worker.cancel_outbox.append(task.task_id)
+
+    def _on_results(self, worker: WorkerSession, message: TaskResults) -> None:
+        durations, peaks = message.durations_us, message.peak_memory
+        assigned = worker.assigned
+        for k, task_id in enumerate(message.task_ids):
+            task = assigned.pop(task_id, None)
+            if task is None:
+                self.stale_results += 1  # cancelled, balanced away or re-run elsewhere meanwhile
+                continue
+            task.worker = None
+            worker.completed += 1
+            status = message.statuses[k]
+            if task.state == TaskState.CANCELING:
+                self._end(task, TaskStatus.CANCELED, _EMPTY)
+            elif status == TaskStatus.CRASHED:
+                reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
+                self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it")
+            else:
+                duration = durations[k] if durations is not None else 0
+                peak = peaks[k] if peaks is not None else 0
+                self._end(task, TaskStatus(status), message.payloads[k], duration, peak)
+        if not assigned:
+            self._balance_due = True
+
+    def _retry_or_fail(self, task: Task, reason: str) -> None:
+        task.attempts += 1
+        if task.attempts > self.config.max_task_retries:
+            text = f"task {task.task_id:#x} was not completed: {reason}; it was tried {task.attempts} times, giving up"
+            self._out.append(Log.warning(text))
+            self._end(task, TaskStatus.FAILED, text.encode())
+        else:
+            self._move(task, TaskEvent.REQUEUE)
+            self.ready.appendleft(task)
+
+    def _on_balance_response(self, worker: WorkerSession, message: BalanceResponse) -> None:
+        worker.balance_pending = False
+        returned = []
+        for task_id in message.ids:
+            task = worker.assigned.pop(task_id, None)
+            if task is None:
+                continue
+            task.worker = None
+            if task.state == TaskState.CANCELING:
+                self._end(task, TaskStatus.CANCELED, _EMPTY)
+            else:
+                self._move(task, TaskEvent.REQUEUE)
+                returned.append(task)
+        self.ready.extendleft(reversed(returned))
+
+    def _move(self, task: Task, event: TaskEvent) -> None:
+        counts = self.state_counts
+        counts[task.state] -= 1
+        task.move(event)
+        if task.state != TaskState.ENDED:
+            counts[task.state] += 1
+
+    def _end(self, first: Task, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
+        """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome)."""
+        pending = [first]
+        while pending:
+            task = pending.pop()
+            self._move(task, TaskEvent.END)
+            del self.tasks[task.task_id]
+            if task.worker is not None:
+                task.worker.assigned.pop(task.task_id, None)
+                task.worker = None
+            client = task.client
+            client.task_count -= 1
+            client.completed += 1
+            self.ended[_ENDED_NAMES.get(TaskStatus(status), "failed")] += 1
+            if not task.flags & FLAG_SILENT and client.identity in self.clients:
+                client.outbox.add(task.task_id, status, payload, duration_us, peak)
+            if task.dependents:
+                alive = [d for d in task.dependents if d.state == TaskState.WAITING]
+                task.dependents = None
+                if status == TaskStatus.SUCCESS and alive:
+                    self._keep_result(task, payload, alive)
+                else:
+                    pending.extend(alive)
+            self._release(task)
+            duration_us = peak = 0
+
+    def _keep_result(self, task: Task, payload: Payload, dependents: list[Task]) -> None:
+        obj = StoredObject(task.task_id, task.client, payload, "", released=True)
+        obj.refs = len(dependents)
+        self.objects[task.task_id] = obj
+        task.client.objects.add(task.task_id)
+        for dep in dependents:
+            dep.waiting_on -= 1
+            if dep.waiting_on == 0:
+                self._move(dep, TaskEvent.READY)
+                self.ready.append(dep)
+
+    def _release(self, task: Task) -> None:
+        for ref in task.references():
+            obj = self.objects.get(ref)
+            if obj is not None and obj.owner is task.client:
+                obj.refs -= 1
+                if obj.droppable:
+                    self._drop_object(obj)
+
+    # ------------------------------------------------------------------------------------------- objects
+    def _on_put_objects(self, client: ClientSession, message: PutObjects) -> None:
+        bad = []
+        for k, object_id in enumerate(message.object_ids):
+            if object_id >> ID_PREFIX_SHIFT != client.prefix or object_id in self.objects or object_id in self.tasks:
+                bad.append(object_id)
+                continue
+            name = message.names[k] if message.names else ""
+            self.objects[object_id] = StoredObject(object_id, client, message.payloads[k], name, released=False)
+            client.objects.add(object_id)
+        if bad:
+            self._bad_request(client.identity, f"{len(bad)} object ids are not this session's or already in use", bad)
+
+    def _on_free_objects(self, client: ClientSession, message: FreeObjects) -> None:
+        for object_id in message.ids:
+            obj = self.objects.get(object_id)
+            if obj is not None and obj.owner is client:
+                obj.released = True
+                if obj.droppable:
+                    self._drop_object(obj)
+
+    def _drop_object(self, obj: StoredObject) -> None:
+        del self.objects[obj.object_id]
+        obj.owner.objects.discard(obj.object_id)
+        for identity in obj.holders:
+            worker = self.workers.get(identity)
+            if worker is not None:
+                worker.objects.discard(obj.object_id)
+                worker.free_outbox.append(obj.object_id)
+
+    # ------------------------------------------------------------------------------------------- placement
+    def _place(self) -> None:
+        queued = self.state_counts[TaskState.QUEUED]
+        if not queued:
+            return
+        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.capacity]
+        if not open_workers:
+            return
+        loads = [len(w.assigned) for w in open_workers]
+        shares = water_fill(loads, [w.capacity for w in open_workers], queued)
+        for worker, share in zip(open_workers, shares):
+            if share:
+                self._dispatch(worker, share)
+
+    def _dispatch(self, worker: WorkerSession, count: int) -> None:
+        ids: list[int] = []
+        function_ids: list[int] = []
+        flags = bytearray()
+        arg_counts: list[int] = []
+        arg_refs: list[int] = []
+        keywords: list[str] | None = None
+        payloads: list[Payload] = []
+        put_ids: list[int] = []
+        put_payloads: list[Payload] = []
+        ready, held, assigned = self.ready, worker.objects, worker.assigned
+        while len(ids) < count and ready:
+            task = ready.popleft()
+            if task.state != TaskState.QUEUED:
+                continue
+            self._move(task, TaskEvent.ASSIGN)
+            task.worker = worker
+            assigned[task.task_id] = task
+            for ref in (task.function_id, *task.arg_refs):
+                if ref and ref not in held:
+                    obj = self.objects[ref]
+                    put_ids.append(ref)
+                    put_payloads.append(obj.payload)
+                    held.add(ref)
+                    obj.holders.add(worker.identity)
+            if task.keywords is not None and keywords is None:
+                keywords = [""] * len(arg_refs)
+            if keywords is not None:
+                keywords.extend(task.keywords or ("",) * len(task.arg_refs))
+            ids.append(task.task_id)
+            function_ids.append(task.function_id)
+            flags.append(task.flags)
+            arg_counts.append(len(task.arg_refs))
+            arg_refs.extend(task.arg_refs)
+            payloads.extend(task.payloads)
+        if put_ids:
+            self._send(worker.identity, PutObjects(put_ids, put_payloads))
+        if ids:
+            message = DispatchTasks(ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
+            self._send(worker.identity, message)
+
+    def _balance(self) -> None:
+        self._balance_due = False
+        self._last_balance = self.now
+        workers = list(self.workers.values())
+        plan = plan_balance([len(w.assigned) for w in workers], [w.balance_pending for w in workers])
+        for index, count in plan.items():
+            worker = workers[index]
+            candidates = [tid for tid, t in worker.assigned.items() if t.state == TaskState.ASSIGNED]
+            ids = candidates[-count:]
+            if ids:
+                worker.balance_pending = True
+                self._send(worker.identity, BalanceRequest(ids))
+
+    def _flush_outboxes(self) -> None:
+        for worker in self.workers.values():
+            if worker.cancel_outbox:
+                self._send(worker.identity, CancelTasks(worker.cancel_outbox))
+                worker.cancel_outbox = []
+            if worker.free_outbox:
+                self._send(worker.identity, FreeObjects(worker.free_outbox))
+                worker.free_outbox = []
+        for client in self.clients.values():
+            results = client.outbox.take()
+            if results is not None:
+                self._send(client.identity, results)
+
+    # ------------------------------------------------------------------------------------------- queries
+    def status(self) -> Status:
+        """A snapshot for the monitor socket (the shell adds the process's own cpu and memory)."""
+        counts = self.state_counts
+        by_state = {
+            "waiting": counts[TaskState.WAITING],
+            "queued": counts[TaskState.QUEUED],
+            "assigned": counts[TaskState.ASSIGNED],
+            "canceling": counts[TaskState.CANCELING],
+            **{name: self.ended[name] for name in ("success", "error", "canceled", "failed")},
+        }
+        workers = [
+            WorkerStatus(
+                name=w.name,
+                agent_cpu_percent=w.heartbeat.cpu_percent,
+                agent_rss_bytes=w.heartbeat.rss_bytes,
+                cpu_percent=w.heartbeat.processor_cpu_percent,
+                rss_bytes=w.heartbeat.processor_rss_bytes,
+                free=max(0, w.capacity - len(w.assigned)),
+                sent=len(w.assigned),
+                queued=w.heartbeat.queued,
+                lag_us=w.heartbeat.lag_us,
+                processors=w.heartbeat.processors,
+                blocked_processors=w.heartbeat.blocked_processors,
+                running=w.heartbeat.running,
+                completed=w.completed,
+            )
+            for w in self.workers.values()
+        ]
+        clients = [ClientStatus(c.name, c.task_count, len(c.objects), c.completed) for c in self.clients.values()]
+        return Status(
+            scheduler_name=self.config.name,
+            time_us=int(self.now * 1e6),
+            tasks_by_state=by_state,
+            sent=dict(self.sent),
+            received=dict(self.received),
+            workers=workers,
+            clients=clients,
+            protected=self.config.protected,
+            dropped_messages=self.dropped,
+        )
+
+    def explain(self, task_id: int) -> str:
+        """Why a task is where it is, in words."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            return f"task {task_id:#x} is not in the scheduler (never submitted, or already ended)"
+        if task.state == TaskState.WAITING:
+            waiting = [f"{r:#x}" for r in task.arg_refs if r in self.tasks]
+            return f"task {task_id:#x} waits for the results of {', '.join(waiting)}"
+        if task.state == TaskState.QUEUED:
+            if not self.workers:
+                return f"task {task_id:#x} is queued: no worker is connected"
+            return f"task {task_id:#x} is queued: every worker's queue is full ({len(self.workers)} workers)"
+        assert task.worker is not None
+        verb = "is being cancelled on" if task.state == TaskState.CANCELING else "was sent to"
+        return f"task {task_id:#x} {verb} worker {task.worker.name} (attempt {task.attempts + 1})"
+
+    def validate(self) -> None:
+        """Check every invariant; raise InvariantError on the first broken one. For tests and simulations."""
+        counts = [0] * len(TaskState)
+        in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED}
+        per_client: Counter[bytes] = Counter()
+        for task_id, task in self.tasks.items():
+            _check(task.task_id == task_id, f"{task!r} filed under {task_id:#x}")
+            counts[task.state] += 1
+            per_client[task.client.identity] += 1
+            if task.state in (TaskState.ASSIGNED, TaskState.CANCELING):
+                worker = task.worker
+                _check(worker is not None and self.workers.get(worker.identity) is worker, f"{task!r} has no worker")
+                _check(worker is not None and worker.assigned.get(task_id) is task, f"{task!r} not on its worker")
+            else:
+                _check(task.worker is None, f"{task!r} has a worker")
+            if task.state == TaskState.QUEUED:
+                _check(id(task) in in_ready, f"{task!r} is not in the ready queue")
+            if task.state == TaskState.WAITING:
+                _check(task.waiting_on > 0, f"{task!r} waits for nothing")
+            _check(task.state != TaskState.ENDED, f"{task!r} ended but is still filed")
+        _check(counts == self.state_counts, f"state counts {self.state_counts} but tasks say {counts}")
+        for worker in self.workers.values():
+            _check(len(worker.assigned) <= worker.capacity, f"{worker!r} is over capacity")
+            for task_id, task in worker.assigned.items():
+                _check(self.tasks.get(task_id) is task, f"{worker!r} holds unknown task {task_id:#x}")
+        for client in self.clients.values():
+            _check(client.task_count == per_client[client.identity], f"{client!r} task count is off")
+        for obj in self.objects.values():
+            _check(obj.refs >= 0, f"{obj!r} has negative references")
+            _check(not obj.droppable, f"{obj!r} should have been dropped")
+
+
+def _check(condition: bool, text: str) -> None:
+    if not condition:
+        raise InvariantError(text)

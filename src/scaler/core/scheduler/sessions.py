@@ -1,0 +1,94 @@
+"""The scheduler's view of each connected client and worker. Pure records; no I/O."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scaler.protocol.messages import Heartbeat, Payload, TaskResults
+
+if TYPE_CHECKING:
+    from scaler.core.scheduler.tasks import Task
+
+
+class ResultBuffer:
+    """Results waiting to be sent to one client in the next flush, as columns."""
+
+    __slots__ = ("durations", "ids", "payloads", "peaks", "statuses")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.statuses = bytearray()
+        self.payloads: list[Payload] = []
+        self.durations: list[int] | None = None
+        self.peaks: list[int] | None = None
+
+    def add(self, task_id: int, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
+        if (duration_us or peak) and self.durations is None:
+            self.durations = [0] * len(self.ids)
+            self.peaks = [0] * len(self.ids)
+        self.ids.append(task_id)
+        self.statuses.append(status)
+        self.payloads.append(payload)
+        if self.durations is not None and self.peaks is not None:
+            self.durations.append(duration_us)
+            self.peaks.append(peak)
+
+    def take(self) -> TaskResults | None:
+        if not self.ids:
+            return None
+        message = TaskResults(self.ids, bytes(self.statuses), self.payloads, self.durations, self.peaks)
+        self.__init__()  # type: ignore[misc]
+        return message
+
+
+class ClientSession:
+    __slots__ = ("completed", "identity", "last_seen", "name", "objects", "outbox", "prefix", "task_count")
+
+    def __init__(self, identity: bytes, name: str, prefix: int, now: float) -> None:
+        self.identity = identity
+        self.name = name
+        self.prefix = prefix
+        self.last_seen = now
+        self.task_count = 0  # unfinished tasks
+        self.completed = 0
+        self.objects: set[int] = set()  # ids of objects it owns
+        self.outbox = ResultBuffer()
+
+    def __repr__(self) -> str:
+        return f"<Client {self.name} prefix={self.prefix} tasks={self.task_count}>"
+
+
+class WorkerSession:
+    __slots__ = (
+        "assigned",
+        "balance_pending",
+        "cancel_outbox",
+        "capacity",
+        "completed",
+        "free_outbox",
+        "heartbeat",
+        "identity",
+        "last_seen",
+        "name",
+        "objects",
+    )
+
+    def __init__(self, identity: bytes, name: str, capacity: int, now: float) -> None:
+        self.identity = identity
+        self.name = name
+        self.capacity = capacity
+        self.last_seen = now
+        self.assigned: dict[int, Task] = {}  # insertion order: the last ones are the likeliest still queued
+        self.objects: set[int] = set()  # objects it holds (sent to it and not freed)
+        self.balance_pending = False
+        self.completed = 0
+        self.heartbeat = Heartbeat()
+        self.cancel_outbox: list[int] = []
+        self.free_outbox: list[int] = []
+
+    @property
+    def spare(self) -> int:
+        return self.capacity - len(self.assigned)
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.name} assigned={len(self.assigned)}/{self.capacity}>"

@@ -1,0 +1,106 @@
+"""Tasks as the scheduler holds them, and the one table of their legal state changes.
+
+A task lives in the scheduler from its submission until it ends; then it is forgotten (its result, if other
+tasks need it, lives on as an object). Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from scaler.protocol.messages import Payload
+
+if TYPE_CHECKING:
+    from scaler.core.scheduler.sessions import ClientSession, WorkerSession
+
+
+class TaskState(enum.IntEnum):
+    WAITING = 0  # some argument is the result of a task that has not finished
+    QUEUED = 1  # ready to run, in the scheduler's ready queue
+    ASSIGNED = 2  # sent to a worker (queued there or running)
+    CANCELING = 3  # assigned, and the worker was asked to cancel it
+    ENDED = 4  # finished one way or another; the record is being dropped
+
+
+class TaskEvent(enum.Enum):
+    READY = "ready"  # every awaited result arrived
+    ASSIGN = "assign"  # placement gave it to a worker
+    REQUEUE = "requeue"  # its worker gave it back or was lost: run it elsewhere
+    CANCEL_REMOTE = "cancel_remote"  # cancel requested while a worker holds it
+    END = "end"  # result, error, cancel, failure
+
+
+S, E = TaskState, TaskEvent
+
+# (state, event) -> next state. Anything not listed is a bug in the caller, reported as InvariantError.
+TRANSITIONS: dict[tuple[TaskState, TaskEvent], TaskState] = {
+    (S.WAITING, E.READY): S.QUEUED,
+    (S.WAITING, E.END): S.ENDED,
+    (S.QUEUED, E.ASSIGN): S.ASSIGNED,
+    (S.QUEUED, E.END): S.ENDED,
+    (S.ASSIGNED, E.REQUEUE): S.QUEUED,
+    (S.ASSIGNED, E.CANCEL_REMOTE): S.CANCELING,
+    (S.ASSIGNED, E.END): S.ENDED,
+    (S.CANCELING, E.END): S.ENDED,
+}
+
+
+class InvariantError(AssertionError):
+    """The core reached a state its own rules forbid: a bug in Scaler, never the peer's fault."""
+
+
+class Task:
+    __slots__ = (
+        "arg_refs",
+        "attempts",
+        "client",
+        "dependents",
+        "flags",
+        "function_id",
+        "keywords",
+        "payloads",
+        "state",
+        "task_id",
+        "waiting_on",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        task_id: int,
+        client: ClientSession,
+        function_id: int,
+        flags: int,
+        arg_refs: tuple[int, ...],
+        keywords: tuple[str, ...] | None,
+        payloads: tuple[Payload, ...],
+    ) -> None:
+        self.task_id = task_id
+        self.client = client
+        self.function_id = function_id
+        self.flags = flags
+        self.arg_refs = arg_refs
+        self.keywords = keywords
+        self.payloads = payloads
+        self.state = TaskState.WAITING
+        self.worker: WorkerSession | None = None
+        self.attempts = 0
+        self.waiting_on = 0
+        self.dependents: list[Task] | None = None
+
+    def move(self, event: TaskEvent) -> None:
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise InvariantError(f"task {self.task_id:#x}: no transition from {self.state.name} on {event.value}")
+        self.state = new
+
+    def references(self) -> set[int]:
+        """Every object or task id this task needs: its function and its non-inline arguments."""
+        refs = {ref for ref in self.arg_refs if ref}
+        refs.add(self.function_id)
+        return refs
+
+    def __repr__(self) -> str:
+        where = f" on {self.worker.name}" if self.worker is not None else ""
+        return f"<Task {self.task_id:#x} {self.state.name}{where} attempts={self.attempts}>"

@@ -1,0 +1,1 @@
+"""The worker agent's pure core and its processor messages."""

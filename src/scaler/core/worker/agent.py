@@ -1,0 +1,546 @@
+"""AgentCore: a worker agent's state machine. It holds the tasks the scheduler gave this worker, feeds them to
+its processor (the process that runs user code), coalesces results, heartbeats, gives tasks back when the
+scheduler balances, and restarts or adds processors when one dies or blocks on nested tasks.
+
+Pure: events in, commands out; no sockets, no clock, no processes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Union
+
+from scaler.core.scheduler.events import Log
+from scaler.core.worker import messages as pm
+from scaler.protocol.messages import (
+    FLAG_PROFILING,
+    BalanceRequest,
+    BalanceResponse,
+    CancelTasks,
+    Disconnect,
+    DispatchTasks,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    Message,
+    Payload,
+    PeerKind,
+    PutObjects,
+    Refused,
+    Shutdown,
+    TaskResults,
+    TaskStatus,
+    Welcome,
+)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str = "worker"
+    hostname: str = ""
+    pid: int = 0
+    queue_capacity: int = 1000
+    heartbeat_interval_seconds: float = 2.0
+    # Give up (and exit) when the scheduler has been silent this long.
+    scheduler_timeout_seconds: float = 300.0
+    # Most processors alive at once (more than one only while tasks wait on nested tasks).
+    max_processors: int = 64
+    # A processor is given about this much work (by recent run times) at once; between 1 and max_window tasks.
+    window_seconds: float = 0.002
+    max_window: int = 64
+
+
+# ---------------------------------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class Started:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class FromScheduler:
+    now: float
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class FromProcessor:
+    now: float
+    processor: int
+    message: pm.FromProcessor
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorExited:
+    now: float
+    processor: int
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    now: float
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    processor_cpu_percent: float = 0.0
+    processor_rss_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequested:
+    now: float
+    reason: str
+
+
+AgentEvent = Union[Started, FromScheduler, FromProcessor, ProcessorExited, Tick, StopRequested]
+
+
+# ---------------------------------------------------------------------------------------------- commands
+@dataclass(frozen=True, slots=True)
+class ToScheduler:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToProcessor:
+    processor: int
+    message: pm.ToProcessor
+
+
+@dataclass(frozen=True, slots=True)
+class StartProcessor:
+    processor: int
+
+
+@dataclass(frozen=True, slots=True)
+class KillProcessor:
+    processor: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    reason: str
+    exit_code: int = 0
+
+
+AgentCommand = Union[ToScheduler, ToProcessor, StartProcessor, KillProcessor, Stop, Log]
+
+
+# ---------------------------------------------------------------------------------------------- state
+QUEUED, IN_PROCESSOR, GONE = 0, 1, 2
+STARTING, READY, BLOCKED = "starting", "ready", "blocked"
+
+
+class AgentTask:
+    __slots__ = ("arg_refs", "flags", "function_id", "keywords", "payloads", "state", "task_id")
+
+    def __init__(
+        self,
+        task_id: int,
+        function_id: int,
+        flags: int,
+        arg_refs: tuple[int, ...],
+        keywords: tuple[str, ...] | None,
+        payloads: tuple[Payload, ...],
+    ) -> None:
+        self.task_id = task_id
+        self.function_id = function_id
+        self.flags = flags
+        self.arg_refs = arg_refs
+        self.keywords = keywords
+        self.payloads = payloads
+        self.state = QUEUED
+
+
+class ProcessorSlot:
+    __slots__ = ("objects", "processor", "state", "window")
+
+    def __init__(self, processor: int) -> None:
+        self.processor = processor
+        self.state = STARTING
+        self.window: dict[int, AgentTask] = {}  # tasks sent to it, in order; the first one is running
+        self.objects: set[int] = set()
+
+    def __repr__(self) -> str:
+        return f"<Processor {self.processor} {self.state} window={len(self.window)}>"
+
+
+class AgentCore:
+    def __init__(self, config: AgentConfig | None = None) -> None:
+        self.config = config or AgentConfig()
+        self.queue: deque[AgentTask] = deque()
+        self.queued = 0
+        self.tasks: dict[int, AgentTask] = {}
+        self.objects: dict[int, Payload] = {}
+        self.processors: dict[int, ProcessorSlot] = {}
+        self.active: int | None = None  # the processor new tasks go to
+        self.connected = False
+        self.stopped = False
+        self.mean_duration_us = 0.0
+        self.lag_us = 0
+        self.completed = 0
+        self._next_processor = 0
+        self._start_failures = 0
+        self._last_heard = 0.0
+        self._last_heartbeat = -1e18
+        self._heartbeat_sent_at = 0.0
+        self._out: list[AgentCommand] = []
+        self._results_ids: list[int] = []
+        self._results_statuses = bytearray()
+        self._results_payloads: list[Payload] = []
+        self._results_durations: list[int] = []
+        self._results_peaks: list[int] = []
+        self._results_profiled = False
+
+    # ------------------------------------------------------------------------------------------- entry points
+    def handle(self, event: AgentEvent) -> list[AgentCommand]:
+        self.feed(event)
+        return self.flush()
+
+    def feed(self, event: AgentEvent) -> None:
+        if self.stopped:
+            return
+        if isinstance(event, FromProcessor):
+            self._on_processor(event.processor, event.message)
+        elif isinstance(event, FromScheduler):
+            self._last_heard = event.now
+            self._on_scheduler(event.now, event.message)
+        elif isinstance(event, Tick):
+            self._on_tick(event)
+        elif isinstance(event, ProcessorExited):
+            self._on_processor_exit(event.processor, event.exit_code)
+        elif isinstance(event, Started):
+            self._last_heard = event.now
+            self._out.append(ToScheduler(self._hello()))
+            self._start_processor()
+        elif isinstance(event, StopRequested):
+            self._out.append(ToScheduler(Disconnect(event.reason)))
+            self._stop(event.reason)
+
+    def flush(self) -> list[AgentCommand]:
+        if not self.stopped:
+            self._feed_processor()
+        if self._results_ids:
+            durations = self._results_durations if self._results_profiled else None
+            peaks = self._results_peaks if self._results_profiled else None
+            results = TaskResults(
+                self._results_ids, bytes(self._results_statuses), self._results_payloads, durations, peaks
+            )
+            self._out.append(ToScheduler(results))
+            self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
+            self._results_durations, self._results_peaks, self._results_profiled = [], [], False
+        out, self._out = self._out, []
+        return out
+
+    # ------------------------------------------------------------------------------------------- scheduler
+    def _hello(self) -> Hello:
+        c = self.config
+        return Hello(
+            PeerKind.WORKER,
+            c.name,
+            c.hostname,
+            c.pid,
+            int(c.heartbeat_interval_seconds * 1000),
+            c.queue_capacity,
+        )
+
+    def _on_scheduler(self, now: float, message: Message) -> None:
+        if isinstance(message, DispatchTasks):
+            self._on_dispatch(message)
+        elif isinstance(message, PutObjects):
+            for object_id, payload in zip(message.object_ids, message.payloads):
+                self.objects[object_id] = payload
+        elif isinstance(message, FreeObjects):
+            self._on_free(message.ids)
+        elif isinstance(message, CancelTasks):
+            self._on_cancel(message.ids)
+        elif isinstance(message, BalanceRequest):
+            self._out.append(ToScheduler(BalanceResponse(self._take_queued(message.ids))))
+        elif isinstance(message, HeartbeatEcho):
+            self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
+        elif isinstance(message, Welcome):
+            self.connected = True
+            self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
+        elif isinstance(message, Shutdown):
+            self._stop(f"the scheduler is shutting down ({message.reason})")
+        elif isinstance(message, Refused):
+            self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
+        elif isinstance(message, Error):
+            self._on_error(message)
+
+    def _on_error(self, message: Error) -> None:
+        if message.code == ErrorCode.NOT_CONNECTED:
+            # The scheduler lost our session (it restarted, or declared us dead): it re-runs our tasks elsewhere.
+            dropped = self.queued
+            self._drop_all_queued()
+            for task in self.tasks.values():
+                task.state = GONE  # results of tasks running now would be stale
+            self.tasks.clear()
+            self.connected = False
+            self._out.append(Log.warning(f"the scheduler lost this worker's session; {dropped} queued tasks dropped"))
+            self._out.append(ToScheduler(self._hello()))
+        else:
+            self._out.append(Log.warning(f"the scheduler refused a message: {message.message}"))
+
+    def _on_dispatch(self, batch: DispatchTasks) -> None:
+        refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
+        arg_pos = pay_pos = 0
+        for k, task_id in enumerate(batch.task_ids):
+            count = batch.arg_counts[k]
+            refs = tuple(refs_all[arg_pos : arg_pos + count])
+            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
+            arg_pos += count
+            inline = refs.count(0)
+            task = AgentTask(
+                task_id, batch.function_ids[k], batch.flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
+            )
+            pay_pos += inline
+            if task_id in self.tasks:
+                continue  # a duplicate dispatch: the scheduler already gave us this one
+            self.tasks[task_id] = task
+            self.queue.append(task)
+            self.queued += 1
+
+    def _on_free(self, ids: list[int]) -> None:
+        for object_id in ids:
+            self.objects.pop(object_id, None)
+        for slot in self.processors.values():
+            held = [i for i in ids if i in slot.objects]
+            if held:
+                slot.objects.difference_update(held)
+                if slot.state != STARTING:
+                    self._out.append(ToProcessor(slot.processor, pm.DropObjects(held)))
+
+    def _on_cancel(self, ids: list[int]) -> None:
+        for task in [self.tasks[i] for i in ids if i in self.tasks]:
+            if task.state == QUEUED:
+                self._unqueue(task)
+                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
+            # a task inside a processor runs to its end; the scheduler reports it cancelled
+
+    def _take_queued(self, ids: list[int]) -> list[int]:
+        given = []
+        for task_id in ids:
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == QUEUED:
+                self._unqueue(task)
+                given.append(task_id)
+        return given
+
+    def _unqueue(self, task: AgentTask) -> None:
+        task.state = GONE
+        self.queued -= 1
+        del self.tasks[task.task_id]
+
+    def _drop_all_queued(self) -> None:
+        for task in self.queue:
+            if task.state == QUEUED:
+                self._unqueue(task)
+        self.queue.clear()
+
+    def _on_tick(self, tick: Tick) -> None:
+        now = tick.now
+        silent = now - self._last_heard
+        if silent > self.config.scheduler_timeout_seconds:
+            self._stop(f"the scheduler has been silent for {silent:.0f}s", exit_code=1)
+            return
+        if now - self._last_heartbeat >= self.config.heartbeat_interval_seconds:
+            self._last_heartbeat = now
+            self._heartbeat_sent_at = now
+            if not self.connected:
+                self._out.append(ToScheduler(self._hello()))
+                return
+            heartbeat = Heartbeat(
+                cpu_percent=tick.cpu_percent,
+                rss_bytes=tick.rss_bytes,
+                lag_us=self.lag_us,
+                queued=self.queued,
+                running=sum(len(s.window) for s in self.processors.values()),
+                processor_cpu_percent=tick.processor_cpu_percent,
+                processor_rss_bytes=tick.processor_rss_bytes,
+                processors=len(self.processors),
+                blocked_processors=sum(1 for s in self.processors.values() if s.state == BLOCKED),
+            )
+            self._out.append(ToScheduler(heartbeat))
+
+    def _stop(self, reason: str, exit_code: int = 0) -> None:
+        self._out.append(Log.info(f"stopping: {reason}"))
+        for processor in list(self.processors):
+            self._out.append(KillProcessor(processor))
+        self.processors.clear()
+        self._out.append(Stop(reason, exit_code))
+        self.stopped = True
+
+    # ------------------------------------------------------------------------------------------- processors
+    def _start_processor(self) -> int:
+        processor = self._next_processor
+        self._next_processor += 1
+        self.processors[processor] = ProcessorSlot(processor)
+        self._out.append(StartProcessor(processor))
+        return processor
+
+    def _on_processor(self, processor: int, message: pm.FromProcessor) -> None:
+        slot = self.processors.get(processor)
+        if slot is None:
+            return
+        if isinstance(message, pm.Results):
+            self._on_processor_results(slot, message)
+        elif isinstance(message, pm.Ready):
+            slot.state = READY
+            self._start_failures = 0
+        elif isinstance(message, pm.Blocked):
+            self._on_blocked(slot)
+        elif isinstance(message, pm.Unblocked):
+            slot.state = READY
+            self._out.append(ToProcessor(slot.processor, pm.Resume()))
+
+    def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
+        for k, task_id in enumerate(message.task_ids):
+            task = slot.window.pop(task_id, None)
+            if task is None:
+                continue
+            duration = message.durations_us[k]
+            self.mean_duration_us += (duration - self.mean_duration_us) * 0.2
+            self.completed += 1
+            if task.state == GONE:
+                continue  # our session was lost meanwhile: nobody waits for it
+            del self.tasks[task_id]
+            task.state = GONE
+            self._add_result(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k])
+        if not slot.window and slot.processor != self.active and slot.state == READY:
+            self._retire(slot)
+
+    def _retire(self, slot: ProcessorSlot) -> None:
+        """A processor that finished its blocked task while another one took over: keep one spare at most."""
+        spares = [s for s in self.processors.values() if s.processor != self.active and not s.window]
+        if len(spares) > 1:
+            del self.processors[slot.processor]
+            self._out.append(ToProcessor(slot.processor, pm.Exit("no longer needed")))
+
+    def _on_blocked(self, slot: ProcessorSlot) -> None:
+        """The first task of its window is running and waits on nested tasks: the others go to another
+        processor (the blocked one is told to discard them, before it is told to resume)."""
+        slot.state = BLOCKED
+        back = list(slot.window.values())[1:]
+        for task in back:
+            del slot.window[task.task_id]
+        if back:
+            self._out.append(ToProcessor(slot.processor, pm.Discard([t.task_id for t in back])))
+        for task in reversed(back):
+            if task.state != GONE:
+                task.state = QUEUED
+                self.queued += 1
+                self.queue.appendleft(task)
+        if self.active == slot.processor:
+            self.active = None
+
+    def _on_processor_exit(self, processor: int, exit_code: int | None) -> None:
+        slot = self.processors.pop(processor, None)
+        if slot is None:
+            return
+        if self.active == processor:
+            self.active = None
+        tasks = list(slot.window.values())
+        if tasks:
+            crashed, rest = tasks[0], tasks[1:]
+            text = f"the processor running this task died (exit code {exit_code})"
+            self._out.append(Log.warning(f"task {crashed.task_id:#x}: {text}"))
+            if crashed.state != GONE:
+                del self.tasks[crashed.task_id]
+                crashed.state = GONE
+                self._add_result(crashed, TaskStatus.CRASHED, text.encode(), 0, 0)
+            for task in reversed(rest):
+                if task.state != GONE:
+                    task.state = QUEUED
+                    self.queued += 1
+                    self.queue.appendleft(task)
+        if slot.state == STARTING:
+            self._start_failures += 1
+            self._out.append(Log.warning(f"processor {processor} died while starting (exit code {exit_code})"))
+            if self._start_failures >= 3:
+                self._stop("processors keep dying while starting", exit_code=1)
+                return
+        if not any(s.state != BLOCKED for s in self.processors.values()):
+            self._start_processor()  # keep one processor warm
+
+    def _pick_active(self) -> ProcessorSlot | None:
+        if self.active is not None:
+            return self.processors[self.active]
+        for slot in self.processors.values():
+            if slot.state == READY and not slot.window:
+                self.active = slot.processor
+                return slot
+        if any(s.state == STARTING for s in self.processors.values()):
+            return None
+        if len(self.processors) >= self.config.max_processors:
+            if self.queued:
+                self._out.append(Log.warning(f"{len(self.processors)} processors are all blocked; tasks wait"))
+            return None
+        self._start_processor()
+        return None
+
+    def _feed_processor(self) -> None:
+        if not self.queued:
+            return
+        slot = self._pick_active()
+        if slot is None or slot.state != READY:
+            return
+        room = self._window_size() - len(slot.window)
+        if room <= 0:
+            return
+        object_ids: list[int] = []
+        object_payloads: list[Payload] = []
+        tasks: list[pm.ProcessorTask] = []
+        payloads: list[Payload] = []
+        queue = self.queue
+        while room > 0 and queue:
+            task = queue.popleft()
+            if task.state != QUEUED:
+                continue
+            missing = self._send_objects(slot, task, object_ids, object_payloads)
+            self.queued -= 1
+            if missing is not None:
+                del self.tasks[task.task_id]
+                task.state = GONE
+                text = f"object {missing:#x} was not sent to this worker"
+                self._add_result(task, TaskStatus.FAILED, text.encode(), 0, 0)
+                continue
+            task.state = IN_PROCESSOR
+            slot.window[task.task_id] = task
+            tasks.append((task.task_id, task.function_id, task.flags, task.arg_refs, task.keywords))
+            payloads.extend(task.payloads)
+            room -= 1
+        if tasks or object_ids:
+            message = pm.RunTasks(object_ids, tasks, object_payloads + payloads)
+            self._out.append(ToProcessor(slot.processor, message))
+
+    def _send_objects(
+        self, slot: ProcessorSlot, task: AgentTask, ids: list[int], payloads: list[Payload]
+    ) -> int | None:
+        for ref in (task.function_id, *task.arg_refs):
+            if ref and ref not in slot.objects:
+                payload = self.objects.get(ref)
+                if payload is None:
+                    return ref
+                slot.objects.add(ref)
+                ids.append(ref)
+                payloads.append(payload)
+        return None
+
+    def _window_size(self) -> int:
+        if self.mean_duration_us <= 0:
+            return 4
+        by_time = int(self.config.window_seconds * 1e6 / self.mean_duration_us)
+        return max(1, min(self.config.max_window, by_time))
+
+    def _add_result(self, task: AgentTask, status: int, payload: Payload, duration_us: int, peak: int) -> None:
+        self._results_ids.append(task.task_id)
+        self._results_statuses.append(status)
+        self._results_payloads.append(payload)
+        self._results_durations.append(duration_us)
+        self._results_peaks.append(peak)
+        if task.flags & FLAG_PROFILING:
+            self._results_profiled = True

@@ -1,0 +1,75 @@
+"""Messages between a worker's agent and its processors (internal to the Python worker, not the wire protocol).
+
+Records only; scaler.worker.pipe encodes them (a pickled header plus raw payload frames).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaler.protocol.messages import Payload
+
+# One task for a processor: (task id, function object id, flags, argument refs, keywords or None).
+ProcessorTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None"]
+
+
+# ---------------------------------------------------------------------------------------------- agent -> processor
+@dataclass(slots=True)
+class RunTasks:
+    """Objects first (stored before anything runs), then tasks, run in order. Payloads: object payloads, then
+    every inline argument in task order."""
+
+    object_ids: list[int]
+    tasks: list[ProcessorTask]
+    payloads: list[Payload]
+
+
+@dataclass(slots=True)
+class DropObjects:
+    object_ids: list[int]
+
+
+@dataclass(slots=True)
+class Discard:
+    """Forget these tasks if they have not started: the agent gave them to another processor."""
+
+    task_ids: list[int]
+
+
+@dataclass(slots=True)
+class Resume:
+    """Answer to Unblocked: every Discard for the blocked time was sent before this."""
+
+
+@dataclass(slots=True)
+class Exit:
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------------------------------- processor -> agent
+@dataclass(slots=True)
+class Ready:
+    pid: int
+
+
+@dataclass(slots=True)
+class Results:
+    task_ids: list[int]
+    statuses: bytes
+    durations_us: list[int]
+    peak_memory: list[int]
+    payloads: list[Payload]
+
+
+@dataclass(slots=True)
+class Blocked:
+    """The running task waits on nested tasks; results of the tasks before it were sent before this."""
+
+
+@dataclass(slots=True)
+class Unblocked:
+    pass
+
+
+ToProcessor = RunTasks | DropObjects | Discard | Resume | Exit
+FromProcessor = Ready | Results | Blocked | Unblocked

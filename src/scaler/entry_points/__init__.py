@@ -1,0 +1,1 @@
+"""Command-line programs: scaler_scheduler, scaler_cluster (alias scaler_worker)."""

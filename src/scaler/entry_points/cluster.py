@@ -1,0 +1,81 @@
+"""scaler_cluster (alias scaler_worker): run N workers on this machine against a scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from scaler.core.worker.agent import AgentConfig
+from scaler.io.loop import EVENT_LOOPS, check_event_loop
+from scaler.io.processes import hostname, parse_address, setup_logging
+
+DEFAULTS = AgentConfig()
+
+
+def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run Scaler workers on this machine; they connect to the scheduler at ADDRESS.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:8516")
+    p.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="workers to start")
+    p.add_argument(
+        "--heartbeat-interval-seconds",
+        "-hi",
+        type=float,
+        default=DEFAULTS.heartbeat_interval_seconds,
+        help="how often each worker reports to the scheduler",
+    )
+    p.add_argument(
+        "--per-worker-queue-size",
+        "-qs",
+        type=int,
+        default=DEFAULTS.queue_capacity,
+        help="most tasks the scheduler may queue on one worker",
+    )
+    p.add_argument(
+        "--death-timeout-seconds",
+        "-dt",
+        type=float,
+        default=DEFAULTS.scheduler_timeout_seconds,
+        help="a worker exits when the scheduler has been silent this long",
+    )
+    p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
+    p.add_argument("--worker-name-prefix", default=hostname(), help="workers are named PREFIX-<pid>-<index>")
+    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    prog = os.path.basename(sys.argv[0]) if argv is None else "scaler_cluster"
+    p = parser(prog if prog in ("scaler_cluster", "scaler_worker") else "scaler_cluster")
+    args = p.parse_args(argv)
+    try:
+        parse_address(args.address)
+        check_event_loop(args.event_loop)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.num_of_workers < 1 or args.per_worker_queue_size < 1:
+        p.error("--num-of-workers and --per-worker-queue-size must be at least 1")
+    if args.heartbeat_interval_seconds <= 0 or args.death_timeout_seconds <= 0:
+        p.error("--heartbeat-interval-seconds and --death-timeout-seconds must be positive")
+    setup_logging(args.logging_level, tuple(args.logging_paths))
+    logging.info("logging to %s", tuple(args.logging_paths))
+    from scaler.worker.cluster import run_cluster
+
+    config = AgentConfig(
+        name=args.worker_name_prefix,
+        hostname=hostname(),
+        queue_capacity=args.per_worker_queue_size,
+        heartbeat_interval_seconds=args.heartbeat_interval_seconds,
+        scheduler_timeout_seconds=args.death_timeout_seconds,
+    )
+    sys.exit(run_cluster(args.address, args.num_of_workers, config, args.event_loop, args.logging_level, tuple(args.logging_paths)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""scaler_scheduler: run a scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from scaler.core.scheduler import SchedulerConfig
+from scaler.io.loop import EVENT_LOOPS, check_event_loop
+from scaler.io.processes import default_monitor_address, parse_address, setup_logging
+
+DEFAULTS = SchedulerConfig()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scaler_scheduler",
+        description="Run a Scaler scheduler: clients and workers connect to ADDRESS.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("address", help="address to listen on, e.g. tcp://0.0.0.0:8516")
+    p.add_argument(
+        "--monitor-address",
+        "-ma",
+        default=None,
+        help="where scaler_top and scaler_ui connect (default: ipc:///tmp/<host>_<port>_monitor)",
+    )
+    p.add_argument(
+        "--protected",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.protected,
+        help="refuse client.shutdown(); --no-protected lets clients stop the cluster",
+    )
+    p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
+    p.add_argument(
+        "--worker-timeout-seconds",
+        "-wt",
+        type=float,
+        default=DEFAULTS.worker_timeout_seconds,
+        help="a worker silent this long is declared dead and its tasks run elsewhere",
+    )
+    p.add_argument(
+        "--client-timeout-seconds",
+        "-ct",
+        type=float,
+        default=DEFAULTS.client_timeout_seconds,
+        help="a client silent this long is disconnected and its tasks cancelled",
+    )
+    p.add_argument(
+        "--max-task-retries",
+        type=int,
+        default=DEFAULTS.max_task_retries,
+        help="times a task is re-run after its worker died, before it fails",
+    )
+    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        parse_address(args.address)
+        check_event_loop(args.event_loop)
+    except ValueError as exc:
+        parser().error(str(exc))
+    if args.worker_timeout_seconds <= 0 or args.client_timeout_seconds <= 0 or args.max_task_retries < 0:
+        parser().error("timeouts must be positive and --max-task-retries at least 0")
+    setup_logging(args.logging_level, tuple(args.logging_paths))
+    logging.info("logging to %s", tuple(args.logging_paths))
+    from scaler.scheduler.server import run_scheduler
+
+    config = SchedulerConfig(
+        protected=args.protected,
+        worker_timeout_seconds=args.worker_timeout_seconds,
+        client_timeout_seconds=args.client_timeout_seconds,
+        max_task_retries=args.max_task_retries,
+    )
+    monitor = args.monitor_address or default_monitor_address(args.address)
+    try:
+        run_scheduler(args.address, monitor, config, args.event_loop)
+    except Exception as exc:  # bind failures and the like: say it plainly
+        logging.error("Scheduler: cannot run: %s", exc)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The errors Scaler raises, by who is at fault. Every one says what happened and what to do."""
+
+from __future__ import annotations
+
+from scaler.payloads import RemoteError
+from scaler.protocol.errors import ProtocolError
+
+
+class ScalerError(Exception):
+    """Base of the errors raised by Scaler itself (not by your tasks)."""
+
+
+class ConnectionFailedError(ScalerError, ConnectionError):
+    """The scheduler could not be reached, refused the connection, or stopped answering."""
+
+
+class ClientClosedError(ScalerError, RuntimeError):
+    """The client was disconnected (or shut down) and cannot be used any more."""
+
+
+class ProtectedModeError(ScalerError, PermissionError):
+    """client.shutdown() was refused: the scheduler runs in protected mode."""
+
+
+class TaskFailedError(ScalerError):
+    """Scaler could not run the task (its worker kept dying, an object it needs is gone...)."""
+
+
+__all__ = [
+    "ClientClosedError",
+    "ConnectionFailedError",
+    "ProtectedModeError",
+    "ProtocolError",
+    "RemoteError",
+    "ScalerError",
+    "TaskFailedError",
+]

@@ -1,0 +1,104 @@
+"""ZeroMQ sockets, configured in one place, and the frame conventions every shell uses.
+
+Big payload frames stay zmq.Frame (zero-copy); small ones become bytes (cheaper to keep and compare).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.messages import Message, Payload, decode, encode
+
+COPY_BELOW = 64 * 1024  # frames smaller than this are copied into bytes on receipt
+
+_context: zmq.Context[Any] | None = None
+_context_pid = 0
+_context_lock = threading.Lock()
+
+
+def context() -> zmq.Context[Any]:
+    """This process's ZeroMQ context (a fresh one after fork: a context never crosses a fork)."""
+    global _context, _context_pid
+    with _context_lock:
+        if _context is None or _context_pid != os.getpid():
+            _context = zmq.Context(io_threads=1)
+            _context_pid = os.getpid()
+        return _context
+
+
+def _common(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    return sock
+
+
+def bind_router(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+    sock = _common((ctx or context()).socket(zmq.ROUTER))
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises instead of dropping silently
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting with its routing id takes its session back
+    sock.bind(address)
+    return sock
+
+
+def connect_dealer(address: str, identity: bytes, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+    sock = _common((ctx or context()).socket(zmq.DEALER))
+    sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+    sock.connect(address)
+    return sock
+
+
+def bind_publisher(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+    sock = (ctx or context()).socket(zmq.PUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 16)
+    sock.bind(address)
+    return sock
+
+
+def connect_subscriber(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+    sock = (ctx or context()).socket(zmq.SUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, 16)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.connect(address)
+    return sock
+
+
+def small_to_bytes(frames: Sequence[zmq.Frame]) -> list[Payload]:
+    return [f.bytes if len(f) < COPY_BELOW else f for f in frames]
+
+
+def recv_message(sock: zmq.Socket[Any], flags: int = 0) -> Message:
+    """Receive and decode one message from a DEALER/SUB socket. Raises zmq.Again, ProtocolError."""
+    frames = sock.recv_multipart(flags, copy=False)
+    return decode(small_to_bytes(frames))
+
+
+def recv_routed(sock: zmq.Socket[Any], flags: int = 0) -> tuple[bytes, Message | ProtocolError]:
+    """Receive one message from a ROUTER socket: (sender, message or the decoding error)."""
+    frames = sock.recv_multipart(flags, copy=False)
+    peer = frames[0].bytes
+    try:
+        return peer, decode(small_to_bytes(frames[1:]))
+    except ProtocolError as exc:
+        return peer, exc
+
+
+def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = None) -> None:
+    frames = encode(message)
+    if peer is not None:
+        frames.insert(0, peer)
+    sock.send_multipart(frames, copy=False)  # type: ignore[arg-type]
+
+
+def has_input(sock: zmq.Socket[Any]) -> bool:
+    return bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)

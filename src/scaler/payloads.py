@@ -1,0 +1,62 @@
+"""How Python peers encode the payload frames the scheduler carries without reading (docs/protocol.md,
+"Python payloads"): function objects, arguments, results and errors. Shared by the client and the processor.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import traceback
+from typing import Any
+
+import cloudpickle
+from tblib import pickling_support
+
+from scaler.serializer import Serializer
+
+_TEXT_LENGTH = struct.Struct("<I")
+
+
+class RemoteError(Exception):
+    """A task raised an exception that could not be brought back as itself; its text and traceback are here."""
+
+
+def pack_function(serializer: Serializer, function: Any) -> bytes:
+    """A function object: the serializer itself (cloudpickle) with the function as the serializer encodes it."""
+    return cloudpickle.dumps((serializer, serializer.serialize(function)), protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-any-return]
+
+
+def unpack_function(payload: bytes) -> tuple[Serializer, Any]:
+    serializer, function_bytes = cloudpickle.loads(payload)
+    return serializer, serializer.deserialize(function_bytes)
+
+
+def pack_exception(exc: BaseException) -> bytes:
+    """An error frame: the exception's text and traceback (always readable), then the exception pickled with
+    its traceback, when it can be."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickling_support.install(exc)
+        pickled = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # an exception holding something unpicklable: the text must do
+        pickled = b""
+    encoded = text.encode(errors="replace")
+    return _TEXT_LENGTH.pack(len(encoded)) + encoded + pickled
+
+
+def unpack_exception(payload: bytes) -> BaseException:
+    """The exception a task raised, or a RemoteError carrying its text if it cannot be rebuilt here."""
+    view = memoryview(payload)
+    if len(view) < _TEXT_LENGTH.size:
+        return RemoteError("a task failed, but its error could not be read")
+    (length,) = _TEXT_LENGTH.unpack_from(view)
+    text = bytes(view[_TEXT_LENGTH.size : _TEXT_LENGTH.size + length]).decode(errors="replace")
+    pickled = view[_TEXT_LENGTH.size + length :]
+    if pickled:
+        try:
+            exc = cloudpickle.loads(pickled)
+            if isinstance(exc, BaseException):
+                return exc
+        except Exception:
+            pass
+    return RemoteError(text)

@@ -1,0 +1,1 @@
+"""The language-agnostic wire protocol: scaler.capnp (the contract) and its Python encoding."""

@@ -1,0 +1,7 @@
+"""The one exception the protocol layer raises: a message that cannot be accepted as it is."""
+
+from __future__ import annotations
+
+
+class ProtocolError(ValueError):
+    """A received message is malformed (bad header, wrong column length, missing payload frames...)."""

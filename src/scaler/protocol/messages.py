@@ -1,0 +1,627 @@
+"""Python views of the wire messages in scaler.capnp, and their encoding to / decoding from ZeroMQ frames.
+
+`encode(message)` gives the frames to send (header first, then payloads); `decode(frames)` does the reverse
+and raises ProtocolError for anything malformed. Structural checks (column lengths, payload counts) live here;
+what a message means is for the receiving core to judge. No sockets here.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union
+
+import capnp
+
+from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
+from scaler.protocol.errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+ID_PREFIX_SHIFT = 40
+ID_COUNTER_MASK = (1 << ID_PREFIX_SHIFT) - 1
+MAX_ID_PREFIX = (1 << 24) - 1
+
+FLAG_PROFILING = 1
+FLAG_SILENT = 2
+
+# A header is small; these bound what a hostile or broken peer can make us traverse.
+_TRAVERSAL_LIMIT_WORDS = 1 << 28
+_NESTING_LIMIT = 16
+
+capnp.remove_import_hook()
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
+_schema: Any = capnp.load(SCHEMA_PATH)
+
+
+class Payload(Protocol):
+    """Anything ZeroMQ can send as a frame: bytes, memoryview, zmq.Frame."""
+
+    def __len__(self) -> int: ...
+
+
+class PeerKind(enum.IntEnum):
+    CLIENT = 0
+    WORKER = 1
+
+
+class TaskStatus(enum.IntEnum):
+    SUCCESS = 0
+    ERROR = 1
+    CANCELED = 2
+    CRASHED = 3
+    FAILED = 4
+
+
+class ErrorCode(enum.IntEnum):
+    MALFORMED = 0
+    NOT_CONNECTED = 1
+    BAD_REQUEST = 2
+    PROTECTED = 3
+    TOO_LARGE = 4
+
+
+_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
+_ERROR_CODE_NAMES = {
+    ErrorCode.MALFORMED: "malformed",
+    ErrorCode.NOT_CONNECTED: "notConnected",
+    ErrorCode.BAD_REQUEST: "badRequest",
+    ErrorCode.PROTECTED: "protected",
+    ErrorCode.TOO_LARGE: "tooLarge",
+}
+
+
+@dataclass(slots=True)
+class Hello:
+    kind: PeerKind
+    name: str
+    hostname: str = ""
+    pid: int = 0
+    heartbeat_interval_ms: int = 2000
+    queue_capacity: int = 0
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclass(slots=True)
+class Welcome:
+    id_prefix: int
+    scheduler_name: str = ""
+    protected: bool = True
+    peer_timeout_ms: int = 60_000
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclass(slots=True)
+class Refused:
+    reason: str
+    scheduler_protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    lag_us: int = 0
+    queued: int = 0
+    running: int = 0
+    processor_cpu_percent: float = 0.0
+    processor_rss_bytes: int = 0
+    processors: int = 0
+    blocked_processors: int = 0
+
+
+@dataclass(slots=True)
+class HeartbeatEcho:
+    sent_at_us: int = 0
+
+
+@dataclass(slots=True)
+class TaskBatch:
+    """n tasks as columns. `payloads` holds one frame per argument whose ref is 0, in order."""
+
+    task_ids: list[int]
+    function_ids: list[int]
+    flags: bytes
+    arg_counts: list[int]
+    arg_refs: list[int]
+    keywords: list[str] | None
+    payloads: list[Payload]
+
+
+class SubmitTasks(TaskBatch):
+    __slots__ = ()
+
+
+class DispatchTasks(TaskBatch):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class TaskResults:
+    task_ids: list[int]
+    statuses: bytes
+    payloads: list[Payload]
+    durations_us: list[int] | None = None
+    peak_memory: list[int] | None = None
+
+
+@dataclass(slots=True)
+class IdMessage:
+    ids: list[int]
+
+
+class CancelTasks(IdMessage):
+    __slots__ = ()
+
+
+class FreeObjects(IdMessage):
+    __slots__ = ()
+
+
+class BalanceRequest(IdMessage):
+    __slots__ = ()
+
+
+class BalanceResponse(IdMessage):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class PutObjects:
+    object_ids: list[int]
+    payloads: list[Payload]
+    names: list[str] | None = None
+
+
+@dataclass(slots=True)
+class ReasonMessage:
+    reason: str = ""
+
+
+class Disconnect(ReasonMessage):
+    __slots__ = ()
+
+
+class ShutdownRequest(ReasonMessage):
+    __slots__ = ()
+
+
+class Shutdown(ReasonMessage):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class Error:
+    code: ErrorCode
+    message: str
+    ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WorkerStatus:
+    name: str
+    agent_cpu_percent: float = 0.0
+    agent_rss_bytes: int = 0
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    free: int = 0
+    sent: int = 0
+    queued: int = 0
+    lag_us: int = 0
+    processors: int = 0
+    blocked_processors: int = 0
+    running: int = 0
+    completed: int = 0
+
+
+@dataclass(slots=True)
+class ClientStatus:
+    name: str
+    tasks: int = 0
+    objects: int = 0
+    completed: int = 0
+
+
+@dataclass(slots=True)
+class Status:
+    scheduler_name: str = ""
+    time_us: int = 0
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    tasks_by_state: dict[str, int] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=dict)
+    received: dict[str, int] = field(default_factory=dict)
+    workers: list[WorkerStatus] = field(default_factory=list)
+    clients: list[ClientStatus] = field(default_factory=list)
+    protected: bool = True
+    dropped_messages: int = 0
+
+
+Message = Union[
+    Hello,
+    Welcome,
+    Refused,
+    Heartbeat,
+    HeartbeatEcho,
+    SubmitTasks,
+    DispatchTasks,
+    TaskResults,
+    CancelTasks,
+    PutObjects,
+    FreeObjects,
+    BalanceRequest,
+    BalanceResponse,
+    Disconnect,
+    ShutdownRequest,
+    Shutdown,
+    Error,
+    Status,
+]
+
+# The union member name of each message class, as in scaler.capnp; also the name counters use.
+MESSAGE_NAMES: dict[type, str] = {
+    Hello: "hello",
+    Welcome: "welcome",
+    Refused: "refused",
+    Heartbeat: "heartbeat",
+    HeartbeatEcho: "heartbeatEcho",
+    SubmitTasks: "submitTasks",
+    DispatchTasks: "dispatchTasks",
+    TaskResults: "taskResults",
+    CancelTasks: "cancelTasks",
+    PutObjects: "putObjects",
+    FreeObjects: "freeObjects",
+    BalanceRequest: "balanceRequest",
+    BalanceResponse: "balanceResponse",
+    Disconnect: "disconnect",
+    ShutdownRequest: "shutdownRequest",
+    Shutdown: "shutdown",
+    Error: "error",
+    Status: "status",
+}
+
+
+# ---------------------------------------------------------------------------------------------------- encoding
+def encode(message: Message) -> list[Payload]:
+    """The frames of `message`: its Cap'n Proto header, then its payload frames (not copied)."""
+    root = _schema.Message.new_message()
+    name = MESSAGE_NAMES[type(message)]
+    body = root.init(name)
+    payloads = _ENCODERS[name](body, message)
+    return [root.to_bytes(), *payloads]
+
+
+def _enc_hello(b: Any, m: Hello) -> list[Payload]:
+    b.protocolVersion = m.protocol_version
+    b.kind = _PEER_KIND_NAMES[m.kind]
+    b.name = m.name
+    b.hostname = m.hostname
+    b.pid = m.pid
+    b.heartbeatIntervalMs = m.heartbeat_interval_ms
+    b.queueCapacity = m.queue_capacity
+    return []
+
+
+def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
+    b.protocolVersion = m.protocol_version
+    b.idPrefix = m.id_prefix
+    b.schedulerName = m.scheduler_name
+    b.protected = m.protected
+    b.peerTimeoutMs = m.peer_timeout_ms
+    return []
+
+
+def _enc_refused(b: Any, m: Refused) -> list[Payload]:
+    b.reason = m.reason
+    b.schedulerProtocolVersion = m.scheduler_protocol_version
+    return []
+
+
+def _enc_heartbeat(b: Any, m: Heartbeat) -> list[Payload]:
+    b.cpuPercent = m.cpu_percent
+    b.rssBytes = m.rss_bytes
+    b.lagUs = m.lag_us
+    b.queued = m.queued
+    b.running = m.running
+    b.processorCpuPercent = m.processor_cpu_percent
+    b.processorRssBytes = m.processor_rss_bytes
+    b.processors = m.processors
+    b.blockedProcessors = m.blocked_processors
+    return []
+
+
+def _enc_echo(b: Any, m: HeartbeatEcho) -> list[Payload]:
+    b.sentAtUs = m.sent_at_us
+    return []
+
+
+def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.functionIds = pack_u64(m.function_ids)
+    b.flags = bytes(m.flags)
+    b.argCounts = pack_u16(m.arg_counts)
+    b.argRefs = pack_u64(m.arg_refs)
+    if m.keywords:
+        b.keywords = m.keywords
+    return m.payloads
+
+
+def _enc_results(b: Any, m: TaskResults) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.statuses = bytes(m.statuses)
+    if m.durations_us is not None:
+        b.durationsUs = pack_u64(m.durations_us)
+    if m.peak_memory is not None:
+        b.peakMemory = pack_u64(m.peak_memory)
+    return m.payloads
+
+
+def _enc_ids(b: Any, m: IdMessage) -> list[Payload]:
+    b.ids = pack_u64(m.ids)
+    return []
+
+
+def _enc_objects(b: Any, m: PutObjects) -> list[Payload]:
+    b.objectIds = pack_u64(m.object_ids)
+    if m.names:
+        b.names = m.names
+    return m.payloads
+
+
+def _enc_reason(b: Any, m: ReasonMessage) -> list[Payload]:
+    b.reason = m.reason
+    return []
+
+
+def _enc_error(b: Any, m: Error) -> list[Payload]:
+    b.code = _ERROR_CODE_NAMES[m.code]
+    b.message = m.message
+    b.ids = pack_u64(m.ids)
+    return []
+
+
+def _enc_status(b: Any, m: Status) -> list[Payload]:
+    b.schedulerName = m.scheduler_name
+    b.timeUs = m.time_us
+    b.cpuPercent = m.cpu_percent
+    b.rssBytes = m.rss_bytes
+    b.protected = m.protected
+    b.droppedMessages = m.dropped_messages
+    for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
+        out = b.init(column, len(counters))
+        for i, (key, value) in enumerate(counters.items()):
+            out[i].name = key
+            out[i].value = value
+    workers = b.init("workers", len(m.workers))
+    for i, w in enumerate(m.workers):
+        _set_fields(workers[i], w, _WORKER_STATUS_FIELDS)
+    clients = b.init("clients", len(m.clients))
+    for i, c in enumerate(m.clients):
+        _set_fields(clients[i], c, _CLIENT_STATUS_FIELDS)
+    return []
+
+
+_WORKER_STATUS_FIELDS = {
+    "name": "name",
+    "agent_cpu_percent": "agentCpuPercent",
+    "agent_rss_bytes": "agentRssBytes",
+    "cpu_percent": "cpuPercent",
+    "rss_bytes": "rssBytes",
+    "free": "free",
+    "sent": "sent",
+    "queued": "queued",
+    "lag_us": "lagUs",
+    "processors": "processors",
+    "blocked_processors": "blockedProcessors",
+    "running": "running",
+    "completed": "completed",
+}
+_CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
+
+
+def _set_fields(target: Any, source: Any, fields: dict[str, str]) -> None:
+    for py_name, capnp_name in fields.items():
+        setattr(target, capnp_name, getattr(source, py_name))
+
+
+_ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
+    "hello": _enc_hello,
+    "welcome": _enc_welcome,
+    "refused": _enc_refused,
+    "heartbeat": _enc_heartbeat,
+    "heartbeatEcho": _enc_echo,
+    "submitTasks": _enc_tasks,
+    "dispatchTasks": _enc_tasks,
+    "taskResults": _enc_results,
+    "cancelTasks": _enc_ids,
+    "putObjects": _enc_objects,
+    "freeObjects": _enc_ids,
+    "balanceRequest": _enc_ids,
+    "balanceResponse": _enc_ids,
+    "disconnect": _enc_reason,
+    "shutdownRequest": _enc_reason,
+    "shutdown": _enc_reason,
+    "error": _enc_error,
+    "status": _enc_status,
+}
+
+
+# ---------------------------------------------------------------------------------------------------- decoding
+def decode(frames: Sequence[Payload]) -> Message:
+    """The message in `frames` (header first). Raises ProtocolError if it is not a valid message."""
+    if not frames:
+        raise ProtocolError("empty message")
+    header = bytes(frames[0])  # type: ignore[call-overload]
+    payloads = list(frames[1:])
+    try:
+        with _schema.Message.from_bytes(
+            header, traversal_limit_in_words=_TRAVERSAL_LIMIT_WORDS, nesting_limit=_NESTING_LIMIT
+        ) as root:
+            name = str(root.which())
+            decoder = _DECODERS.get(name)
+            if decoder is None:
+                raise ProtocolError(f"unknown message kind {name!r}")
+            return decoder(getattr(root, name), payloads)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # pycapnp raises KjException and friends for garbage
+        raise ProtocolError(f"undecodable header: {exc}") from exc
+
+
+def _no_payloads(payloads: list[Payload], what: str) -> None:
+    if payloads:
+        raise ProtocolError(f"{what} carries no payload frames, got {len(payloads)}")
+
+
+def _dec_hello(b: Any, p: list[Payload]) -> Hello:
+    _no_payloads(p, "hello")
+    return Hello(
+        kind=PeerKind.CLIENT if str(b.kind) == "client" else PeerKind.WORKER,
+        name=b.name,
+        hostname=b.hostname,
+        pid=b.pid,
+        heartbeat_interval_ms=b.heartbeatIntervalMs,
+        queue_capacity=b.queueCapacity,
+        protocol_version=b.protocolVersion,
+    )
+
+
+def _dec_welcome(b: Any, p: list[Payload]) -> Welcome:
+    _no_payloads(p, "welcome")
+    return Welcome(
+        id_prefix=b.idPrefix,
+        scheduler_name=b.schedulerName,
+        protected=b.protected,
+        peer_timeout_ms=b.peerTimeoutMs,
+        protocol_version=b.protocolVersion,
+    )
+
+
+def _dec_refused(b: Any, p: list[Payload]) -> Refused:
+    return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion)
+
+
+def _dec_heartbeat(b: Any, p: list[Payload]) -> Heartbeat:
+    _no_payloads(p, "heartbeat")
+    return Heartbeat(
+        cpu_percent=b.cpuPercent,
+        rss_bytes=b.rssBytes,
+        lag_us=b.lagUs,
+        queued=b.queued,
+        running=b.running,
+        processor_cpu_percent=b.processorCpuPercent,
+        processor_rss_bytes=b.processorRssBytes,
+        processors=b.processors,
+        blocked_processors=b.blockedProcessors,
+    )
+
+
+def _dec_echo(b: Any, p: list[Payload]) -> HeartbeatEcho:
+    return HeartbeatEcho(sent_at_us=b.sentAtUs)
+
+
+def _dec_task_batch(b: Any, p: list[Payload], cls: type[TaskBatch]) -> TaskBatch:
+    task_ids = unpack_u64(b.taskIds, None, "taskIds")
+    n = len(task_ids)
+    function_ids = unpack_u64(b.functionIds, n, "functionIds")
+    flags = check_u8(b.flags, n, "flags")
+    arg_counts = unpack_u16(b.argCounts, n, "argCounts")
+    arg_refs = unpack_u64(b.argRefs, None, "argRefs")
+    if sum(arg_counts) != len(arg_refs):
+        raise ProtocolError(f"argRefs: {len(arg_refs)} values but argCounts add up to {sum(arg_counts)}")
+    keywords: list[str] | None = None
+    if len(b.keywords):
+        keywords = list(b.keywords)
+        if len(keywords) != len(arg_refs):
+            raise ProtocolError(f"keywords: {len(keywords)} values for {len(arg_refs)} arguments")
+    inline = arg_refs.count(0)
+    if inline != len(p):
+        raise ProtocolError(f"{inline} inline arguments but {len(p)} payload frames")
+    return cls(task_ids, function_ids, flags, arg_counts, arg_refs, keywords, p)
+
+
+def _dec_results(b: Any, p: list[Payload]) -> TaskResults:
+    task_ids = unpack_u64(b.taskIds, None, "taskIds")
+    n = len(task_ids)
+    statuses = check_u8(b.statuses, n, "statuses")
+    if len(p) != n:
+        raise ProtocolError(f"{n} results but {len(p)} payload frames")
+    if max(statuses, default=0) > TaskStatus.FAILED:
+        raise ProtocolError("statuses: unknown status value")
+    durations = unpack_u64(b.durationsUs, n, "durationsUs") if len(b.durationsUs) else None
+    peaks = unpack_u64(b.peakMemory, n, "peakMemory") if len(b.peakMemory) else None
+    return TaskResults(task_ids, statuses, p, durations, peaks)
+
+
+def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, list[Payload]], IdMessage]:
+    def decoder(b: Any, p: list[Payload]) -> IdMessage:
+        _no_payloads(p, MESSAGE_NAMES[cls])
+        return cls(unpack_u64(b.ids, None, "ids"))
+
+    return decoder
+
+
+def _dec_objects(b: Any, p: list[Payload]) -> PutObjects:
+    ids = unpack_u64(b.objectIds, None, "objectIds")
+    if len(p) != len(ids):
+        raise ProtocolError(f"{len(ids)} objects but {len(p)} payload frames")
+    names = list(b.names) if len(b.names) else None
+    if names is not None and len(names) != len(ids):
+        raise ProtocolError(f"names: {len(names)} values for {len(ids)} objects")
+    return PutObjects(ids, p, names)
+
+
+def _dec_reason(cls: type[ReasonMessage]) -> Callable[[Any, list[Payload]], ReasonMessage]:
+    def decoder(b: Any, p: list[Payload]) -> ReasonMessage:
+        return cls(b.reason)
+
+    return decoder
+
+
+def _dec_error(b: Any, p: list[Payload]) -> Error:
+    code = {v: k for k, v in _ERROR_CODE_NAMES.items()}[str(b.code)]
+    return Error(code, b.message, unpack_u64(b.ids, None, "ids"))
+
+
+def _dec_status(b: Any, p: list[Payload]) -> Status:
+    def counters(items: Any) -> dict[str, int]:
+        return {c.name: c.value for c in items}
+
+    workers = [WorkerStatus(**{k: getattr(w, v) for k, v in _WORKER_STATUS_FIELDS.items()}) for w in b.workers]
+    clients = [ClientStatus(**{k: getattr(c, v) for k, v in _CLIENT_STATUS_FIELDS.items()}) for c in b.clients]
+    return Status(
+        scheduler_name=b.schedulerName,
+        time_us=b.timeUs,
+        cpu_percent=b.cpuPercent,
+        rss_bytes=b.rssBytes,
+        tasks_by_state=counters(b.tasksByState),
+        sent=counters(b.sent),
+        received=counters(b.received),
+        workers=workers,
+        clients=clients,
+        protected=b.protected,
+        dropped_messages=b.droppedMessages,
+    )
+
+
+_DECODERS: dict[str, Callable[[Any, list[Payload]], Message]] = {
+    "hello": _dec_hello,
+    "welcome": _dec_welcome,
+    "refused": _dec_refused,
+    "heartbeat": _dec_heartbeat,
+    "heartbeatEcho": _dec_echo,
+    "submitTasks": lambda b, p: _dec_task_batch(b, p, SubmitTasks),
+    "dispatchTasks": lambda b, p: _dec_task_batch(b, p, DispatchTasks),
+    "taskResults": _dec_results,
+    "cancelTasks": _dec_ids(CancelTasks),
+    "putObjects": _dec_objects,
+    "freeObjects": _dec_ids(FreeObjects),
+    "balanceRequest": _dec_ids(BalanceRequest),
+    "balanceResponse": _dec_ids(BalanceResponse),
+    "disconnect": _dec_reason(Disconnect),
+    "shutdownRequest": _dec_reason(ShutdownRequest),
+    "shutdown": _dec_reason(Shutdown),
+    "error": _dec_error,
+    "status": _dec_status,
+}

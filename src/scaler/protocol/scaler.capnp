@@ -1,0 +1,194 @@
+@0x998056e1aa1e2d15;
+# Scaler wire protocol, version 1. This file is the source of truth; docs/protocol.md explains it.
+#
+# Every ZeroMQ message is: [routing id (ROUTER side only)] [header] [payload 0] ... [payload k]
+#   header    one frame: a `Message` below, serialized with Cap'n Proto's standard (unpacked) encoding.
+#   payloads  opaque byte frames (serialized functions, arguments, results, objects, errors). The scheduler
+#             stores and forwards them but never decodes them. Which frame belongs to what is told by the header.
+#
+# Columns. Per-item numbers in batch messages travel as packed little-endian arrays inside `Data` fields
+# ("u64 column" = n * 8 bytes, "u16 column" = n * 2 bytes, "u8 column" = n bytes), so a batch of thousands of
+# tasks costs one header to build and read. A column's length must match the batch's item count exactly.
+#
+# Ids. Task ids and object ids are unsigned 64-bit integers in one name space. The scheduler gives every
+# session an `idPrefix` in `Welcome`; the session mints ids as (idPrefix << 40) | n with 1 <= n < 2**40,
+# never reusing one. Id 0 is never an id (in `argRefs` it means "inline payload"). An argument may refer to
+# an unfinished task of the same session: the task then waits, and receives that task's result. The scheduler
+# keeps such a result, as an object whose id is the task's id, exactly as long as an unfinished task refers
+# to it.
+
+struct Message {
+  union {
+    hello @0 :Hello;                  # client|worker -> scheduler, first message of a session
+    welcome @1 :Welcome;              # scheduler -> client|worker, answer to Hello
+    refused @2 :Refused;              # scheduler -> client|worker, Hello not accepted; session is not opened
+    heartbeat @3 :Heartbeat;          # client|worker -> scheduler, every heartbeat interval
+    heartbeatEcho @4 :HeartbeatEcho;  # scheduler -> client|worker, answer to Heartbeat
+    submitTasks @5 :TaskBatch;        # client -> scheduler
+    dispatchTasks @6 :TaskBatch;      # scheduler -> worker
+    taskResults @7 :ResultBatch;      # worker -> scheduler, scheduler -> client
+    cancelTasks @8 :IdList;           # client -> scheduler, scheduler -> worker
+    putObjects @9 :ObjectBatch;       # client -> scheduler, scheduler -> worker
+    freeObjects @10 :IdList;          # client -> scheduler, scheduler -> worker
+    balanceRequest @11 :IdList;       # scheduler -> worker: give these queued tasks back if not started
+    balanceResponse @12 :IdList;      # worker -> scheduler: the tasks given back (a subset of the request)
+    disconnect @13 :Disconnect;       # client|worker -> scheduler: close the session now
+    shutdownRequest @14 :ShutdownRequest;  # client -> scheduler: stop the whole cluster (refused if protected)
+    shutdown @15 :Shutdown;           # scheduler -> client|worker: the scheduler is stopping; end the session
+    error @16 :Error;                 # scheduler -> client|worker: a message was not accepted
+    status @17 :Status;               # scheduler -> monitor subscribers (PUB socket), about once a second
+  }
+}
+
+enum PeerKind {
+  client @0;
+  worker @1;
+}
+
+struct Hello {
+  protocolVersion @0 :UInt32;   # must equal the scheduler's (1); otherwise Refused
+  kind @1 :PeerKind;
+  name @2 :Text;                # human-readable, shown in logs and monitors
+  hostname @3 :Text;
+  pid @4 :UInt32;
+  heartbeatIntervalMs @5 :UInt32;  # how often this peer will send Heartbeat
+  queueCapacity @6 :UInt32;     # workers: most tasks the scheduler may have assigned to it at once (>= 1)
+}
+
+struct Welcome {
+  protocolVersion @0 :UInt32;
+  idPrefix @1 :UInt32;          # see "Ids" above; 1 <= idPrefix < 2**24
+  schedulerName @2 :Text;
+  protected @3 :Bool;           # true: ShutdownRequest will be refused
+  peerTimeoutMs @4 :UInt32;     # a session silent this long is closed by the scheduler
+}
+
+struct Refused {
+  reason @0 :Text;
+  schedulerProtocolVersion @1 :UInt32;
+}
+
+struct Heartbeat {
+  cpuPercent @0 :Float32;       # of the sending process (worker: its agent)
+  rssBytes @1 :UInt64;
+  lagUs @2 :UInt64;             # last measured Heartbeat -> HeartbeatEcho round trip
+  # workers only:
+  queued @3 :UInt32;            # tasks waiting in the worker, not yet handed to a processor
+  running @4 :UInt32;           # tasks inside processors
+  processorCpuPercent @5 :Float32;
+  processorRssBytes @6 :UInt64;
+  processors @7 :UInt32;        # processor processes alive (more than 1 while nested tasks wait)
+  blockedProcessors @8 :UInt32; # processors suspended waiting on nested tasks
+}
+
+struct HeartbeatEcho {
+  sentAtUs @0 :UInt64;          # echo of nothing: the peer measures its own round trip
+}
+
+struct TaskBatch {
+  # n tasks. Payload frames follow the header: one frame per argument whose argRef is 0, in task order,
+  # then argument order. Python peers encode payloads as docs/protocol.md ("Python payloads") says.
+  taskIds @0 :Data;             # u64 column
+  functionIds @1 :Data;         # u64 column: object id holding the task's function
+  flags @2 :Data;               # u8 column: bit 0 profile the run; bit 1 silent: do not send the result to
+                                #   the client (graph nodes only other nodes need)
+  argCounts @3 :Data;           # u16 column: arguments of each task (positional, then keyword)
+  argRefs @4 :Data;             # u64 column over all arguments: 0 = next payload frame; else object/task id
+  keywords @5 :List(Text);      # one per argument ("" = positional), or empty when every argument is positional
+}
+
+struct ResultBatch {
+  # n results, one payload frame each, in order (possibly empty).
+  taskIds @0 :Data;             # u64 column
+  statuses @1 :Data;            # u8 column: see TaskStatus
+  durationsUs @2 :Data;         # u64 column of run times (profiling), or empty
+  peakMemory @3 :Data;          # u64 column of peak memory in bytes (profiling), or empty
+}
+
+enum TaskStatus {
+  # The value sent in ResultBatch.statuses (as a byte).
+  success @0;    # frame: the serialized return value
+  error @1;      # frame: the serialized exception raised by the function (or by a failed dependency)
+  canceled @2;   # frame: empty
+  crashed @3;    # worker -> scheduler only: the process running it died; the scheduler retries or fails it
+  failed @4;     # frame: UTF-8 text saying why the system could not run it (lost too often, bad reference...)
+}
+
+struct ObjectBatch {
+  # n objects, one payload frame each, in order.
+  objectIds @0 :Data;           # u64 column
+  names @1 :List(Text);         # one per object, or empty
+}
+
+struct IdList {
+  ids @0 :Data;                 # u64 column
+}
+
+struct Disconnect {
+  reason @0 :Text;
+}
+
+struct ShutdownRequest {
+  reason @0 :Text;
+}
+
+struct Shutdown {
+  reason @0 :Text;
+}
+
+enum ErrorCode {
+  malformed @0;         # could not be decoded, or a column had the wrong length
+  notConnected @1;      # the sender has no session (no Hello, or its session was closed); say Hello again
+  badRequest @2;        # well formed but not allowed (wrong id prefix, duplicate id, unknown reference...)
+  protected @3;         # ShutdownRequest refused: the scheduler runs in protected mode
+  tooLarge @4;          # over a configured limit
+}
+
+struct Error {
+  code @0 :ErrorCode;
+  message @1 :Text;
+  ids @2 :Data;         # u64 column: the task/object ids concerned, if any
+}
+
+struct Status {
+  # Published on the monitor socket. Counters are totals since the scheduler started.
+  schedulerName @0 :Text;
+  timeUs @1 :UInt64;
+  cpuPercent @2 :Float32;
+  rssBytes @3 :UInt64;
+  tasksByState @4 :List(Counter);
+  sent @5 :List(Counter);       # messages sent, by Message member name
+  received @6 :List(Counter);   # messages received, by Message member name
+  workers @7 :List(WorkerStatus);
+  clients @8 :List(ClientStatus);
+  protected @9 :Bool;
+  droppedMessages @10 :UInt64;  # malformed or refused messages
+}
+
+struct Counter {
+  name @0 :Text;
+  value @1 :UInt64;
+}
+
+struct WorkerStatus {
+  name @0 :Text;
+  agentCpuPercent @1 :Float32;
+  agentRssBytes @2 :UInt64;
+  cpuPercent @3 :Float32;
+  rssBytes @4 :UInt64;
+  free @5 :UInt32;              # capacity minus assigned
+  sent @6 :UInt32;              # tasks assigned by the scheduler and not finished
+  queued @7 :UInt32;            # tasks the worker reports waiting in its queue
+  lagUs @8 :UInt64;
+  processors @9 :UInt32;
+  blockedProcessors @10 :UInt32;
+  running @11 :UInt32;
+  completed @12 :UInt64;
+}
+
+struct ClientStatus {
+  name @0 :Text;
+  tasks @1 :UInt32;             # unfinished tasks
+  objects @2 :UInt32;
+  completed @3 :UInt64;
+}

@@ -1,0 +1,1 @@
+"""The scheduler process: SchedulerServer (the shell) around scaler.core.scheduler.SchedulerCore."""

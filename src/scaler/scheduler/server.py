@@ -1,0 +1,172 @@
+"""The scheduler's shell: a ROUTER socket for clients and workers, a PUB socket for monitors, an asyncio loop,
+and SchedulerCore deciding everything.
+
+Each wake-up drains a bounded number of messages into the core, then flushes once: one placement pass and one
+message per peer for everything decided. A peer that cannot be delivered to is reported back to the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import zmq
+
+from scaler.core.scheduler import (
+    Command,
+    Log,
+    Malformed,
+    Received,
+    SchedulerConfig,
+    SchedulerCore,
+    Send,
+    Stop,
+    Tick,
+    Undeliverable,
+)
+from scaler.io.sockets import bind_publisher, bind_router, context, has_input, recv_routed
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.messages import encode
+
+logger = logging.getLogger(__name__)
+
+DRAIN_LIMIT = 64  # messages read per wake-up before the core flushes
+TICK_SECONDS = 0.05
+STATUS_SECONDS = 1.0
+
+
+class SchedulerServer:
+    def __init__(
+        self,
+        address: str,
+        monitor_address: str,
+        config: SchedulerConfig,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_ready = on_ready
+        self.address = address
+        self.monitor_address = monitor_address
+        self.core = SchedulerCore(config)
+        self.ctx = context()
+        self.router: zmq.Socket[Any] | None = None
+        self.publisher: zmq.Socket[Any] | None = None
+        self.process = psutil.Process()
+        self._stopped: asyncio.Future[str] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self) -> str:
+        """Serve until told to stop; returns why it stopped."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._stopped = loop.create_future()
+        self.router = bind_router(self.address, self.ctx)
+        self.publisher = bind_publisher(self.monitor_address, self.ctx)
+        logger.info("Scheduler: listening on %s", self.address)
+        logger.info("Scheduler: monitor address is %s", self.monitor_address)
+        if self.on_ready is not None:
+            self.on_ready()
+        self.process.cpu_percent()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_reader(self.router.getsockopt(zmq.FD), self._on_readable)
+        ticker = loop.create_task(self._tick_forever())
+        status = loop.create_task(self._status_forever())
+        loop.call_soon(self._on_readable)
+        try:
+            return await self._stopped
+        finally:
+            ticker.cancel()
+            status.cancel()
+            loop.remove_reader(self.router.getsockopt(zmq.FD))
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            self.router.close(linger=500)
+            self.publisher.close(linger=0)
+
+    def _on_signal(self, sig: int) -> None:
+        logger.info("Scheduler: received %s, stopping", signal.Signals(sig).name)
+        self.core.stop(f"the scheduler received {signal.Signals(sig).name}")
+        self._execute(self.core.flush())
+
+    def _on_readable(self) -> None:
+        router = self.router
+        if router is None or (self._stopped is not None and self._stopped.done()):
+            return
+        core = self.core
+        now = time.monotonic()
+        for _ in range(DRAIN_LIMIT):
+            try:
+                peer, message = recv_routed(router, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if isinstance(message, ProtocolError):
+                core.feed(Malformed(now, peer, str(message)))
+            else:
+                core.feed(Received(now, peer, message))
+        self._execute(core.flush())
+        if has_input(router) and self._loop is not None:
+            self._loop.call_soon(self._on_readable)
+
+    def _execute(self, commands: list[Command]) -> None:
+        router = self.router
+        assert router is not None
+        while commands:
+            undeliverable = []
+            for command in commands:
+                if isinstance(command, Send):
+                    try:
+                        router.send_multipart([command.peer, *encode(command.message)], copy=False)
+                    except zmq.ZMQError as exc:
+                        if exc.errno != zmq.EHOSTUNREACH:
+                            raise
+                        undeliverable.append(command.peer)
+                elif isinstance(command, Log):
+                    logger.log(command.level, "Scheduler: %s", command.text)
+                elif isinstance(command, Stop):
+                    logger.info("Scheduler: stopping (%s)", command.reason)
+                    if self._stopped is not None and not self._stopped.done():
+                        self._stopped.set_result(command.reason)
+            now = time.monotonic()
+            for peer in dict.fromkeys(undeliverable):
+                self.core.feed(Undeliverable(now, peer))
+            commands = self.core.flush() if undeliverable else []
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self.core.feed(Tick(time.monotonic()))
+            self._execute(self.core.flush())
+            if self.router is not None and has_input(self.router):
+                self._on_readable()
+
+    async def _status_forever(self) -> None:
+        while True:
+            await asyncio.sleep(STATUS_SECONDS)
+            status = self.core.status()
+            status.cpu_percent = self.process.cpu_percent()
+            status.rss_bytes = self.process.memory_info().rss
+            status.time_us = int(time.time() * 1e6)
+            assert self.publisher is not None
+            try:
+                self.publisher.send_multipart(encode(status), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
+            except zmq.Again:
+                pass
+
+
+def run_scheduler(
+    address: str,
+    monitor_address: str,
+    config: SchedulerConfig,
+    event_loop: str = "builtin",
+    on_ready: Callable[[], None] | None = None,
+) -> str:
+    from scaler.io.loop import run
+
+    logger.info("Scheduler: starting, pid %d, event loop %s", os.getpid(), event_loop)
+    server = SchedulerServer(address, monitor_address, config, on_ready)
+    return run(server.run(), event_loop)

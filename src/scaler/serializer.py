@@ -1,0 +1,49 @@
+"""The Serializer interface users may implement, and the default one (cloudpickle)."""
+
+from __future__ import annotations
+
+import abc
+import pickle
+from typing import Any
+
+import cloudpickle
+
+
+class Serializer(metaclass=abc.ABCMeta):
+    """Turns functions, arguments and results into bytes and back.
+
+    A client uses one serializer for the functions it submits, each of their arguments, each object it sends
+    and each result. It travels with the functions to the workers, so everything it imports must be
+    installed there. Implement both as static methods:
+
+    >>> class Upper(Serializer):
+    ...     @staticmethod
+    ...     def serialize(obj): return cloudpickle.dumps(obj)
+    ...     @staticmethod
+    ...     def deserialize(payload): return cloudpickle.loads(payload)
+    """
+
+    @staticmethod
+    @abc.abstractmethod
+    def serialize(obj: Any) -> bytes:
+        """The bytes of `obj` (a function, an argument, an object or a result)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def deserialize(payload: bytes) -> Any:
+        """The object whose serialize() gave `payload`."""
+
+
+class DefaultSerializer(Serializer):
+    """cloudpickle with the highest pickle protocol: functions defined in __main__ travel by value."""
+
+    @staticmethod
+    def serialize(obj: Any) -> bytes:
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def deserialize(payload: bytes) -> Any:
+        return cloudpickle.loads(payload)
+
+
+DEFAULT_SERIALIZER = DefaultSerializer()

@@ -1,0 +1,238 @@
+"""The worker agent's shell: a DEALER socket to the scheduler, a ROUTER socket (ipc) to its processors, the
+processors themselves, and AgentCore deciding everything.
+
+User code never runs here, so the agent keeps heartbeating while a task runs, and survives its processor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from typing import Any
+
+import psutil
+import zmq
+
+from scaler.core.scheduler.events import Log
+from scaler.core.worker.agent import (
+    AgentCommand,
+    AgentConfig,
+    AgentCore,
+    AgentEvent,
+    FromProcessor,
+    FromScheduler,
+    KillProcessor,
+    ProcessorExited,
+    StartProcessor,
+    Started,
+    Stop,
+    StopRequested,
+    Tick,
+    ToProcessor,
+    ToScheduler,
+)
+from scaler.io.sockets import bind_router, connect_dealer, context, has_input, send_message, small_to_bytes
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.messages import decode
+from scaler.worker import pipe
+from scaler.worker.processor import run_processor
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+DRAIN_LIMIT = 64
+
+
+class WorkerAgent:
+    def __init__(self, address: str, config: AgentConfig) -> None:
+        self.address = address
+        self.config = config
+        self.core = AgentCore(config)
+        self.ctx = context()
+        self.identity = f"W|{config.hostname}|{os.getpid()}|{os.urandom(4).hex()}".encode()
+        self.ipc_path = os.path.join(tempfile.gettempdir(), f"scaler-agent-{os.getpid()}-{os.urandom(4).hex()}")
+        self.scheduler: zmq.Socket[Any] | None = None
+        self.processors_socket: zmq.Socket[Any] | None = None
+        self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.me = psutil.Process()
+        self._stopped: asyncio.Future[int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._mp = multiprocessing.get_context("fork")
+
+    async def run(self) -> int:
+        self._loop = loop = asyncio.get_running_loop()
+        self._stopped = loop.create_future()
+        self.processors_socket = bind_router(f"ipc://{self.ipc_path}", self.ctx)
+        self.scheduler = connect_dealer(self.address, self.identity, self.ctx)
+        self.me.cpu_percent()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_reader(self.scheduler.getsockopt(zmq.FD), self._on_scheduler_readable)
+        loop.add_reader(self.processors_socket.getsockopt(zmq.FD), self._on_processors_readable)
+        self._handle(Started(time.monotonic()))
+        ticker = loop.create_task(self._tick_forever())
+        try:
+            return await self._stopped
+        finally:
+            ticker.cancel()
+            loop.remove_reader(self.scheduler.getsockopt(zmq.FD))
+            loop.remove_reader(self.processors_socket.getsockopt(zmq.FD))
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            self._kill_all()
+            self.scheduler.close(linger=1000)
+            self.processors_socket.close(linger=0)
+            try:
+                os.unlink(self.ipc_path)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------------------------------- events
+    def _on_signal(self, sig: int) -> None:
+        self._handle(StopRequested(time.monotonic(), f"received {signal.Signals(sig).name}"))
+
+    def _on_scheduler_readable(self) -> None:
+        sock = self.scheduler
+        if sock is None or self.core.stopped:
+            return
+        now = time.monotonic()
+        for _ in range(DRAIN_LIMIT):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                message = decode(small_to_bytes(frames))
+            except ProtocolError as exc:
+                logger.warning("Worker: dropped a malformed message from the scheduler: %s", exc)
+                continue
+            self.core.feed(FromScheduler(now, message))
+        self._execute(self.core.flush())
+        self._recheck()
+
+    def _on_processors_readable(self) -> None:
+        sock = self.processors_socket
+        if sock is None or self.core.stopped:
+            return
+        now = time.monotonic()
+        for _ in range(DRAIN_LIMIT):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            processor = int(frames[0].bytes[1:])
+            message = pipe.decode(small_to_bytes(frames[1:]))
+            self.core.feed(FromProcessor(now, processor, message))  # type: ignore[arg-type]
+        self._execute(self.core.flush())
+        self._recheck()
+
+    def _recheck(self) -> None:
+        """ZeroMQ's FD is edge-triggered: after sending, look again for input that arrived meanwhile."""
+        if self._loop is None or self.core.stopped:
+            return
+        if self.scheduler is not None and has_input(self.scheduler):
+            self._loop.call_soon(self._on_scheduler_readable)
+        if self.processors_socket is not None and has_input(self.processors_socket):
+            self._loop.call_soon(self._on_processors_readable)
+
+    async def _tick_forever(self) -> None:
+        last_stats = 0.0
+        stats = (0.0, 0, 0.0, 0)
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            if now - last_stats >= self.config.heartbeat_interval_seconds:
+                stats = self._stats()
+                last_stats = now
+            self._handle(Tick(now, *stats))
+            self._recheck()
+
+    def _stats(self) -> tuple[float, int, float, int]:
+        cpu, rss = self.me.cpu_percent(), self.me.memory_info().rss
+        p_cpu, p_rss = 0.0, 0
+        for process in self.processes.values():
+            try:
+                ps = psutil.Process(process.pid)
+                p_cpu += ps.cpu_percent(interval=None)
+                p_rss += ps.memory_info().rss
+            except (psutil.Error, TypeError, ValueError):
+                continue
+        return cpu, rss, p_cpu, p_rss
+
+    def _on_process_exit(self, processor: int) -> None:
+        process = self.processes.pop(processor, None)
+        if process is None:
+            return
+        assert self._loop is not None
+        self._loop.remove_reader(process.sentinel)
+        process.join(1)
+        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode))
+
+    # ------------------------------------------------------------------------------------------- commands
+    def _handle(self, event: AgentEvent) -> None:
+        self.core.feed(event)
+        self._execute(self.core.flush())
+
+    def _execute(self, commands: list[AgentCommand]) -> None:
+        for command in commands:
+            if isinstance(command, ToScheduler):
+                assert self.scheduler is not None
+                send_message(self.scheduler, command.message)
+            elif isinstance(command, ToProcessor):
+                self._to_processor(command)
+            elif isinstance(command, StartProcessor):
+                self._start_processor(command.processor)
+            elif isinstance(command, KillProcessor):
+                self._kill(command.processor)
+            elif isinstance(command, Log):
+                logger.log(command.level, "Worker[%s]: %s", self.config.name, command.text)
+            elif isinstance(command, Stop):
+                if self._stopped is not None and not self._stopped.done():
+                    self._stopped.set_result(command.exit_code)
+
+    def _to_processor(self, command: ToProcessor) -> None:
+        assert self.processors_socket is not None
+        frames = [f"p{command.processor}".encode(), *pipe.encode(command.message)]
+        try:
+            self.processors_socket.send_multipart(frames, copy=False)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            # the processor is gone; its exit is reported through its sentinel
+
+    def _start_processor(self, processor: int) -> None:
+        process = self._mp.Process(
+            target=run_processor,
+            args=(f"ipc://{self.ipc_path}", processor, os.getpid()),
+            name=f"scaler-processor-{processor}",
+            daemon=False,
+        )
+        process.start()
+        self.processes[processor] = process
+        assert self._loop is not None
+        self._loop.add_reader(process.sentinel, self._on_process_exit, processor)
+
+    def _kill(self, processor: int) -> None:
+        process = self.processes.pop(processor, None)
+        if process is None:
+            return
+        if self._loop is not None:
+            self._loop.remove_reader(process.sentinel)
+        process.kill()
+        process.join(5)
+
+    def _kill_all(self) -> None:
+        for processor in list(self.processes):
+            self._kill(processor)
+
+
+def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin") -> int:
+    """Entry point of a worker process: runs the agent until it stops; returns its exit code."""
+    from scaler.io.loop import run
+
+    return run(WorkerAgent(address, config).run(), event_loop)

@@ -1,0 +1,71 @@
+"""A cluster: N worker processes on this machine, started and stopped together (scaler_cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+
+from scaler.core.worker.agent import AgentConfig
+from scaler.io.processes import die_with_parent, hostname, setup_logging
+from scaler.worker.agent import run_worker
+
+logger = logging.getLogger(__name__)
+
+
+def _worker_main(address: str, config: AgentConfig, event_loop: str, log_level: str, log_paths: tuple[str, ...]) -> None:
+    die_with_parent(signal.SIGTERM)
+    setup_logging(log_level, log_paths)
+    config = dataclasses.replace(config, pid=os.getpid(), hostname=config.hostname or hostname())
+    sys.exit(run_worker(address, config, event_loop))
+
+
+def run_cluster(
+    address: str,
+    n_workers: int,
+    config: AgentConfig,
+    event_loop: str = "builtin",
+    log_level: str = "INFO",
+    log_paths: tuple[str, ...] = ("/dev/stdout",),
+) -> int:
+    """Start n_workers workers and wait for all of them to end. SIGINT/SIGTERM stop them gracefully."""
+    logger.info(
+        "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s",
+        n_workers,
+        config.heartbeat_interval_seconds,
+        config.queue_capacity,
+        event_loop,
+    )
+    context = multiprocessing.get_context("fork")
+    workers = []
+    for index in range(n_workers):
+        worker_config = dataclasses.replace(config, name=f"{config.name}-{os.getpid()}-{index}")
+        process = context.Process(
+            target=_worker_main,
+            args=(address, worker_config, event_loop, log_level, log_paths),
+            name=f"scaler-worker-{index}",
+        )
+        process.start()
+        workers.append(process)
+        logger.info("Worker[%d] started (pid %d)", index, process.pid)
+
+    def stop(signum: int, frame: object) -> None:
+        logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
+        for process in workers:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    remaining = {process.sentinel: index for index, process in enumerate(workers)}
+    while remaining:
+        for sentinel in multiprocessing.connection.wait(list(remaining)):
+            index = remaining.pop(sentinel)  # type: ignore[call-overload]
+            workers[index].join()
+            logger.info("Worker[%d] ended (exit code %s)", index, workers[index].exitcode)
+    logger.info("ClusterProcess: all workers ended")
+    return 0

@@ -1,0 +1,266 @@
+"""The processor: the only process that runs user code. It receives tasks and objects from its agent over an
+ipc socket, runs tasks one after another, and sends results back in small batches.
+
+A task that blocks on nested tasks (future.result() inside the task) tells the agent, which hands the
+remaining work to another processor. If user code crashes this process, the agent sees it and carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import zmq
+
+from scaler.client import future as future_module
+from scaler.core.worker import messages as pm
+from scaler.io.processes import die_with_parent
+from scaler.io.sockets import connect_dealer, context, small_to_bytes
+from scaler.payloads import pack_exception, unpack_function
+from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
+from scaler.serializer import Serializer
+from scaler.worker import pipe
+
+# Results are sent when the local queue empties, when this many wait, when a task took this long, or when the
+# oldest waiting result is this old: few messages for tiny tasks, no delay for long ones.
+FLUSH_COUNT = 64
+FLUSH_AFTER_NS = 1_000_000
+PARENT_CHECK_MS = 1000
+
+logger = logging.getLogger(__name__)
+
+
+def run_processor(agent_address: str, processor: int, parent_pid: int) -> None:
+    """Entry point of a processor process (forked by the agent)."""
+    die_with_parent(signal.SIGKILL)
+    signal.set_wakeup_fd(-1)  # the agent's event loop owns that pipe, not us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when we stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    Processor(agent_address, processor, parent_pid).run()
+
+
+class Processor:
+    def __init__(self, agent_address: str, processor: int, parent_pid: int) -> None:
+        self.parent_pid = parent_pid
+        self.sock = connect_dealer(agent_address, f"p{processor}".encode(), context())
+        self.raw_objects: dict[int, Payload] = {}
+        self.functions: dict[int, tuple[Serializer, Any]] = {}
+        self.values: dict[tuple[int, int], Any] = {}  # (serializer identity, object id) -> deserialized object
+        self.pending: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()
+        self.resumes_owed = 0
+        self.running = True
+        self._ids: list[int] = []
+        self._statuses = bytearray()
+        self._durations: list[int] = []
+        self._peaks: list[int] = []
+        self._payloads: list[Payload] = []
+        self._oldest_ns = 0
+        self._main_thread = threading.main_thread()
+
+    # ------------------------------------------------------------------------------------------- loop
+    def run(self) -> None:
+        self._send(pm.Ready(os.getpid()))
+        future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking)
+        try:
+            while self.running:
+                if not self.pending or self.resumes_owed:
+                    self._flush()
+                    if not self.sock.poll(PARENT_CHECK_MS):
+                        if os.getppid() != self.parent_pid:
+                            return  # the agent is gone
+                        continue
+                self._drain()
+                if self.pending and not self.resumes_owed:
+                    self._run_one(*self.pending.popleft())
+                    self._maybe_flush()
+        finally:
+            self._flush()
+            future_module.set_blocking_hook(None, None)
+            self.sock.close(linger=1000)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._on_message(pipe.decode(small_to_bytes(frames)))
+
+    def _on_message(self, message: Any) -> None:
+        if isinstance(message, pm.RunTasks):
+            payloads = message.payloads
+            for k, object_id in enumerate(message.object_ids):
+                self.raw_objects[object_id] = payloads[k]
+            pos = len(message.object_ids)
+            for task in message.tasks:
+                inline = task[3].count(0)
+                self.pending.append((task, tuple(payloads[pos : pos + inline])))
+                pos += inline
+        elif isinstance(message, pm.DropObjects):
+            for object_id in message.object_ids:
+                self.raw_objects.pop(object_id, None)
+                self.functions.pop(object_id, None)
+            dropped = set(message.object_ids)
+            for key in [k for k in self.values if k[1] in dropped]:
+                del self.values[key]
+        elif isinstance(message, pm.Discard):
+            discard = set(message.task_ids)
+            self.pending = deque(item for item in self.pending if item[0][0] not in discard)
+        elif isinstance(message, pm.Resume):
+            self.resumes_owed -= 1
+        elif isinstance(message, pm.Exit):
+            self.running = False
+
+    def _send(self, message: pm.FromProcessor) -> None:
+        self.sock.send_multipart(pipe.encode(message), copy=False)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------------------------------- tasks
+    def _run_one(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
+        task_id, function_id, flags, arg_refs, keywords = task
+        profiling = bool(flags & FLAG_PROFILING)
+        baseline = _reset_peak_memory() if profiling else 0
+        start = time.perf_counter_ns()
+        try:
+            serializer, function = self._function(function_id)
+            args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
+            result = function(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - whatever user code raises belongs to its future
+            duration = time.perf_counter_ns() - start
+            self._add(task_id, TaskStatus.ERROR, pack_exception(_trim(exc)), duration, baseline, profiling)
+            return
+        duration = time.perf_counter_ns() - start
+        try:
+            payload: Payload = serializer.serialize(result)
+        except BaseException as exc:  # noqa: BLE001
+            error = TypeError(f"the task's result ({type(result).__name__}) could not be serialized: {exc}")
+            error.__cause__ = exc
+            self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling)
+            return
+        self._add(task_id, TaskStatus.SUCCESS, payload, duration, baseline, profiling)
+
+    def _function(self, function_id: int) -> tuple[Serializer, Any]:
+        entry = self.functions.get(function_id)
+        if entry is None:
+            raw = self.raw_objects.get(function_id)
+            if raw is None:
+                raise RuntimeError(f"function object {function_id:#x} never reached this worker")
+            entry = unpack_function(bytes(raw))  # type: ignore[call-overload]
+            self.functions[function_id] = entry
+        return entry
+
+    def _arguments(
+        self,
+        serializer: Serializer,
+        arg_refs: tuple[int, ...],
+        keywords: tuple[str, ...] | None,
+        payloads: tuple[Payload, ...],
+    ) -> tuple[list[Any], dict[str, Any]]:
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        pos = 0
+        for k, ref in enumerate(arg_refs):
+            if ref:
+                value = self._object(serializer, ref)
+            else:
+                value = serializer.deserialize(bytes(payloads[pos]))  # type: ignore[call-overload]
+                pos += 1
+            if keywords is not None and keywords[k]:
+                kwargs[keywords[k]] = value
+            else:
+                args.append(value)
+        return args, kwargs
+
+    def _object(self, serializer: Serializer, object_id: int) -> Any:
+        key = (id(serializer), object_id)
+        if key in self.values:
+            return self.values[key]
+        raw = self.raw_objects.get(object_id)
+        if raw is None:
+            raise RuntimeError(f"object {object_id:#x} never reached this worker")
+        value = serializer.deserialize(bytes(raw))  # type: ignore[call-overload]
+        self.values[key] = value
+        return value
+
+    # ------------------------------------------------------------------------------------------- results
+    def _add(self, task_id: int, status: int, payload: Payload, duration_ns: int, baseline: int, profiled: bool) -> None:
+        if not self._ids:
+            self._oldest_ns = time.perf_counter_ns()
+        self._ids.append(task_id)
+        self._statuses.append(status)
+        self._durations.append(max(1, duration_ns // 1000))
+        self._peaks.append(max(0, _peak_memory() - baseline) if profiled else 0)
+        self._payloads.append(payload)
+        if duration_ns >= FLUSH_AFTER_NS:
+            self._flush()
+
+    def _maybe_flush(self) -> None:
+        if not self._ids:
+            return
+        if (
+            not self.pending
+            or len(self._ids) >= FLUSH_COUNT
+            or time.perf_counter_ns() - self._oldest_ns >= FLUSH_AFTER_NS
+        ):
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._ids:
+            return
+        self._send(pm.Results(self._ids, bytes(self._statuses), self._durations, self._peaks, self._payloads))
+        self._ids, self._statuses, self._durations, self._peaks, self._payloads = [], bytearray(), [], [], []
+
+    # ------------------------------------------------------------------------------------------- nesting
+    def _enter_blocking(self) -> bool:
+        """A task is about to wait on a nested future: let another processor take our other tasks."""
+        if threading.current_thread() is not self._main_thread:
+            return False
+        self._flush()
+        self.pending.clear()  # the agent re-queues everything after the running task and sends Discard
+        self._send(pm.Blocked())
+        return True
+
+    def _exit_blocking(self) -> None:
+        self._send(pm.Unblocked())
+        self.resumes_owed += 1
+
+
+def _trim(exc: BaseException) -> BaseException:
+    """Drop this module's own frames from the head of the traceback: the user's frames are what matter."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    if tb is not None:
+        exc.__traceback__ = tb
+    return exc
+
+
+def _status_kb(field: str) -> int:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _reset_peak_memory() -> int:
+    """Reset the kernel's peak-RSS mark (Linux) and return the current RSS, the baseline of a profiled run."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
+    return _status_kb("VmRSS:")
+
+
+def _peak_memory() -> int:
+    """Peak RSS since the last reset (VmHWM), or the current RSS where the kernel does not tell."""
+    return _status_kb("VmHWM:") or _status_kb("VmRSS:")
+
