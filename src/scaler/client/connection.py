@@ -150,8 +150,8 @@ class Connection:
                 if time.monotonic() >= deadline:
                     break
         if not self.connected.is_set():
+            reason = self.close_reason or f"no scheduler answered within {timeout:g}s (is one running there?)"
             self.close(wait=True)
-            reason = self.close_reason or f"no scheduler answered at {self.address} within {timeout:g}s"
             raise ConnectionFailedError(f"could not connect to {self.address}: {reason}")
 
     def register(self, items: Iterable[tuple[int, ResultSink]]) -> None:

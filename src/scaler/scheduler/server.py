@@ -8,6 +8,7 @@ message per peer for everything decided. A peer that cannot be delivered to is r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -168,5 +169,7 @@ def run_scheduler(
     from scaler.io.loop import run
 
     logger.info("Scheduler: starting, pid %d, event loop %s", os.getpid(), event_loop)
+    if config.name == SchedulerConfig.name:
+        config = dataclasses.replace(config, name=f"scheduler@{address}")
     server = SchedulerServer(address, monitor_address, config, on_ready)
     return run(server.run(), event_loop)

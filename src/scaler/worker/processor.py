@@ -123,11 +123,14 @@ class Processor:
     def _run_one(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
         task_id, function_id, flags, arg_refs, keywords = task
         profiling = bool(flags & FLAG_PROFILING)
-        baseline = _reset_peak_memory() if profiling else 0
         start = time.perf_counter_ns()
+        baseline = 0
         try:
             serializer, function = self._function(function_id)
             args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
+            if profiling:
+                baseline = _reset_peak_memory()
+            start = time.perf_counter_ns()
             result = function(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - whatever user code raises belongs to its future
             duration = time.perf_counter_ns() - start
