@@ -1,6 +1,6 @@
 """Scaler: an efficient, lightweight and reliable distributed computation engine.
 
-    from scaler import Client, SchedulerClusterCombo, Serializer
+from scaler import Client, SchedulerClusterCombo, Serializer
 """
 
 from scaler.about import __version__

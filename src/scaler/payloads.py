@@ -23,7 +23,8 @@ class RemoteError(Exception):
 
 def pack_function(serializer: Serializer, function: Any) -> bytes:
     """A function object: the serializer itself (cloudpickle) with the function as the serializer encodes it."""
-    return cloudpickle.dumps((serializer, serializer.serialize(function)), protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-any-return]
+    payload: bytes = cloudpickle.dumps((serializer, serializer.serialize(function)), protocol=pickle.HIGHEST_PROTOCOL)
+    return payload
 
 
 def unpack_function(payload: bytes) -> tuple[Serializer, Any]:
@@ -37,7 +38,7 @@ def pack_exception(exc: BaseException) -> bytes:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         pickling_support.install(exc)
-        pickled = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickled: bytes = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # an exception holding something unpicklable: the text must do
         pickled = b""
     encoded = text.encode(errors="replace")

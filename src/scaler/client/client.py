@@ -60,7 +60,9 @@ class Client:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         if not heartbeat_interval_seconds > 0:
             raise ValueError(f"heartbeat_interval_seconds must be positive, not {heartbeat_interval_seconds!r}")
-        if not (callable(getattr(serializer, "serialize", None)) and callable(getattr(serializer, "deserialize", None))):
+        if not (
+            callable(getattr(serializer, "serialize", None)) and callable(getattr(serializer, "deserialize", None))
+        ):
             raise TypeError("serializer must provide serialize(obj) -> bytes and deserialize(bytes) -> obj")
         self._address = address
         self._profiling = bool(profiling)
@@ -140,11 +142,11 @@ class Client:
         flags = FLAG_PROFILING if profiling or self._profiling else 0
         ids = connection.mint(len(items))
         tasks = []
-        for task_id, item in zip(ids, items):
+        for task_id, item in zip(ids, items, strict=False):
             refs, _, payloads = self._encode_arguments(fn, item, {})
             tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads))
         collector = Collector(len(items))
-        connection.register(zip(ids, map(collector.slot, range(len(items)))))
+        connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
         connection.submit(requests)
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
@@ -175,7 +177,7 @@ class Client:
         """
         futures = self.submit_graph(graph, keys, profiling)
         self._wait_futures(futures)
-        return {key: future.result() for key, future in zip(keys, futures)}
+        return {key: future.result() for key, future in zip(keys, futures, strict=False)}
 
     def submit_graph(
         self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False
@@ -390,9 +392,7 @@ _nested: dict[tuple[Any, ...], Client] = {}
 _nested_lock = threading.Lock()
 
 
-def _reconnect(
-    address: str, profiling: bool, timeout: float, heartbeat: float, serializer: Serializer
-) -> Client:
+def _reconnect(address: str, profiling: bool, timeout: float, heartbeat: float, serializer: Serializer) -> Client:
     """Unpickling a Client (inside a task) gives one shared, live client per address and settings."""
     key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, os.getpid())
     with _nested_lock:

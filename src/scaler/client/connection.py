@@ -21,8 +21,8 @@ from scaler.client.future import ProfilingInfo, ScalerFuture
 from scaler.core.client.session import (
     ClientCommand,
     ClientCore,
-    CloseKind,
     Closed,
+    CloseKind,
     Completed,
     Connected,
     Rejected,

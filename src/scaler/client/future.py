@@ -94,7 +94,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def exception(self, timeout: float | None = None) -> BaseException | None:
         with BlockingSection(not self.done()):
             exc = super().exception(timeout)
-        if exc is None and self._result is _UNDECODED:  # type: ignore[attr-defined]
+        if exc is None and self._result is _UNDECODED:
             try:
                 self._decode()
             except Exception as decode_error:
@@ -103,7 +103,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def _decode(self) -> Any:
         with self._decode_lock:
-            if self._result is _UNDECODED:  # type: ignore[attr-defined]
+            if self._result is _UNDECODED:
                 assert self._serializer is not None and self._payload is not None
                 try:
                     self._result = self._serializer.deserialize(bytes(self._payload))  # type: ignore[call-overload]
@@ -113,9 +113,9 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
                     raise
                 finally:
                     self._payload = None
-            if self._exception is not None:  # type: ignore[attr-defined]
-                raise self._exception  # type: ignore[attr-defined]
-            return self._result  # type: ignore[attr-defined]
+            if self._exception is not None:
+                raise self._exception
+            return self._result
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
@@ -132,6 +132,6 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         return self._profiling
 
     def __repr__(self) -> str:
-        with self._condition:  # type: ignore[attr-defined]
-            state = self._state.lower()  # type: ignore[attr-defined]
+        with self._condition:
+            state = self._state.lower()
         return f"<ScalerFuture task={self.task_id:#x} {self._label} state={state}>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 def build_list(*items: Any) -> list[Any]:
@@ -32,7 +32,7 @@ class ValueArg:
     value: Any
 
 
-Arg = Union[KeyArg, ValueArg]
+Arg = KeyArg | ValueArg
 
 
 @dataclass

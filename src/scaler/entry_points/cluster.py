@@ -74,7 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         heartbeat_interval_seconds=args.heartbeat_interval_seconds,
         scheduler_timeout_seconds=args.death_timeout_seconds,
     )
-    sys.exit(run_cluster(args.address, args.num_of_workers, config, args.event_loop, args.logging_level, tuple(args.logging_paths)))
+    sys.exit(
+        run_cluster(
+            args.address, args.num_of_workers, config, args.event_loop, args.logging_level, tuple(args.logging_paths)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ def check_event_loop(name: str) -> str:
 
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "builtin") -> T:
+    loop: asyncio.AbstractEventLoop
     if check_event_loop(event_loop) == "uvloop":
         import uvloop
 

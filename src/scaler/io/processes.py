@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import signal
 import socket
 import sys
@@ -30,11 +29,11 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 def setup_logging(level: str | int = "INFO", paths: tuple[str, ...] = ("/dev/stdout",)) -> None:
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+    for old in list(root.handlers):
+        root.removeHandler(old)
     formatter = logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT)
+    handler: logging.Handler
     for path in paths:
-        handler: logging.Handler
         if path in ("/dev/stdout", "-"):
             handler = logging.StreamHandler(sys.stdout)
         elif path == "/dev/stderr":

@@ -40,7 +40,7 @@ def _common(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
 
 
 def bind_router(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
-    sock = _common((ctx or context()).socket(zmq.ROUTER))
+    sock: zmq.Socket[Any] = _common((ctx or context()).socket(zmq.ROUTER))
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises instead of dropping silently
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting with its routing id takes its session back
     sock.bind(address)
@@ -48,7 +48,7 @@ def bind_router(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket
 
 
 def connect_dealer(address: str, identity: bytes, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
-    sock = _common((ctx or context()).socket(zmq.DEALER))
+    sock: zmq.Socket[Any] = _common((ctx or context()).socket(zmq.DEALER))
     sock.setsockopt(zmq.IDENTITY, identity)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
@@ -57,7 +57,7 @@ def connect_dealer(address: str, identity: bytes, ctx: zmq.Context[Any] | None =
 
 
 def bind_publisher(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
-    sock = (ctx or context()).socket(zmq.PUB)
+    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 16)
     sock.bind(address)
@@ -65,7 +65,7 @@ def bind_publisher(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Soc
 
 
 def connect_subscriber(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
-    sock = (ctx or context()).socket(zmq.SUB)
+    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 16)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -86,7 +86,7 @@ def recv_message(sock: zmq.Socket[Any], flags: int = 0) -> Message:
 def recv_routed(sock: zmq.Socket[Any], flags: int = 0) -> tuple[bytes, Message | ProtocolError]:
     """Receive one message from a ROUTER socket: (sender, message or the decoding error)."""
     frames = sock.recv_multipart(flags, copy=False)
-    peer = frames[0].bytes
+    peer: bytes = frames[0].bytes
     try:
         return peer, decode(small_to_bytes(frames[1:]))
     except ProtocolError as exc:
@@ -97,8 +97,18 @@ def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = N
     frames = encode(message)
     if peer is not None:
         frames.insert(0, peer)
-    sock.send_multipart(frames, copy=False)  # type: ignore[arg-type]
+    send_frames(sock, frames)
+
+
+def send_frames(sock: zmq.Socket[Any], frames: list[Any]) -> None:
+    """Send frames (bytes, memoryviews, zmq.Frames) without copying the big ones."""
+    sock.send_multipart(frames, copy=False)
+
+
+def socket_fd(sock: zmq.Socket[Any]) -> int:
+    """The file descriptor to wait on for this socket's events (edge-triggered: drain, then re-check)."""
+    return int(sock.getsockopt(zmq.FD))
 
 
 def has_input(sock: zmq.Socket[Any]) -> bool:
-    return bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+    return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)

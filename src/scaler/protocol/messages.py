@@ -11,7 +11,7 @@ import enum
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import capnp
 
@@ -238,26 +238,26 @@ class Status:
     dropped_messages: int = 0
 
 
-Message = Union[
-    Hello,
-    Welcome,
-    Refused,
-    Heartbeat,
-    HeartbeatEcho,
-    SubmitTasks,
-    DispatchTasks,
-    TaskResults,
-    CancelTasks,
-    PutObjects,
-    FreeObjects,
-    BalanceRequest,
-    BalanceResponse,
-    Disconnect,
-    ShutdownRequest,
-    Shutdown,
-    Error,
-    Status,
-]
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | Heartbeat
+    | HeartbeatEcho
+    | SubmitTasks
+    | DispatchTasks
+    | TaskResults
+    | CancelTasks
+    | PutObjects
+    | FreeObjects
+    | BalanceRequest
+    | BalanceResponse
+    | Disconnect
+    | ShutdownRequest
+    | Shutdown
+    | Error
+    | Status
+)
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
 MESSAGE_NAMES: dict[type, str] = {
@@ -462,7 +462,8 @@ def decode(frames: Sequence[Payload]) -> Message:
             decoder = _DECODERS.get(name)
             if decoder is None:
                 raise ProtocolError(f"unknown message kind {name!r}")
-            return decoder(getattr(root, name), payloads)
+            message: Message = decoder(getattr(root, name), payloads)
+            return message
     except ProtocolError:
         raise
     except Exception as exc:  # pycapnp raises KjException and friends for garbage
@@ -605,7 +606,7 @@ def _dec_status(b: Any, p: list[Payload]) -> Status:
     )
 
 
-_DECODERS: dict[str, Callable[[Any, list[Payload]], Message]] = {
+_DECODERS: dict[str, Callable[[Any, list[Payload]], Any]] = {
     "hello": _dec_hello,
     "welcome": _dec_welcome,
     "refused": _dec_refused,

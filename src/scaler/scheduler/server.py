@@ -31,7 +31,7 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
-from scaler.io.sockets import bind_publisher, bind_router, context, has_input, recv_routed
+from scaler.io.sockets import bind_publisher, bind_router, context, has_input, recv_routed, send_frames, socket_fd
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import encode
 
@@ -74,7 +74,7 @@ class SchedulerServer:
         self.process.cpu_percent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_reader(self.router.getsockopt(zmq.FD), self._on_readable)
+        loop.add_reader(socket_fd(self.router), self._on_readable)
         ticker = loop.create_task(self._tick_forever())
         status = loop.create_task(self._status_forever())
         loop.call_soon(self._on_readable)
@@ -83,7 +83,7 @@ class SchedulerServer:
         finally:
             ticker.cancel()
             status.cancel()
-            loop.remove_reader(self.router.getsockopt(zmq.FD))
+            loop.remove_reader(socket_fd(self.router))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self.router.close(linger=500)
@@ -121,7 +121,7 @@ class SchedulerServer:
             for command in commands:
                 if isinstance(command, Send):
                     try:
-                        router.send_multipart([command.peer, *encode(command.message)], copy=False)
+                        send_frames(router, [command.peer, *encode(command.message)])
                     except zmq.ZMQError as exc:
                         if exc.errno != zmq.EHOSTUNREACH:
                             raise
@@ -154,7 +154,7 @@ class SchedulerServer:
             status.time_us = int(time.time() * 1e6)
             assert self.publisher is not None
             try:
-                self.publisher.send_multipart(encode(status), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
+                self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
             except zmq.Again:
                 pass
 

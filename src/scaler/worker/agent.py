@@ -28,15 +28,24 @@ from scaler.core.worker.agent import (
     FromScheduler,
     KillProcessor,
     ProcessorExited,
-    StartProcessor,
     Started,
+    StartProcessor,
     Stop,
     StopRequested,
     Tick,
     ToProcessor,
     ToScheduler,
 )
-from scaler.io.sockets import bind_router, connect_dealer, context, has_input, send_message, small_to_bytes
+from scaler.io.sockets import (
+    bind_router,
+    connect_dealer,
+    context,
+    has_input,
+    send_frames,
+    send_message,
+    small_to_bytes,
+    socket_fd,
+)
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import decode
 from scaler.worker import pipe
@@ -72,16 +81,16 @@ class WorkerAgent:
         self.me.cpu_percent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_reader(self.scheduler.getsockopt(zmq.FD), self._on_scheduler_readable)
-        loop.add_reader(self.processors_socket.getsockopt(zmq.FD), self._on_processors_readable)
+        loop.add_reader(socket_fd(self.scheduler), self._on_scheduler_readable)
+        loop.add_reader(socket_fd(self.processors_socket), self._on_processors_readable)
         self._handle(Started(time.monotonic()))
         ticker = loop.create_task(self._tick_forever())
         try:
             return await self._stopped
         finally:
             ticker.cancel()
-            loop.remove_reader(self.scheduler.getsockopt(zmq.FD))
-            loop.remove_reader(self.processors_socket.getsockopt(zmq.FD))
+            loop.remove_reader(socket_fd(self.scheduler))
+            loop.remove_reader(socket_fd(self.processors_socket))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self._kill_all()
@@ -199,7 +208,7 @@ class WorkerAgent:
         assert self.processors_socket is not None
         frames = [f"p{command.processor}".encode(), *pipe.encode(command.message)]
         try:
-            self.processors_socket.send_multipart(frames, copy=False)
+            send_frames(self.processors_socket, frames)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise

@@ -17,7 +17,9 @@ from scaler.worker.agent import run_worker
 logger = logging.getLogger(__name__)
 
 
-def _worker_main(address: str, config: AgentConfig, event_loop: str, log_level: str, log_paths: tuple[str, ...]) -> None:
+def _worker_main(
+    address: str, config: AgentConfig, event_loop: str, log_level: str, log_paths: tuple[str, ...]
+) -> None:
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
     config = dataclasses.replace(config, pid=os.getpid(), hostname=config.hostname or hostname())
@@ -61,10 +63,10 @@ def run_cluster(
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    remaining = {process.sentinel: index for index, process in enumerate(workers)}
+    remaining: dict[int, int] = {process.sentinel: index for index, process in enumerate(workers)}
     while remaining:
         for sentinel in multiprocessing.connection.wait(list(remaining)):
-            index = remaining.pop(sentinel)  # type: ignore[call-overload]
+            index = remaining.pop(int(sentinel))  # type: ignore[arg-type]
             workers[index].join()
             logger.info("Worker[%d] ended (exit code %s)", index, workers[index].exitcode)
     logger.info("ClusterProcess: all workers ended")

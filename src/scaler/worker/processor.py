@@ -132,14 +132,14 @@ class Processor:
                 baseline = _reset_peak_memory()
             start = time.perf_counter_ns()
             result = function(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - whatever user code raises belongs to its future
+        except BaseException as exc:
             duration = time.perf_counter_ns() - start
             self._add(task_id, TaskStatus.ERROR, pack_exception(_trim(exc)), duration, baseline, profiling)
             return
         duration = time.perf_counter_ns() - start
         try:
             payload: Payload = serializer.serialize(result)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             error = TypeError(f"the task's result ({type(result).__name__}) could not be serialized: {exc}")
             error.__cause__ = exc
             self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling)
@@ -190,7 +190,9 @@ class Processor:
         return value
 
     # ------------------------------------------------------------------------------------------- results
-    def _add(self, task_id: int, status: int, payload: Payload, duration_ns: int, baseline: int, profiled: bool) -> None:
+    def _add(
+        self, task_id: int, status: int, payload: Payload, duration_ns: int, baseline: int, profiled: bool
+    ) -> None:
         if not self._ids:
             self._oldest_ns = time.perf_counter_ns()
         self._ids.append(task_id)
@@ -266,4 +268,3 @@ def _reset_peak_memory() -> int:
 def _peak_memory() -> int:
     """Peak RSS since the last reset (VmHWM), or the current RSS where the kernel does not tell."""
     return _status_kb("VmHWM:") or _status_kb("VmRSS:")
-

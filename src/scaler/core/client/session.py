@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from scaler.protocol.messages import (
     ID_PREFIX_SHIFT,
@@ -72,7 +72,7 @@ class FreeRequest(NamedTuple):
     object_id: int
 
 
-Request = Union[NewTask, NewObject, CancelRequest, FreeRequest]
+Request = NewTask | NewObject | CancelRequest | FreeRequest
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -108,7 +108,7 @@ class Closed:
     reason: str
 
 
-ClientCommand = Union[Send, Connected, Completed, Rejected, Closed]
+ClientCommand = Send | Connected | Completed | Rejected | Closed
 
 
 class ClientCore:

@@ -168,7 +168,9 @@ class SchedulerCore:
     # ------------------------------------------------------------------------------------------- sessions
     def _on_hello(self, peer: bytes, hello: Hello) -> None:
         if hello.protocol_version != PROTOCOL_VERSION:
-            reason = f"protocol version {hello.protocol_version} is not supported; this scheduler speaks {PROTOCOL_VERSION}"
+            reason = (
+                f"protocol version {hello.protocol_version} is not supported; this scheduler speaks {PROTOCOL_VERSION}"
+            )
             self._send(peer, Refused(reason))
             self._out.append(Log.warning(f"refused {hello.name!r}: {reason}"))
             return
@@ -263,7 +265,9 @@ class SchedulerCore:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
         self.ready.extendleft(reversed(requeued))
-        self._out.append(Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue"))
+        self._out.append(
+            Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue")
+        )
         self._balance_due = True
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
@@ -487,7 +491,7 @@ class SchedulerCore:
             return
         loads = [len(w.assigned) for w in open_workers]
         shares = water_fill(loads, [w.capacity for w in open_workers], queued)
-        for worker, share in zip(open_workers, shares):
+        for worker, share in zip(open_workers, shares, strict=False):
             if share:
                 self._dispatch(worker, share)
 

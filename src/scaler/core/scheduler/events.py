@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Union
 
 from scaler.protocol.messages import Message
 
@@ -42,7 +41,7 @@ class Tick:
     now: float
 
 
-Event = Union[Received, Malformed, Undeliverable, Tick]
+Event = Received | Malformed | Undeliverable | Tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,4 +71,4 @@ class Stop:
     reason: str
 
 
-Command = Union[Send, Log, Stop]
+Command = Send | Log | Stop

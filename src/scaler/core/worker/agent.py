@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Union
 
 from scaler.core.scheduler.events import Log
 from scaler.core.worker import messages as pm
@@ -95,7 +94,7 @@ class StopRequested:
     reason: str
 
 
-AgentEvent = Union[Started, FromScheduler, FromProcessor, ProcessorExited, Tick, StopRequested]
+AgentEvent = Started | FromScheduler | FromProcessor | ProcessorExited | Tick | StopRequested
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -126,7 +125,7 @@ class Stop:
     exit_code: int = 0
 
 
-AgentCommand = Union[ToScheduler, ToProcessor, StartProcessor, KillProcessor, Stop, Log]
+AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Stop | Log
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -251,7 +250,7 @@ class AgentCore:
         if isinstance(message, DispatchTasks):
             self._on_dispatch(message)
         elif isinstance(message, PutObjects):
-            for object_id, payload in zip(message.object_ids, message.payloads):
+            for object_id, payload in zip(message.object_ids, message.payloads, strict=False):
                 self.objects[object_id] = payload
         elif isinstance(message, FreeObjects):
             self._on_free(message.ids)

@@ -1,0 +1,1 @@
+"""Compatibility names for scaler.cluster."""
