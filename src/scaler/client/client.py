@@ -25,7 +25,7 @@ from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedEr
 from scaler.io.processes import parse_address
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
-from scaler.serializer import DEFAULT_SERIALIZER, Serializer
+from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class Client:
             payload = collector.payloads[index]
             assert payload is not None
             if status == TaskStatus.SUCCESS:
-                results.append(deserialize(bytes(payload)))  # type: ignore[call-overload]
+                results.append(deserialize(serializer_input(self._serializer, payload)))
                 continue
             self._cancel_many([i for i in ids[index + 1 :] if i in self._connection.sinks])
             raise _outcome_error(status, payload)

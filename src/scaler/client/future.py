@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaler.payloads import unpack_exception
 from scaler.protocol.messages import Payload
+from scaler.serializer import serializer_input
 
 if TYPE_CHECKING:
     from scaler.serializer import Serializer
@@ -106,7 +107,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
             if self._result is _UNDECODED:
                 assert self._serializer is not None and self._payload is not None
                 try:
-                    self._result = self._serializer.deserialize(bytes(self._payload))  # type: ignore[call-overload]
+                    self._result = self._serializer.deserialize(serializer_input(self._serializer, self._payload))
                 except Exception as exc:
                     self._result = None
                     self._exception = exc

@@ -23,7 +23,7 @@ from scaler.io.processes import die_with_parent
 from scaler.io.sockets import connect_dealer, context, small_to_bytes
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
-from scaler.serializer import Serializer
+from scaler.serializer import Serializer, serializer_input
 from scaler.worker import pipe
 
 # Results are sent when the local queue empties, when this many wait, when a task took this long, or when the
@@ -170,7 +170,7 @@ class Processor:
             if ref:
                 value = self._object(serializer, ref)
             else:
-                value = serializer.deserialize(bytes(payloads[pos]))  # type: ignore[call-overload]
+                value = serializer.deserialize(serializer_input(serializer, payloads[pos]))
                 pos += 1
             if keywords is not None and keywords[k]:
                 kwargs[keywords[k]] = value
@@ -185,7 +185,7 @@ class Processor:
         raw = self.raw_objects.get(object_id)
         if raw is None:
             raise RuntimeError(f"object {object_id:#x} never reached this worker")
-        value = serializer.deserialize(bytes(raw))  # type: ignore[call-overload]
+        value = serializer.deserialize(serializer_input(serializer, raw))
         self.values[key] = value
         return value
 

@@ -16,7 +16,7 @@ from scaler.core.scheduler.events import Command, Event, Log, Malformed, Receive
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
-from scaler.core.scheduler.tasks import InvariantError, Task, TaskEvent, TaskState
+from scaler.core.scheduler.tasks import STATE_NAMES, InvariantError, Task, TaskEvent, TaskState
 from scaler.protocol.messages import (
     FLAG_SILENT,
     ID_COUNTER_MASK,
@@ -69,7 +69,7 @@ class SchedulerCore:
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
-        self.state_counts = [0] * len(TaskState)
+        self.state_counts = [0] * len(STATE_NAMES)
         self.ended: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()
@@ -317,6 +317,13 @@ class SchedulerCore:
     def _link(self, task: Task) -> None:
         """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
         client = task.client
+        if not any(task.arg_refs):  # the common case: only the function is referenced
+            function = self.objects.get(task.function_id)
+            if function is not None and function.owner is client:
+                function.refs += 1
+                self._move(task, TaskEvent.READY)
+                self.ready.append(task)
+                return
         for ref in task.references():
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is client:
@@ -399,7 +406,7 @@ class SchedulerCore:
                 returned.append(task)
         self.ready.extendleft(reversed(returned))
 
-    def _move(self, task: Task, event: TaskEvent) -> None:
+    def _move(self, task: Task, event: int) -> None:
         counts = self.state_counts
         counts[task.state] -= 1
         task.move(event)
@@ -444,7 +451,8 @@ class SchedulerCore:
                 self.ready.append(dep)
 
     def _release(self, task: Task) -> None:
-        for ref in task.references():
+        refs = task.references() if any(task.arg_refs) else (task.function_id,)
+        for ref in refs:
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is task.client:
                 obj.refs -= 1
@@ -622,7 +630,7 @@ class SchedulerCore:
 
     def validate(self) -> None:
         """Check every invariant; raise InvariantError on the first broken one. For tests and simulations."""
-        counts = [0] * len(TaskState)
+        counts = [0] * len(STATE_NAMES)
         in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED}
         per_client: Counter[bytes] = Counter()
         for task_id, task in self.tasks.items():

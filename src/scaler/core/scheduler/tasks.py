@@ -6,7 +6,6 @@ tasks need it, lives on as an object). Pure; no I/O.
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING
 
 from scaler.protocol.messages import Payload
@@ -15,7 +14,9 @@ if TYPE_CHECKING:
     from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 
 
-class TaskState(enum.IntEnum):
+class TaskState:
+    """A task's state; plain ints (the hot path hashes them), names in STATE_NAMES."""
+
     WAITING = 0  # some argument is the result of a task that has not finished
     QUEUED = 1  # ready to run, in the scheduler's ready queue
     ASSIGNED = 2  # sent to a worker (queued there or running)
@@ -23,18 +24,20 @@ class TaskState(enum.IntEnum):
     ENDED = 4  # finished one way or another; the record is being dropped
 
 
-class TaskEvent(enum.Enum):
-    READY = "ready"  # every awaited result arrived
-    ASSIGN = "assign"  # placement gave it to a worker
-    REQUEUE = "requeue"  # its worker gave it back or was lost: run it elsewhere
-    CANCEL_REMOTE = "cancel_remote"  # cancel requested while a worker holds it
-    END = "end"  # result, error, cancel, failure
+class TaskEvent:
+    READY = 0  # every awaited result arrived
+    ASSIGN = 1  # placement gave it to a worker
+    REQUEUE = 2  # its worker gave it back or was lost: run it elsewhere
+    CANCEL_REMOTE = 3  # cancel requested while a worker holds it
+    END = 4  # result, error, cancel, failure
 
 
+STATE_NAMES = {v: k for k, v in vars(TaskState).items() if not k.startswith("_")}
+EVENT_NAMES = {v: k for k, v in vars(TaskEvent).items() if not k.startswith("_")}
 S, E = TaskState, TaskEvent
 
 # (state, event) -> next state. Anything not listed is a bug in the caller, reported as InvariantError.
-TRANSITIONS: dict[tuple[TaskState, TaskEvent], TaskState] = {
+TRANSITIONS: dict[tuple[int, int], int] = {
     (S.WAITING, E.READY): S.QUEUED,
     (S.WAITING, E.END): S.ENDED,
     (S.QUEUED, E.ASSIGN): S.ASSIGNED,
@@ -83,16 +86,17 @@ class Task:
         self.arg_refs = arg_refs
         self.keywords = keywords
         self.payloads = payloads
-        self.state = TaskState.WAITING
+        self.state: int = TaskState.WAITING
         self.worker: WorkerSession | None = None
         self.attempts = 0
         self.waiting_on = 0
         self.dependents: list[Task] | None = None
 
-    def move(self, event: TaskEvent) -> None:
+    def move(self, event: int) -> None:
         new = TRANSITIONS.get((self.state, event))
         if new is None:
-            raise InvariantError(f"task {self.task_id:#x}: no transition from {self.state.name} on {event.value}")
+            state, name = STATE_NAMES.get(self.state), EVENT_NAMES.get(event)
+            raise InvariantError(f"task {self.task_id:#x}: no transition from {state} on {name}")
         self.state = new
 
     def references(self) -> set[int]:
@@ -103,4 +107,4 @@ class Task:
 
     def __repr__(self) -> str:
         where = f" on {self.worker.name}" if self.worker is not None else ""
-        return f"<Task {self.task_id:#x} {self.state.name}{where} attempts={self.attempts}>"
+        return f"<Task {self.task_id:#x} {STATE_NAMES.get(self.state)}{where} attempts={self.attempts}>"
