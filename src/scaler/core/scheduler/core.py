@@ -288,6 +288,7 @@ class SchedulerCore:
         refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
         arg_pos = pay_pos = 0
         bad_ids: list[int] = []
+        shared_ids: dict[int, int] = {}
         for k, task_id in enumerate(batch.task_ids):
             count = batch.arg_counts[k]
             refs = tuple(refs_all[arg_pos : arg_pos + count])
@@ -305,7 +306,9 @@ class SchedulerCore:
                 continue
             if kws is not None and not any(kws):
                 kws = None
-            task = Task(task_id, client, batch.function_ids[k], batch.flags[k], refs, kws, pays)
+            function_id = batch.function_ids[k]
+            function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
+            task = Task(task_id, client, function_id, batch.flags[k], refs, kws, pays)
             self.tasks[task_id] = task
             self.state_counts[TaskState.WAITING] += 1
             client.task_count += 1

@@ -1,0 +1,118 @@
+"""Scaler side by side with its peers, in one sitting, on this machine.
+
+Runs ../shared/bench/peer_bench.py (one fresh process per run) for every peer and workload, interleaving the
+peers so that drifting machine load hurts them alike, then prints the medians and each peer's ratio to ours.
+
+usage:
+  python benchmarks/peers.py [--peers ours,scaler19,scaler29,dask,ray,pool] [--workloads submit,map,latency,startup]
+                             [--tasks 100000] [--repeat 3] [--n 2] [--out benchmarks/results/peers.jsonl]
+
+"ours" is this checkout, run with the interpreter running this script; the others come from the venvs made by
+../shared/bench/setup_venvs.sh under $PEERS_DIR (default /tmp/peers). Results are JSON lines (one per run);
+../shared/bench/summarize.py FILE prints the full tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "peer_bench.py"))
+PEERS_DIR = os.environ.get("PEERS_DIR", "/tmp/peers")
+
+# peer name -> (interpreter, peer_bench.py PEER argument)
+PEERS = {
+    "ours": (sys.executable, "scaler"),
+    "scaler19": (os.path.join(PEERS_DIR, "scaler19", "bin", "python"), "scaler"),
+    "scaler29": (os.path.join(PEERS_DIR, "scaler29", "bin", "python"), "scaler"),
+    "dask": (os.path.join(PEERS_DIR, "dask", "bin", "python"), "dask"),
+    "ray": (os.path.join(PEERS_DIR, "ray", "bin", "python"), "ray"),
+    "pool": (os.path.join(PEERS_DIR, "pool", "bin", "python"), "pool"),
+}
+METRIC = {
+    "submit": ("tasks_per_s", True),
+    "map": ("tasks_per_s", True),
+    "latency": ("median_us", False),
+    "startup": ("startup_to_first_result_s", False),
+    "payload": ("MB_per_s", True),
+    "payload_shared": ("effective_MB_per_s", True),
+    "graph": ("nodes_per_s", True),
+}
+# The slow peers get fewer tasks (the figure is a rate); one run of 100,000 tasks on the anchor takes 10 minutes.
+SLOW_TASKS = {"scaler19": 10_000, "scaler29": 10_000, "dask": 10_000}
+
+
+def run_one(peer: str, workload: str, tasks: int, n: int, out: str, timeout: float) -> dict[str, object] | None:
+    python, name = PEERS[peer]
+    if not os.path.exists(python):
+        print(f"skip {peer}: {python} missing (run ../shared/bench/setup_venvs.sh)", file=sys.stderr)
+        return None
+    if workload in ("submit", "map"):
+        tasks = min(tasks, SLOW_TASKS.get(peer, tasks))
+    command = [python, BENCH, name, workload, "--n", str(n), "--tasks", str(tasks), "--quiet-wait", "20"]
+    command += ["--out", out, "--tag", peer]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{peer} {workload}: timed out after {timeout:g}s", file=sys.stderr)
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        print(f"{peer} {workload}: no result (exit {done.returncode}): {done.stderr[-500:]}", file=sys.stderr)
+        return None
+    record: dict[str, object] = json.loads(lines[-1])
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--peers", default="ours,scaler19,scaler29,dask,ray,pool")
+    parser.add_argument("--workloads", default="submit,map,latency,startup,payload")
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--n", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per run")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "peers.jsonl"))
+    args = parser.parse_args()
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    peers = args.peers.split(",")
+    results: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for _ in range(args.repeat):
+        for workload in args.workloads.split(","):
+            for peer in peers:
+                record = run_one(peer, workload, args.tasks, args.n, args.out, args.timeout)
+                if record is None or not record.get("ok"):
+                    continue
+                key, _ = METRIC[workload]
+                value = record.get(key)
+                if isinstance(value, (int, float)):
+                    results[(workload, peer)].append(float(value))
+                    print(f"{peer:9s} {workload:8s} {key} = {value:,.1f}", flush=True)
+    print("\n| workload | metric | " + " | ".join(peers) + " |")
+    print("|---|---|" + "---|" * len(peers))
+    for workload in args.workloads.split(","):
+        key, higher_better = METRIC[workload]
+        ours = statistics.median(results[(workload, "ours")]) if results[(workload, "ours")] else None
+        cells = []
+        for peer in peers:
+            values = results[(workload, peer)]
+            if not values:
+                cells.append("n/a")
+                continue
+            median = statistics.median(values)
+            cell = f"{median:,.0f}" if median >= 100 else f"{median:,.3g}"
+            if ours and peer != "ours":
+                ratio = ours / median if higher_better else median / ours
+                cell += f" (ours ×{ratio:,.1f})"
+            cells.append(cell)
+        print(f"| {workload} | {key} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Regenerate tests/protocol/golden/: byte-exact encodings of one representative message of each kind.
+
+    python tests/protocol/make_golden.py          # rewrite the files
+    python tests/protocol/make_golden.py --check  # exit 1 if a file differs from what encode() gives now
+
+Files, for each message member name NAME of scaler.capnp's `Message` union:
+    golden/NAME.bin       the header frame: one Cap'n Proto message (standard unpacked encoding, one segment),
+                          decodable with `capnp decode scaler.capnp Message < NAME.bin`;
+    golden/manifest.json  for each NAME: the header file, the payload frames that follow the header (hex), and
+                          the decoded fields in a language-neutral form (u64 columns as lists of integers, Data
+                          columns such as flags and statuses as hex, enums as their schema names).
+
+Another implementation's decoder must turn [NAME.bin, *payloads] into exactly those fields. A Cap'n Proto
+encoder may lay a message out differently and still be correct, so byte equality is only required of this
+implementation (which the tests check), not of others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from scaler.protocol import messages as m
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+MANIFEST = GOLDEN_DIR / "manifest.json"
+
+P = 3 << m.ID_PREFIX_SHIFT  # ids minted by the session that got idPrefix 3
+U64_MAX = 2**64 - 1
+
+_CAPNP_ENUM_NAMES = {
+    m.PeerKind: {m.PeerKind.CLIENT: "client", m.PeerKind.WORKER: "worker"},
+    m.ErrorCode: {
+        m.ErrorCode.MALFORMED: "malformed",
+        m.ErrorCode.NOT_CONNECTED: "notConnected",
+        m.ErrorCode.BAD_REQUEST: "badRequest",
+        m.ErrorCode.PROTECTED: "protected",
+        m.ErrorCode.TOO_LARGE: "tooLarge",
+    },
+}
+
+
+def golden_messages() -> dict[str, m.Message]:
+    """One representative message per kind, in the order of the schema's union."""
+    messages: list[m.Message] = [
+        m.Hello(m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000),
+        m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000),
+        m.Refused("protocol version 2 is not supported; this scheduler speaks 1", 1),
+        m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0),
+        m.HeartbeatEcho(0),
+        # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
+        m.SubmitTasks([P | 10, P | 11], [P | 1, P | 1], b"\x01\x02", [2, 1], [0, P | 2, P | 10], ["", "key", ""], [b"x"]),
+        m.DispatchTasks([P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"]),
+        m.TaskResults(
+            [P | 10, P | 11, P | 12, P | 13, P | 14],
+            bytes([0, 1, 2, 3, 4]),
+            [b"result", b"\x04\x00\x00\x00boom", b"", "crashed: exit 9".encode(), "failed: lost".encode()],
+            [1500, 20, 0, 0, 0],
+            [4096, 0, 0, 0, 0],
+        ),
+        m.CancelTasks([P | 10, P | 11]),
+        m.PutObjects([P | 1, P | 2], [b"function-bytes", b""], ["square", "big-table"]),
+        m.FreeObjects([P | 2]),
+        m.BalanceRequest([P | 12, P | 13, P | 14]),
+        m.BalanceResponse([P | 13, P | 14]),
+        m.Disconnect("the client disconnected"),
+        m.ShutdownRequest("client.shutdown()"),
+        m.Shutdown("shutdown requested by client c-1"),
+        m.Error(m.ErrorCode.BAD_REQUEST, "1 task ids are not this session's, are 0 or are already in use", [U64_MAX]),
+        m.Status(
+            scheduler_name="scheduler@tcp://127.0.0.1:8516",
+            time_us=1_700_000_000_000_000,
+            cpu_percent=1.5,
+            rss_bytes=60_000_000,
+            tasks_by_state={"queued": 3, "assigned": 2, "success": 10},
+            sent={"welcome": 2, "dispatchTasks": 1},
+            received={"hello": 2, "submitTasks": 1},
+            workers=[m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10)],
+            clients=[m.ClientStatus("client-1", 5, 1, 10)],
+            protected=True,
+            dropped_messages=1,
+        ),
+    ]
+    return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
+
+
+def fields(message: m.Message) -> dict[str, Any]:
+    """The message's fields as JSON values (payload frames excluded: the manifest lists them apart)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(message):  # type: ignore[arg-type]
+        if f.name == "payloads":
+            continue
+        out[f.name] = _json(getattr(message, f.name))
+    return out
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return _CAPNP_ENUM_NAMES[type(value)][value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if dataclasses.is_dataclass(value):
+        return {f.name: _json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    return value
+
+
+def render() -> tuple[dict[str, bytes], str]:
+    """The header files and the manifest text encode() gives now."""
+    headers: dict[str, bytes] = {}
+    manifest: dict[str, Any] = {}
+    for name, message in golden_messages().items():
+        frames = m.encode(message)
+        headers[f"{name}.bin"] = bytes(frames[0])  # type: ignore[call-overload]
+        manifest[name] = {
+            "header": f"{name}.bin",
+            "payloads_hex": [bytes(f).hex() for f in frames[1:]],  # type: ignore[call-overload]
+            "fields": fields(message),
+        }
+    return headers, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    headers, manifest = render()
+    if "--check" in argv:
+        stale = [n for n, data in headers.items() if (GOLDEN_DIR / n).read_bytes() != data]
+        if MANIFEST.read_text(encoding="utf-8") != manifest:
+            stale.append(MANIFEST.name)
+        for name in stale:
+            print(f"differs: {GOLDEN_DIR / name}")
+        return 1 if stale else 0
+    GOLDEN_DIR.mkdir(exist_ok=True)
+    for name, data in headers.items():
+        (GOLDEN_DIR / name).write_bytes(data)
+    MANIFEST.write_text(manifest, encoding="utf-8")
+    print(f"wrote {len(headers)} headers and {MANIFEST.name} to {GOLDEN_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
