@@ -151,23 +151,16 @@ class Client:
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
         self._wait(collector.done)
-        if collector.error is not None:
+        if collector.error is not None or collector.failed is not None:
             self._cancel_many([i for i in ids if i in connection.sinks])
-            raise collector.error
-        return self._collect(collector, ids)
-
-    def _collect(self, collector: Collector, ids: range) -> list[Any]:
+            if collector.error is not None:
+                raise collector.error
+            assert collector.failed is not None
+            failed_payload = collector.payloads[collector.failed]
+            assert failed_payload is not None
+            raise _outcome_error(collector.statuses[collector.failed], failed_payload)
         deserialize = self._serializer.deserialize
-        results = []
-        for index, status in enumerate(collector.statuses):
-            payload = collector.payloads[index]
-            assert payload is not None
-            if status == TaskStatus.SUCCESS:
-                results.append(deserialize(serializer_input(self._serializer, payload)))
-                continue
-            self._cancel_many([i for i in ids[index + 1 :] if i in self._connection.sinks])
-            raise _outcome_error(status, payload)
-        return results
+        return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
 
     def get(self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False) -> dict[Hashable, Any]:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.

@@ -80,6 +80,7 @@ class Collector:
         self.statuses = bytearray(count)
         self.payloads: list[Payload | None] = [None] * count
         self.remaining = count
+        self.failed: int | None = None  # index of the first task that did not succeed
         self.error: BaseException | None = None
         self.done = threading.Event()
         if count == 0:
@@ -106,6 +107,9 @@ class CollectorSlot:
         c.statuses[self.index] = status
         c.payloads[self.index] = payload
         c.remaining -= 1
+        if status != TaskStatus.SUCCESS and c.failed is None:
+            c.failed = self.index  # map() stops waiting at the first failure
+            c.done.set()
         if c.remaining == 0:
             c.done.set()
 
