@@ -7,8 +7,9 @@ Files, for each message member name NAME of scaler.capnp's `Message` union:
     golden/NAME.bin       the header frame: one Cap'n Proto message (standard unpacked encoding, one segment),
                           decodable with `capnp decode scaler.capnp Message < NAME.bin`;
     golden/manifest.json  for each NAME: the header file, the payload frames that follow the header (hex), and
-                          the decoded fields in a language-neutral form (u64 columns as lists of integers, Data
-                          columns such as flags and statuses as hex, enums as their schema names).
+                          the decoded fields, named as in the schema, in a language-neutral form (u64 and u16
+                          columns as lists of integers, u8 columns such as flags and statuses as hex, enums by
+                          their schema names, an absent list or column as []).
 
 Another implementation's decoder must turn [NAME.bin, *payloads] into exactly those fields. A Cap'n Proto
 encoder may lay a message out differently and still be correct, so byte equality is only required of this
@@ -88,27 +89,40 @@ def golden_messages() -> dict[str, m.Message]:
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
 
 
+# Data fields holding columns of other widths than u64 (every other Data field is a u64 column).
+U8_COLUMNS = {"flags", "statuses"}
+U16_COLUMNS = {"argCounts"}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 def fields(message: m.Message) -> dict[str, Any]:
-    """The message's fields as JSON values (payload frames excluded: the manifest lists them apart)."""
+    """The message's fields as the schema names them, as JSON values: u64 and u16 columns as lists of integers,
+    u8 columns as hex, enums by their schema names, Counter lists as [{name, value}], an absent optional list or
+    column as []. Payload frames are excluded (the manifest lists them apart)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(message):  # type: ignore[arg-type]
-        if f.name == "payloads":
-            continue
-        out[f.name] = _json(getattr(message, f.name))
+        if f.name != "payloads":
+            out[camel(f.name)] = _json(camel(f.name), getattr(message, f.name))
     return out
 
 
-def _json(value: Any) -> Any:
+def _json(name: str, value: Any) -> Any:
+    if value is None:
+        return []
     if isinstance(value, enum.Enum):
         return _CAPNP_ENUM_NAMES[type(value)][value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     if dataclasses.is_dataclass(value):
-        return {f.name: _json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {camel(f.name): _json(camel(f.name), getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {k: _json(v) for k, v in value.items()}
+        return [{"name": k, "value": v} for k, v in value.items()]
     if isinstance(value, list):
-        return [_json(v) for v in value]
+        return [_json(name, v) for v in value]
     return value
 
 

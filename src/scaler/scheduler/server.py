@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from scaler.core.scheduler import (
     Command,
@@ -31,15 +32,16 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
-from scaler.io.sockets import bind_publisher, bind_router, context, has_input, recv_routed, send_frames, socket_fd
+from scaler.io.sockets import bind_publisher, bind_router, context, has_input, send_frames, small_to_bytes, socket_fd
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import encode
+from scaler.protocol.messages import HeartbeatEcho, Message, decode, encode
 
 logger = logging.getLogger(__name__)
 
 DRAIN_LIMIT = 64  # messages read per wake-up before the core flushes
 TICK_SECONDS = 0.05
 STATUS_SECONDS = 1.0
+PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
 
 
 class SchedulerServer:
@@ -60,6 +62,8 @@ class SchedulerServer:
         self.process = psutil.Process()
         self._stopped: asyncio.Future[str] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
+        self.disconnects: zmq.Socket[Any] | None = None
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -75,6 +79,9 @@ class SchedulerServer:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         loop.add_reader(socket_fd(self.router), self._on_readable)
+        self.disconnects = self.router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        loop.add_reader(socket_fd(self.disconnects), self._on_disconnect_events)
+        loop.call_soon(self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals new edges
         ticker = loop.create_task(self._tick_forever())
         status = loop.create_task(self._status_forever())
         loop.call_soon(self._on_readable)
@@ -84,6 +91,9 @@ class SchedulerServer:
             ticker.cancel()
             status.cancel()
             loop.remove_reader(socket_fd(self.router))
+            loop.remove_reader(socket_fd(self.disconnects))
+            self.router.disable_monitor()
+            self.disconnects.close(linger=0)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self.router.close(linger=500)
@@ -100,11 +110,18 @@ class SchedulerServer:
             return
         core = self.core
         now = time.monotonic()
+        fd_of = self._fd_of
         for _ in range(DRAIN_LIMIT):
             try:
-                peer, message = recv_routed(router, zmq.NOBLOCK)
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            peer: bytes = frames[0].bytes
+            fd_of[frames[0].get(zmq.SRCFD)] = peer
+            try:
+                message: Message | ProtocolError = decode(small_to_bytes(frames[1:]))
+            except ProtocolError as exc:
+                message = exc
             if isinstance(message, ProtocolError):
                 core.feed(Malformed(now, peer, str(message)))
             else:
@@ -112,6 +129,35 @@ class SchedulerServer:
         self._execute(core.flush())
         if has_input(router) and self._loop is not None:
             self._loop.call_soon(self._on_readable)
+
+    def _on_disconnect_events(self) -> None:
+        """A connection closed (a peer died or left): probe its peer now instead of waiting for its timeout."""
+        sock = self.disconnects
+        while sock is not None:
+            try:
+                event = parse_monitor_message(sock.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            peer = self._fd_of.pop(int(event["value"]), None)
+            logger.debug("Scheduler: connection %s closed (peer %r)", event["value"], peer)
+            if peer is not None and self._loop is not None:
+                self._probe(peer)
+                for delay in PROBE_DELAYS:
+                    self._loop.call_later(delay, self._probe, peer)
+
+    def _probe(self, peer: bytes) -> None:
+        """Send a harmless message: if the peer's connection is gone, the router refuses it (ROUTER_MANDATORY)."""
+        if self.router is None or (self._stopped is not None and self._stopped.done()):
+            return
+        if peer not in self.core.workers and peer not in self.core.clients:
+            return
+        try:
+            send_frames(self.router, [peer, *encode(HeartbeatEcho())])
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            self.core.feed(Undeliverable(time.monotonic(), peer))
+            self._execute(self.core.flush())
 
     def _execute(self, commands: list[Command]) -> None:
         router = self.router

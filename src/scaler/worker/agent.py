@@ -84,6 +84,8 @@ class WorkerAgent:
         loop.add_reader(socket_fd(self.scheduler), self._on_scheduler_readable)
         loop.add_reader(socket_fd(self.processors_socket), self._on_processors_readable)
         self._handle(Started(time.monotonic()))
+        loop.call_soon(self._on_scheduler_readable)  # drain once: a ZeroMQ FD only signals new edges
+        loop.call_soon(self._on_processors_readable)
         ticker = loop.create_task(self._tick_forever())
         try:
             return await self._stopped

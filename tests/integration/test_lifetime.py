@@ -1,0 +1,173 @@
+"""Starting, connecting to and stopping clusters: connection failures, protected and unprotected shutdown,
+uvloop, and SchedulerClusterCombo leaving no process behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.errors import ClientClosedError, ConnectionFailedError
+from tests.helpers import free_address, wait_until
+
+TIMEOUT = 20
+FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def combo_processes(combo: SchedulerClusterCombo) -> list[psutil.Process]:
+    """The scheduler and cluster processes of a combo and everything under them (agents, processors)."""
+    processes = []
+    for child in (combo._scheduler, combo._cluster):
+        if child is None or child.pid is None:
+            continue
+        try:
+            top = psutil.Process(child.pid)
+            processes += [top, *top.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return processes
+
+
+def running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process)
+        except psutil.Error:
+            continue
+    return out
+
+
+def wait_for_workers(combo: SchedulerClusterCombo, n_workers: int) -> list[psutil.Process]:
+    """Wait until the scheduler, the cluster, n agents and n processors run; return them all."""
+    wait_until(lambda: len(combo_processes(combo)) >= 2 + 2 * n_workers, timeout=15, what=f"{n_workers} workers")
+    return combo_processes(combo)
+
+
+@pytest.fixture()
+def unprotected() -> Iterator[SchedulerClusterCombo]:
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=2, protected=False, **FAST)
+    try:
+        yield combo
+    finally:
+        combo.shutdown()
+
+
+# ----------------------------------------------------------------------------------------------- connecting
+def test_no_scheduler_raises_connection_failed_within_the_timeout() -> None:
+    start = time.monotonic()
+    with pytest.raises(ConnectionFailedError) as caught:
+        Client(address=free_address(), timeout_seconds=1.5)
+    elapsed = time.monotonic() - start
+    assert 1.0 <= elapsed < 5, f"took {elapsed:.1f}s for a 1.5s timeout"
+    assert "tcp://127.0.0.1" in str(caught.value)
+
+
+def test_connection_failed_is_also_a_connection_error() -> None:
+    with pytest.raises(ConnectionError):
+        Client(address=free_address(), timeout_seconds=0.5)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:2345", "http://127.0.0.1:2345", "tcp://127.0.0.1", "tcp://:99999"])
+def test_a_malformed_address_raises_value_error_at_once(address: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(ValueError):
+        Client(address=address, timeout_seconds=10)
+    assert time.monotonic() - start < 2
+
+
+def test_combo_on_a_port_in_use_raises_a_clear_error() -> None:
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=0, logging_level="ERROR")
+    try:
+        with pytest.raises(RuntimeError, match=combo.address):
+            SchedulerClusterCombo(address=combo.address, n_workers=1, logging_level="CRITICAL")
+    finally:
+        combo.shutdown()
+
+
+def test_a_client_whose_scheduler_goes_away_fails_its_futures() -> None:
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=1, **FAST)
+    try:
+        client = Client(address=combo.address, timeout_seconds=3, heartbeat_interval_seconds=0.5)
+        assert client.submit(square, 2).result(timeout=TIMEOUT) == 4
+        pending = client.submit(time.sleep, 30)
+        combo.shutdown()
+        with pytest.raises((ConnectionFailedError, ClientClosedError)):
+            pending.result(timeout=TIMEOUT)
+        with pytest.raises((ConnectionFailedError, ClientClosedError)):
+            client.submit(square, 2)
+        client.disconnect()
+    finally:
+        combo.shutdown()
+
+
+# ----------------------------------------------------------------------------------------------- shutdown
+def test_unprotected_client_shutdown_stops_scheduler_and_workers(unprotected: SchedulerClusterCombo) -> None:
+    processes = wait_for_workers(unprotected, 2)
+    client = Client(address=unprotected.address, timeout_seconds=TIMEOUT)
+    assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
+    client.shutdown()
+    wait_until(lambda: not running(processes), timeout=15, what="scheduler, workers and processors to exit")
+    assert not unprotected._scheduler.is_alive()
+    assert unprotected._scheduler.exitcode == 0
+    assert unprotected._cluster.exitcode == 0
+    with pytest.raises(ClientClosedError):
+        client.submit(square, 3)
+
+
+def test_unprotected_shutdown_fails_the_other_clients_futures(unprotected: SchedulerClusterCombo) -> None:
+    other = Client(address=unprotected.address, timeout_seconds=TIMEOUT)
+    pending = other.submit(time.sleep, 30)
+    Client(address=unprotected.address, timeout_seconds=TIMEOUT).shutdown()
+    with pytest.raises(ConnectionFailedError):
+        pending.result(timeout=TIMEOUT)
+    other.disconnect()
+
+
+def test_combo_shutdown_leaves_no_child_processes() -> None:
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=3, **FAST)
+    processes = wait_for_workers(combo, 3)
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        assert client.map(square, [(i,) for i in range(20)]) == [i * i for i in range(20)]
+        pending = client.submit(time.sleep, 60)  # a busy processor must not survive the shutdown either
+        start = time.monotonic()
+        combo.shutdown()
+        elapsed = time.monotonic() - start
+        assert not running(processes), f"left behind: {running(processes)}"
+        assert elapsed < 10, f"shutdown took {elapsed:.1f}s"
+        pending.cancel()
+    combo.shutdown()  # twice is fine
+
+
+def test_combo_as_a_context_manager() -> None:
+    with SchedulerClusterCombo(address=free_address(), n_workers=1, **FAST) as combo:
+        processes = wait_for_workers(combo, 1)
+        with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+            assert client.submit(square, 5).result(timeout=TIMEOUT) == 25
+    wait_until(lambda: not running(processes), timeout=10, what="the combo's processes to exit")
+
+
+# ----------------------------------------------------------------------------------------------- event loops
+def test_uvloop_cluster_serves_submit_map_graph_and_nesting() -> None:
+    pytest.importorskip("uvloop")
+    from tests.integration.test_client_api import fibonacci
+
+    with SchedulerClusterCombo(address=free_address(), n_workers=2, event_loop="uvloop", **FAST) as combo:
+        with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+            assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
+            assert client.map(square, [(i,) for i in range(500)]) == [i * i for i in range(500)]
+            assert client.get({"a": 2, "b": (square, "a")}, keys=["b"]) == {"b": 4}
+            assert client.submit(fibonacci, client, 6).result(timeout=TIMEOUT) == 8
+
+
+def test_an_unknown_event_loop_is_refused() -> None:
+    with pytest.raises(ValueError):
+        SchedulerClusterCombo(address=free_address(), n_workers=1, event_loop="no-such-loop")

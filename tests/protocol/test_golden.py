@@ -1,0 +1,84 @@
+"""Golden encodings: the exact bytes of one representative message of each kind (tests/protocol/golden/).
+
+Other implementations test their decoders against these files and golden/manifest.json; this one must keep
+producing them byte for byte. After a deliberate change of the encoding, regenerate them with
+`python tests/protocol/make_golden.py` and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaler.protocol import messages as m
+from tests.protocol.make_golden import GOLDEN_DIR, MANIFEST, U8_COLUMNS, U16_COLUMNS, golden_messages, main, render
+
+GOLDEN = golden_messages()
+NAMES = list(GOLDEN)
+
+
+def golden_frames(name: str) -> list[bytes]:
+    entry = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]
+    return [(GOLDEN_DIR / entry["header"]).read_bytes(), *(bytes.fromhex(p) for p in entry["payloads_hex"])]
+
+
+def test_one_golden_message_per_kind() -> None:
+    assert set(NAMES) == set(m.MESSAGE_NAMES.values())
+    files = {p.name for p in Path(GOLDEN_DIR).iterdir()}
+    assert files == {f"{name}.bin" for name in NAMES} | {MANIFEST.name}, "stale or missing golden files"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_gives_the_golden_bytes(name: str) -> None:
+    frames = m.encode(GOLDEN[name])
+    assert [bytes(f) for f in frames] == golden_frames(name)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_of_golden_bytes_gives_the_message(name: str) -> None:
+    assert m.decode(golden_frames(name)) == GOLDEN[name]
+
+
+def test_manifest_is_current() -> None:
+    headers, manifest = render()
+    assert MANIFEST.read_text(encoding="utf-8") == manifest
+    for file, data in headers.items():
+        assert (GOLDEN_DIR / file).read_bytes() == data
+    assert main(["--check"]) == 0
+
+
+def _raw_view(name: str, value: Any) -> Any:
+    """A field as plain pycapnp reads it, turned into the manifest's JSON form (columns unpacked)."""
+    if isinstance(value, bytes):
+        if name in U8_COLUMNS:
+            return value.hex()
+        width = 2 if name in U16_COLUMNS else 8
+        return [int.from_bytes(value[i : i + width], "little") for i in range(0, len(value), width)]
+    if isinstance(value, dict):
+        return {k: _raw_view(k, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_raw_view(name, v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_manifest_fields_are_what_plain_capnp_reads(name: str) -> None:
+    """The manifest describes the header the way any Cap'n Proto library sees it (no scaler code involved)."""
+    header = golden_frames(name)[0]
+    with m._schema.Message.from_bytes(header) as root:
+        assert root.which() == name
+        raw = getattr(root, name).to_dict(verbose=True)
+    expected = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]["fields"]
+    assert {k: _raw_view(k, v) for k, v in raw.items()} == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_headers_are_single_segment_and_word_aligned(name: str) -> None:
+    header = golden_frames(name)[0]
+    assert len(header) % 8 == 0
+    segments = int.from_bytes(header[:4], "little") + 1
+    assert segments == 1
+    assert int.from_bytes(header[4:8], "little") * 8 == len(header) - 8
