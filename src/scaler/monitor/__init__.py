@@ -1,0 +1,1 @@
+"""Monitors that read the scheduler's status socket: scaler_top (terminal)."""

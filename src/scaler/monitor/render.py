@@ -1,0 +1,109 @@
+"""Text rendering of a scheduler Status for scaler_top: sections side by side, then the worker table.
+
+Pure: a Status in, lines out; curses lives in scaler.monitor.top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scaler.protocol.messages import Status, WorkerStatus
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    key: str  # the sort shortcut
+    value: Callable[[WorkerStatus], float | str]
+    show: Callable[[WorkerStatus], str]
+    width: int
+
+
+def fmt_bytes(value: int) -> str:
+    size = float(value)
+    for unit in ("b", "k", "m", "g"):
+        if size < 1024 or unit == "g":
+            return f"{size:.1f}{unit}" if unit != "b" else f"{int(size)}b"
+        size /= 1024
+    return f"{size:.1f}t"
+
+
+def fmt_lag(us: int) -> str:
+    return f"{us / 1000:.1f}ms" if us < 1_000_000 else f"{us / 1e6:.1f}s"
+
+
+def _itl(w: WorkerStatus) -> str:
+    return f"{int(w.processors > 0)}{int(w.running > 0)}{int(w.blocked_processors > 0)}"
+
+
+COLUMNS = [
+    Column("worker", "n", lambda w: w.name, lambda w: w.name, 0),
+    Column("agt_cpu", "C", lambda w: w.agent_cpu_percent, lambda w: f"{w.agent_cpu_percent:.1f}%", 7),
+    Column("agt_rss", "M", lambda w: w.agent_rss_bytes, lambda w: fmt_bytes(w.agent_rss_bytes), 7),
+    Column("cpu", "c", lambda w: w.cpu_percent, lambda w: f"{w.cpu_percent:.1f}%", 6),
+    Column("rss", "m", lambda w: w.rss_bytes, lambda w: fmt_bytes(w.rss_bytes), 7),
+    Column("free", "f", lambda w: w.free, lambda w: str(w.free), 5),
+    Column("sent", "w", lambda w: w.sent, lambda w: str(w.sent), 5),
+    Column("queued", "d", lambda w: w.queued, lambda w: str(w.queued), 6),
+    Column("lag", "l", lambda w: w.lag_us, lambda w: fmt_lag(w.lag_us), 7),
+    Column("ITL", "", lambda w: _itl(w), _itl, 3),
+]
+SHORTCUTS = {c.key: c for c in COLUMNS if c.key}
+
+
+def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    width_name = max([len(title) - 8, *(len(n) for n, _ in rows)], default=0)
+    width_value = max([len(v) for _, v in rows], default=0)
+    lines = [title.rjust(width_name + width_value + 1)]
+    lines += [f"{name.rjust(width_name)} {value.rjust(width_value)}" for name, value in rows]
+    return lines
+
+
+def render(status: Status, sort_key: str = "n", width: int = 200) -> list[str]:
+    """The screen for one status: summary sections, a rule, shortcuts, the worker table and the clients."""
+    counts = status.tasks_by_state
+    sections = [
+        _section("scheduler", [("cpu", f"{status.cpu_percent:.1f}%"), ("rss", fmt_bytes(status.rss_bytes))]),
+        _section("task_manager", [(k, f"{v:,}") for k, v in counts.items()]),
+        _section("scheduler_sent", [(k, f"{v:,}") for k, v in sorted(status.sent.items(), key=lambda i: -i[1])]),
+        _section(
+            "scheduler_received", [(k, f"{v:,}") for k, v in sorted(status.received.items(), key=lambda i: -i[1])]
+        ),
+    ]
+    height = max(len(s) for s in sections)
+    widths = [max(len(line) for line in s) for s in sections]
+    lines = []
+    for row in range(height):
+        cells = [(s[row] if row < len(s) else "").rjust(w) for s, w in zip(sections, widths)]
+        lines.append(" | ".join(cells).rstrip())
+    rule_width = min(width, max(len(line) for line in lines))
+    lines.append("-" * rule_width)
+    shortcuts = " ".join(f"{c.title}[{c.key}]" for c in COLUMNS if c.key)
+    lines.append(f"Shortcuts: {shortcuts}")
+    lines.append("")
+    lines.append(f"Total {len(status.workers)} worker(s)")
+    lines += _worker_table(status, sort_key)
+    return [line[:width] for line in lines]
+
+
+def _worker_table(status: Status, sort_key: str) -> list[str]:
+    column = SHORTCUTS.get(sort_key, COLUMNS[0])
+    workers = sorted(status.workers, key=column.value, reverse=column.key != "n")
+    name_width = max([len("worker"), *(len(w.name) for w in workers)])
+    headers = []
+    for c in COLUMNS:
+        title = f"[{c.title}]" if c is column else c.title
+        headers.append(title.rjust(name_width if c.key == "n" else max(c.width, len(title))))
+    client_lines = [f"{c.name} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients]
+    table = [" ".join(headers) + " | client_manager"]
+    for index, w in enumerate(workers):
+        cells = [
+            c.show(w).rjust(name_width if c.key == "n" else max(c.width, len(h.strip())))
+            for c, h in zip(COLUMNS, headers)
+        ]
+        side = client_lines[index] if index < len(client_lines) else ""
+        table.append(" ".join(cells) + " | " + side)
+    for extra in client_lines[len(workers) :]:
+        table.append(" " * len(table[0].split(" | ")[0]) + " | " + extra)
+    return table
