@@ -15,7 +15,7 @@ from scaler.core.scheduler.placement import plan_balance, water_fill
     [
         ([0, 0], [1, 1], 1, [1, 0]),
         ([0, 0, 0], [4, 4, 4], 7, [3, 2, 2]),
-        ([3, 0, 1], [4, 4, 4], 4, [0, 2, 2]),
+        ([3, 0, 1], [4, 4, 4], 4, [0, 3, 1]),  # up to level 3; the tie goes to the least loaded
         ([3, 0, 1], [4, 4, 4], 100, [1, 4, 3]),  # capped by the total spare room
         ([0, 0], [1, 10], 6, [1, 5]),  # a small worker fills up, the big one takes the rest
         ([2, 0], [2, 5], 3, [0, 3]),  # a full worker gets nothing

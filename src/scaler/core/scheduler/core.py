@@ -53,12 +53,7 @@ from scaler.protocol.messages import (
 
 _EMPTY = b""
 _ZERO_LAYOUTS = [(0,) * n for n in range(64)]
-_ENDED_NAMES = {
-    TaskStatus.SUCCESS: "success",
-    TaskStatus.ERROR: "error",
-    TaskStatus.CANCELED: "canceled",
-    TaskStatus.FAILED: "failed",
-}
+_ENDED_NAMES = ("success", "error", "canceled", "failed", "failed")  # by TaskStatus value (crashed ends failed)
 
 
 class SchedulerCore:
@@ -380,7 +375,7 @@ class SchedulerCore:
             else:
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
-                self._end(task, TaskStatus(status), message.payloads[k], duration, peak)
+                self._end(task, status, message.payloads[k], duration, peak)
         if not assigned:
             self._balance_due = True
 
@@ -429,7 +424,7 @@ class SchedulerCore:
             client = task.client
             client.task_count -= 1
             client.completed += 1
-            self.ended[_ENDED_NAMES.get(TaskStatus(status), "failed")] += 1
+            self.ended[_ENDED_NAMES[status]] += 1
             if not task.flags & FLAG_SILENT and client.identity in self.clients:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak)
             if task.dependents:

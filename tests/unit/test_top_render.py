@@ -1,0 +1,53 @@
+"""scaler_top's rendering: sections, sort order and the worker table, from a Status alone."""
+
+from __future__ import annotations
+
+from scaler.monitor.render import fmt_bytes, fmt_lag, render
+from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
+
+
+def _status() -> Status:
+    return Status(
+        scheduler_name="s",
+        cpu_percent=12.5,
+        rss_bytes=130 * 2**20,
+        tasks_by_state={"queued": 3, "assigned": 2, "success": 53704},
+        sent={"dispatchTasks": 10, "taskResults": 7},
+        received={"submitTasks": 4, "heartbeat": 99},
+        workers=[
+            WorkerStatus("w-a", agent_cpu_percent=0.5, rss_bytes=100, free=998, sent=2, lag_us=700, processors=1),
+            WorkerStatus("w-b", agent_cpu_percent=3.0, rss_bytes=300, free=1000, sent=0, lag_us=2500, running=1),
+        ],
+        clients=[ClientStatus("c-1", tasks=5, objects=1, completed=12)],
+    )
+
+
+def test_sections_show_counts_and_resources() -> None:
+    text = "\n".join(render(_status()))
+    assert "scheduler" in text and "task_manager" in text and "scheduler_sent" in text
+    assert "12.5%" in text and "130.0m" in text
+    assert "53,704" in text and "heartbeat" in text
+    assert "Total 2 worker(s)" in text
+    assert "Shortcuts: worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] lag[l]" in text
+    assert "c-1 tasks=5 objects=1 done=12" in text
+
+
+def test_sort_by_name_then_by_agent_cpu_descending() -> None:
+    by_name = [line for line in render(_status(), "n") if line.lstrip().startswith("w-")]
+    assert [line.split()[0] for line in by_name] == ["w-a", "w-b"]
+    by_cpu = [line for line in render(_status(), "C") if line.lstrip().startswith("w-")]
+    assert [line.split()[0] for line in by_cpu] == ["w-b", "w-a"]
+    header = next(line for line in render(_status(), "C") if "ITL" in line)
+    assert "[agt_cpu]" in header
+
+
+def test_itl_bits_and_formats() -> None:
+    rows = {line.split()[0]: line for line in render(_status()) if line.lstrip().startswith("w-")}
+    assert " 100 " in rows["w-a"] + " "  # processor up, no task, no lock
+    assert " 010 " in rows["w-b"] + " "
+    assert fmt_bytes(1536) == "1.5k" and fmt_bytes(12) == "12b"
+    assert fmt_lag(700) == "0.7ms" and fmt_lag(2_500_000) == "2.5s"
+
+
+def test_width_truncates_every_line() -> None:
+    assert all(len(line) <= 40 for line in render(_status(), width=40))
