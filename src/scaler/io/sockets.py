@@ -1,6 +1,8 @@
 """ZeroMQ sockets, configured in one place, and the frame conventions every shell uses.
 
-Big payload frames stay zmq.Frame (zero-copy); small ones become bytes (cheaper to keep and compare).
+Big payload frames stay zmq.Frame (zero-copy); small ones become bytes (cheaper to keep and compare). Frames are
+sent and received through pyzmq's compiled socket methods directly: its pure-Python layer costs several
+microseconds per frame (enum flag arithmetic), more than everything else a frame needs.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from typing import Any
 
 import zmq
 
-from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import Message, Payload, decode, encode
 
-COPY_BELOW = 64 * 1024  # frames smaller than this are copied into bytes on receipt
+COPY_BELOW = 64 * 1024  # frames smaller than this are copied (sending) or turned into bytes (receiving)
+_raw_send = zmq.backend.Socket.send
+_raw_recv = zmq.backend.Socket.recv
+_SNDMORE = int(zmq.SNDMORE)
 
 _context: zmq.Context[Any] | None = None
 _context_pid = 0
@@ -77,20 +81,19 @@ def small_to_bytes(frames: Sequence[zmq.Frame]) -> list[Payload]:
     return [f.bytes if len(f) < COPY_BELOW else f for f in frames]
 
 
+def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
+    """All frames of the next message, as zmq.Frames. Raises zmq.Again with NOBLOCK and nothing waiting."""
+    frame = _raw_recv(sock, flags, False, False)
+    frames = [frame]
+    while frame.more:
+        frame = _raw_recv(sock, 0, False, False)
+        frames.append(frame)
+    return frames
+
+
 def recv_message(sock: zmq.Socket[Any], flags: int = 0) -> Message:
     """Receive and decode one message from a DEALER/SUB socket. Raises zmq.Again, ProtocolError."""
-    frames = sock.recv_multipart(flags, copy=False)
-    return decode(small_to_bytes(frames))
-
-
-def recv_routed(sock: zmq.Socket[Any], flags: int = 0) -> tuple[bytes, Message | ProtocolError]:
-    """Receive one message from a ROUTER socket: (sender, message or the decoding error)."""
-    frames = sock.recv_multipart(flags, copy=False)
-    peer: bytes = frames[0].bytes
-    try:
-        return peer, decode(small_to_bytes(frames[1:]))
-    except ProtocolError as exc:
-        return peer, exc
+    return decode(small_to_bytes(recv_frames(sock, flags)))
 
 
 def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = None) -> None:
@@ -101,8 +104,10 @@ def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = N
 
 
 def send_frames(sock: zmq.Socket[Any], frames: list[Any]) -> None:
-    """Send frames (bytes, memoryviews, zmq.Frames) without copying the big ones."""
-    sock.send_multipart(frames, copy=False)
+    """Send frames (bytes, memoryviews, zmq.Frames) as one message, without copying the big ones."""
+    last = len(frames) - 1
+    for index, frame in enumerate(frames):
+        _raw_send(sock, frame, _SNDMORE if index < last else 0, len(frame) < COPY_BELOW, False)
 
 
 def socket_fd(sock: zmq.Socket[Any]) -> int:

@@ -17,6 +17,8 @@ import capnp
 
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
 from scaler.protocol.errors import ProtocolError
+from scaler.protocol.frames import pack as pack_payloads
+from scaler.protocol.frames import unpack as unpack_payloads
 
 PROTOCOL_VERSION = 1
 ID_PREFIX_SHIFT = 40
@@ -344,7 +346,13 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
     b.argRefs = pack_u64(m.arg_refs)
     if m.keywords:
         b.keywords = m.keywords
-    return m.payloads
+    return _payload_frames(b, m.payloads)
+
+
+def _payload_frames(b: Any, payloads: list[Payload]) -> list[Payload]:
+    sizes, frames = pack_payloads(payloads)
+    b.payloadSizes = pack_u64(sizes)
+    return frames
 
 
 def _enc_results(b: Any, m: TaskResults) -> list[Payload]:
@@ -354,7 +362,7 @@ def _enc_results(b: Any, m: TaskResults) -> list[Payload]:
         b.durationsUs = pack_u64(m.durations_us)
     if m.peak_memory is not None:
         b.peakMemory = pack_u64(m.peak_memory)
-    return m.payloads
+    return _payload_frames(b, m.payloads)
 
 
 def _enc_ids(b: Any, m: IdMessage) -> list[Payload]:
@@ -366,7 +374,7 @@ def _enc_objects(b: Any, m: PutObjects) -> list[Payload]:
     b.objectIds = pack_u64(m.object_ids)
     if m.names:
         b.names = m.names
-    return m.payloads
+    return _payload_frames(b, m.payloads)
 
 
 def _enc_reason(b: Any, m: ReasonMessage) -> list[Payload]:
@@ -453,7 +461,7 @@ def decode(frames: Sequence[Payload]) -> Message:
     if not frames:
         raise ProtocolError("empty message")
     header = bytes(frames[0])  # type: ignore[call-overload]
-    payloads = list(frames[1:])
+    payloads = frames[1:]
     try:
         with _schema.Message.from_bytes(
             header, traversal_limit_in_words=_TRAVERSAL_LIMIT_WORDS, nesting_limit=_NESTING_LIMIT
@@ -470,12 +478,16 @@ def decode(frames: Sequence[Payload]) -> Message:
         raise ProtocolError(f"undecodable header: {exc}") from exc
 
 
-def _no_payloads(payloads: list[Payload], what: str) -> None:
+def _payloads(b: Any, frames: Sequence[Payload], what: str) -> list[Payload]:
+    return unpack_payloads(unpack_u64(b.payloadSizes, None, f"{what}.payloadSizes"), frames)
+
+
+def _no_payloads(payloads: Sequence[Payload], what: str) -> None:
     if payloads:
         raise ProtocolError(f"{what} carries no payload frames, got {len(payloads)}")
 
 
-def _dec_hello(b: Any, p: list[Payload]) -> Hello:
+def _dec_hello(b: Any, p: Sequence[Payload]) -> Hello:
     _no_payloads(p, "hello")
     return Hello(
         kind=PeerKind.CLIENT if str(b.kind) == "client" else PeerKind.WORKER,
@@ -488,7 +500,7 @@ def _dec_hello(b: Any, p: list[Payload]) -> Hello:
     )
 
 
-def _dec_welcome(b: Any, p: list[Payload]) -> Welcome:
+def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
     _no_payloads(p, "welcome")
     return Welcome(
         id_prefix=b.idPrefix,
@@ -499,11 +511,11 @@ def _dec_welcome(b: Any, p: list[Payload]) -> Welcome:
     )
 
 
-def _dec_refused(b: Any, p: list[Payload]) -> Refused:
+def _dec_refused(b: Any, p: Sequence[Payload]) -> Refused:
     return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion)
 
 
-def _dec_heartbeat(b: Any, p: list[Payload]) -> Heartbeat:
+def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
     _no_payloads(p, "heartbeat")
     return Heartbeat(
         cpu_percent=b.cpuPercent,
@@ -518,11 +530,11 @@ def _dec_heartbeat(b: Any, p: list[Payload]) -> Heartbeat:
     )
 
 
-def _dec_echo(b: Any, p: list[Payload]) -> HeartbeatEcho:
+def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
     return HeartbeatEcho(sent_at_us=b.sentAtUs)
 
 
-def _dec_task_batch(b: Any, p: list[Payload], cls: type[TaskBatch]) -> TaskBatch:
+def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[TaskBatch]) -> TaskBatch:
     task_ids = unpack_u64(b.taskIds, None, "taskIds")
     n = len(task_ids)
     function_ids = unpack_u64(b.functionIds, n, "functionIds")
@@ -536,56 +548,59 @@ def _dec_task_batch(b: Any, p: list[Payload], cls: type[TaskBatch]) -> TaskBatch
         keywords = list(b.keywords)
         if len(keywords) != len(arg_refs):
             raise ProtocolError(f"keywords: {len(keywords)} values for {len(arg_refs)} arguments")
+    payloads = _payloads(b, p, "tasks")
     inline = arg_refs.count(0)
-    if inline != len(p):
-        raise ProtocolError(f"{inline} inline arguments but {len(p)} payload frames")
-    return cls(task_ids, function_ids, flags, arg_counts, arg_refs, keywords, p)
+    if inline != len(payloads):
+        raise ProtocolError(f"{inline} inline arguments but {len(payloads)} payloads")
+    return cls(task_ids, function_ids, flags, arg_counts, arg_refs, keywords, payloads)
 
 
-def _dec_results(b: Any, p: list[Payload]) -> TaskResults:
+def _dec_results(b: Any, p: Sequence[Payload]) -> TaskResults:
     task_ids = unpack_u64(b.taskIds, None, "taskIds")
     n = len(task_ids)
     statuses = check_u8(b.statuses, n, "statuses")
-    if len(p) != n:
-        raise ProtocolError(f"{n} results but {len(p)} payload frames")
+    payloads = _payloads(b, p, "results")
+    if len(payloads) != n:
+        raise ProtocolError(f"{n} results but {len(payloads)} payloads")
     if max(statuses, default=0) > TaskStatus.FAILED:
         raise ProtocolError("statuses: unknown status value")
     durations = unpack_u64(b.durationsUs, n, "durationsUs") if len(b.durationsUs) else None
     peaks = unpack_u64(b.peakMemory, n, "peakMemory") if len(b.peakMemory) else None
-    return TaskResults(task_ids, statuses, p, durations, peaks)
+    return TaskResults(task_ids, statuses, payloads, durations, peaks)
 
 
-def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, list[Payload]], IdMessage]:
-    def decoder(b: Any, p: list[Payload]) -> IdMessage:
+def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, Sequence[Payload]], IdMessage]:
+    def decoder(b: Any, p: Sequence[Payload]) -> IdMessage:
         _no_payloads(p, MESSAGE_NAMES[cls])
         return cls(unpack_u64(b.ids, None, "ids"))
 
     return decoder
 
 
-def _dec_objects(b: Any, p: list[Payload]) -> PutObjects:
+def _dec_objects(b: Any, p: Sequence[Payload]) -> PutObjects:
     ids = unpack_u64(b.objectIds, None, "objectIds")
-    if len(p) != len(ids):
-        raise ProtocolError(f"{len(ids)} objects but {len(p)} payload frames")
+    payloads = _payloads(b, p, "objects")
+    if len(payloads) != len(ids):
+        raise ProtocolError(f"{len(ids)} objects but {len(payloads)} payloads")
     names = list(b.names) if len(b.names) else None
     if names is not None and len(names) != len(ids):
         raise ProtocolError(f"names: {len(names)} values for {len(ids)} objects")
-    return PutObjects(ids, p, names)
+    return PutObjects(ids, payloads, names)
 
 
-def _dec_reason(cls: type[ReasonMessage]) -> Callable[[Any, list[Payload]], ReasonMessage]:
-    def decoder(b: Any, p: list[Payload]) -> ReasonMessage:
+def _dec_reason(cls: type[ReasonMessage]) -> Callable[[Any, Sequence[Payload]], ReasonMessage]:
+    def decoder(b: Any, p: Sequence[Payload]) -> ReasonMessage:
         return cls(b.reason)
 
     return decoder
 
 
-def _dec_error(b: Any, p: list[Payload]) -> Error:
+def _dec_error(b: Any, p: Sequence[Payload]) -> Error:
     code = {v: k for k, v in _ERROR_CODE_NAMES.items()}[str(b.code)]
     return Error(code, b.message, unpack_u64(b.ids, None, "ids"))
 
 
-def _dec_status(b: Any, p: list[Payload]) -> Status:
+def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
     def counters(items: Any) -> dict[str, int]:
         return {c.name: c.value for c in items}
 
@@ -606,7 +621,7 @@ def _dec_status(b: Any, p: list[Payload]) -> Status:
     )
 
 
-_DECODERS: dict[str, Callable[[Any, list[Payload]], Any]] = {
+_DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "hello": _dec_hello,
     "welcome": _dec_welcome,
     "refused": _dec_refused,

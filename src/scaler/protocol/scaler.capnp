@@ -1,10 +1,18 @@
 @0x998056e1aa1e2d15;
 # Scaler wire protocol, version 1. This file is the source of truth; docs/protocol.md explains it.
 #
-# Every ZeroMQ message is: [routing id (ROUTER side only)] [header] [payload 0] ... [payload k]
+# Every ZeroMQ message is: [routing id (ROUTER side only)] [header] [payload frame 0] ... [payload frame m]
 #   header    one frame: a `Message` below, serialized with Cap'n Proto's standard (unpacked) encoding.
-#   payloads  opaque byte frames (serialized functions, arguments, results, objects, errors). The scheduler
-#             stores and forwards them but never decodes them. Which frame belongs to what is told by the header.
+#   payloads  opaque bytes (serialized functions, arguments, results, objects, errors). The scheduler stores and
+#             forwards them but never decodes them. Which payload belongs to what is told by the header.
+#
+# Payload frames. A batch message lists the size of each of its payloads in `payloadSizes` (u64 column) and
+# carries the payloads, in order, in the frames after the header: each frame holds one or more whole payloads
+# back to back (a payload never spans two frames, there is no padding). Senders put each big payload in a frame
+# of its own (zero-copy) and pack runs of small ones into one frame (one frame costs far more than its bytes).
+# Receivers walk the sizes: a payload of size s > 0 starts where the previous one ended, or at the start of the
+# next frame when the current frame is used up; a payload of size 0 takes no bytes. Every frame must be used up
+# exactly; anything else is malformed.
 #
 # Columns. Per-item numbers in batch messages travel as packed little-endian arrays inside `Data` fields
 # ("u64 column" = n * 8 bytes, "u16 column" = n * 2 bytes, "u8 column" = n bytes), so a batch of thousands of
@@ -86,23 +94,25 @@ struct HeartbeatEcho {
 }
 
 struct TaskBatch {
-  # n tasks. Payload frames follow the header: one frame per argument whose argRef is 0, in task order,
-  # then argument order. Python peers encode payloads as docs/protocol.md ("Python payloads") says.
+  # n tasks. One payload per argument whose argRef is 0, in task order, then argument order (see "Payload
+  # frames"). Python peers encode payloads as docs/protocol.md ("Python payloads") says.
   taskIds @0 :Data;             # u64 column
   functionIds @1 :Data;         # u64 column: object id holding the task's function
   flags @2 :Data;               # u8 column: bit 0 profile the run; bit 1 silent: do not send the result to
                                 #   the client (graph nodes only other nodes need)
   argCounts @3 :Data;           # u16 column: arguments of each task (positional, then keyword)
-  argRefs @4 :Data;             # u64 column over all arguments: 0 = next payload frame; else object/task id
+  argRefs @4 :Data;             # u64 column over all arguments: 0 = the next payload; else object/task id
   keywords @5 :List(Text);      # one per argument ("" = positional), or empty when every argument is positional
+  payloadSizes @6 :Data;        # u64 column: the size of each payload (one per argument whose argRef is 0)
 }
 
 struct ResultBatch {
-  # n results, one payload frame each, in order (possibly empty).
+  # n results, one payload each, in order (possibly empty).
   taskIds @0 :Data;             # u64 column
   statuses @1 :Data;            # u8 column: see TaskStatus
   durationsUs @2 :Data;         # u64 column of run times (profiling), or empty
   peakMemory @3 :Data;          # u64 column of peak memory in bytes (profiling), or empty
+  payloadSizes @4 :Data;        # u64 column: the size of each result's payload
 }
 
 enum TaskStatus {
@@ -115,9 +125,10 @@ enum TaskStatus {
 }
 
 struct ObjectBatch {
-  # n objects, one payload frame each, in order.
+  # n objects, one payload each, in order.
   objectIds @0 :Data;           # u64 column
   names @1 :List(Text);         # one per object, or empty
+  payloadSizes @2 :Data;        # u64 column: the size of each object's payload
 }
 
 struct IdList {

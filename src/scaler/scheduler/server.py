@@ -32,7 +32,16 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
-from scaler.io.sockets import bind_publisher, bind_router, context, has_input, send_frames, small_to_bytes, socket_fd
+from scaler.io.sockets import (
+    bind_publisher,
+    bind_router,
+    context,
+    has_input,
+    recv_frames,
+    send_frames,
+    small_to_bytes,
+    socket_fd,
+)
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import HeartbeatEcho, Message, decode, encode
 
@@ -113,7 +122,7 @@ class SchedulerServer:
         fd_of = self._fd_of
         for _ in range(DRAIN_LIMIT):
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(router, zmq.NOBLOCK)
             except zmq.Again:
                 break
             peer: bytes = frames[0].bytes

@@ -41,6 +41,7 @@ from scaler.io.sockets import (
     connect_dealer,
     context,
     has_input,
+    recv_frames,
     send_frames,
     send_message,
     small_to_bytes,
@@ -114,7 +115,7 @@ class WorkerAgent:
         now = time.monotonic()
         for _ in range(DRAIN_LIMIT):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(sock, zmq.NOBLOCK)
             except zmq.Again:
                 break
             try:
@@ -133,7 +134,7 @@ class WorkerAgent:
         now = time.monotonic()
         for _ in range(DRAIN_LIMIT):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(sock, zmq.NOBLOCK)
             except zmq.Again:
                 break
             processor = int(frames[0].bytes[1:])

@@ -1,4 +1,5 @@
-"""Encoding of agent <-> processor messages: a pickled header frame, then the raw payload frames."""
+"""Encoding of agent <-> processor messages: one pickled frame, with big payloads riding along as extra frames
+(pickle protocol 5 out-of-band buffers, so they are never copied into the pickle)."""
 
 from __future__ import annotations
 
@@ -9,49 +10,62 @@ from typing import Any
 from scaler.core.worker import messages as pm
 from scaler.protocol.messages import Payload
 
+_OUT_OF_BAND_FROM = 64 * 1024
+
+
+def _wrap(payloads: Sequence[Payload]) -> list[Any]:
+    return [pickle.PickleBuffer(p) if len(p) >= _OUT_OF_BAND_FROM else p for p in payloads]  # type: ignore[arg-type]
+
 
 def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
+    header: tuple[Any, ...]
     if isinstance(message, pm.RunTasks):
-        header: tuple[Any, ...] = ("run", message.object_ids, message.tasks)
-        return [pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL), *message.payloads]
-    if isinstance(message, pm.Results):
-        header = ("results", message.task_ids, message.statuses, message.durations_us, message.peak_memory)
-        return [pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL), *message.payloads]
-    if isinstance(message, pm.DropObjects):
+        header = ("run", message.object_ids, message.tasks, _wrap(message.payloads))
+    elif isinstance(message, pm.Results):
+        header = (
+            "results",
+            message.task_ids,
+            message.statuses,
+            message.durations_us,
+            message.peak_memory,
+            _wrap(message.payloads),
+        )
+    elif isinstance(message, pm.DropObjects):
         header = ("drop", message.object_ids)
-    elif isinstance(message, pm.Exit):
-        header = ("exit", message.reason)
-    elif isinstance(message, pm.Ready):
-        header = ("ready", message.pid)
     elif isinstance(message, pm.Discard):
         header = ("discard", message.task_ids)
     elif isinstance(message, pm.Resume):
         header = ("resume",)
+    elif isinstance(message, pm.Exit):
+        header = ("exit", message.reason)
+    elif isinstance(message, pm.Ready):
+        header = ("ready", message.pid)
     elif isinstance(message, pm.Blocked):
         header = ("blocked",)
     else:
         header = ("unblocked",)
-    return [pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)]
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(header, protocol=5, buffer_callback=buffers.append)
+    return [data, *(b.raw() for b in buffers)]
 
 
 def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
-    header = pickle.loads(frames[0])  # type: ignore[arg-type]
+    header = pickle.loads(frames[0], buffers=frames[1:])  # type: ignore[arg-type]
     kind = header[0]
-    payloads = list(frames[1:])
     if kind == "run":
-        return pm.RunTasks(header[1], header[2], payloads)
+        return pm.RunTasks(header[1], header[2], header[3])
     if kind == "results":
-        return pm.Results(header[1], header[2], header[3], header[4], payloads)
+        return pm.Results(header[1], header[2], header[3], header[4], header[5])
     if kind == "drop":
         return pm.DropObjects(header[1])
-    if kind == "exit":
-        return pm.Exit(header[1])
-    if kind == "ready":
-        return pm.Ready(header[1])
     if kind == "discard":
         return pm.Discard(header[1])
     if kind == "resume":
         return pm.Resume()
+    if kind == "exit":
+        return pm.Exit(header[1])
+    if kind == "ready":
+        return pm.Ready(header[1])
     if kind == "blocked":
         return pm.Blocked()
     if kind == "unblocked":

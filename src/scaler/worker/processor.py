@@ -20,7 +20,7 @@ import zmq
 from scaler.client import future as future_module
 from scaler.core.worker import messages as pm
 from scaler.io.processes import die_with_parent
-from scaler.io.sockets import connect_dealer, context, small_to_bytes
+from scaler.io.sockets import connect_dealer, context, recv_frames, send_frames, small_to_bytes
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
 from scaler.serializer import Serializer, serializer_input
@@ -86,7 +86,7 @@ class Processor:
     def _drain(self) -> None:
         while True:
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(self.sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._on_message(pipe.decode(small_to_bytes(frames)))
@@ -117,7 +117,7 @@ class Processor:
             self.running = False
 
     def _send(self, message: pm.FromProcessor) -> None:
-        self.sock.send_multipart(pipe.encode(message), copy=False)  # type: ignore[arg-type]
+        send_frames(self.sock, pipe.encode(message))
 
     # ------------------------------------------------------------------------------------------- tasks
     def _run_one(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
