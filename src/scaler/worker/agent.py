@@ -11,7 +11,7 @@ import logging
 import multiprocessing
 import os
 import signal
-import tempfile
+import socket
 import time
 from typing import Any
 
@@ -37,19 +37,17 @@ from scaler.core.worker.agent import (
     ToScheduler,
 )
 from scaler.io.sockets import (
-    bind_router,
     connect_dealer,
     context,
     has_input,
     recv_frames,
-    send_frames,
     send_message,
     small_to_bytes,
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import decode
-from scaler.worker import pipe
+from scaler.worker import link, pipe
 from scaler.worker.processor import run_processor
 
 logger = logging.getLogger(__name__)
@@ -65,10 +63,10 @@ class WorkerAgent:
         self.core = AgentCore(config)
         self.ctx = context()
         self.identity = f"W|{config.hostname}|{os.getpid()}|{os.urandom(4).hex()}".encode()
-        self.ipc_path = os.path.join(tempfile.gettempdir(), f"scaler-agent-{os.getpid()}-{os.urandom(4).hex()}")
         self.scheduler: zmq.Socket[Any] | None = None
-        self.processors_socket: zmq.Socket[Any] | None = None
         self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.links: dict[int, asyncio.Transport] = {}
+        self._link_tasks: set[asyncio.Task[Any]] = set()
         self.me = psutil.Process()
         self._stopped: asyncio.Future[int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -77,32 +75,23 @@ class WorkerAgent:
     async def run(self) -> int:
         self._loop = loop = asyncio.get_running_loop()
         self._stopped = loop.create_future()
-        self.processors_socket = bind_router(f"ipc://{self.ipc_path}", self.ctx)
         self.scheduler = connect_dealer(self.address, self.identity, self.ctx)
         self.me.cpu_percent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         loop.add_reader(socket_fd(self.scheduler), self._on_scheduler_readable)
-        loop.add_reader(socket_fd(self.processors_socket), self._on_processors_readable)
         self._handle(Started(time.monotonic()))
         loop.call_soon(self._on_scheduler_readable)  # drain once: a ZeroMQ FD only signals new edges
-        loop.call_soon(self._on_processors_readable)
         ticker = loop.create_task(self._tick_forever())
         try:
             return await self._stopped
         finally:
             ticker.cancel()
             loop.remove_reader(socket_fd(self.scheduler))
-            loop.remove_reader(socket_fd(self.processors_socket))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self._kill_all()
             self.scheduler.close(linger=1000)
-            self.processors_socket.close(linger=0)
-            try:
-                os.unlink(self.ipc_path)
-            except OSError:
-                pass
 
     # ------------------------------------------------------------------------------------------- events
     def _on_signal(self, sig: int) -> None:
@@ -127,19 +116,12 @@ class WorkerAgent:
         self._execute(self.core.flush())
         self._recheck()
 
-    def _on_processors_readable(self) -> None:
-        sock = self.processors_socket
-        if sock is None or self.core.stopped:
+    def _on_processor_messages(self, processor: int, messages: list[list[bytes]]) -> None:
+        if self.core.stopped:
             return
         now = time.monotonic()
-        for _ in range(DRAIN_LIMIT):
-            try:
-                frames = recv_frames(sock, zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            processor = int(frames[0].bytes[1:])
-            message = pipe.decode(small_to_bytes(frames[1:]))
-            self.core.feed(FromProcessor(now, processor, message))  # type: ignore[arg-type]
+        for frames in messages:
+            self.core.feed(FromProcessor(now, processor, pipe.decode(frames)))  # type: ignore[arg-type]
         self._execute(self.core.flush())
         self._recheck()
 
@@ -149,8 +131,6 @@ class WorkerAgent:
             return
         if self.scheduler is not None and has_input(self.scheduler):
             self._loop.call_soon(self._on_scheduler_readable)
-        if self.processors_socket is not None and has_input(self.processors_socket):
-            self._loop.call_soon(self._on_processors_readable)
 
     async def _tick_forever(self) -> None:
         last_stats = 0.0
@@ -177,6 +157,9 @@ class WorkerAgent:
         return cpu, rss, p_cpu, p_rss
 
     def _on_process_exit(self, processor: int) -> None:
+        transport = self.links.pop(processor, None)
+        if transport is not None:
+            transport.close()
         process = self.processes.pop(processor, None)
         if process is None:
             return
@@ -208,28 +191,37 @@ class WorkerAgent:
                     self._stopped.set_result(command.exit_code)
 
     def _to_processor(self, command: ToProcessor) -> None:
-        assert self.processors_socket is not None
-        frames = [f"p{command.processor}".encode(), *pipe.encode(command.message)]
-        try:
-            send_frames(self.processors_socket, frames)
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            # the processor is gone; its exit is reported through its sentinel
+        transport = self.links.get(command.processor)
+        if transport is None or transport.is_closing():
+            return  # the processor is gone; its exit is reported through its sentinel
+        transport.writelines(link.pack(pipe.encode(command.message)))
 
     def _start_processor(self, processor: int) -> None:
+        assert self._loop is not None
+        ours, theirs = socket.socketpair()
         process = self._mp.Process(
             target=run_processor,
-            args=(f"ipc://{self.ipc_path}", processor, os.getpid()),
+            args=(theirs, processor, os.getpid()),
             name=f"scaler-processor-{processor}",
             daemon=False,
         )
         process.start()
+        theirs.close()
         self.processes[processor] = process
-        assert self._loop is not None
         self._loop.add_reader(process.sentinel, self._on_process_exit, processor)
+        task = self._loop.create_task(self._open_link(processor, ours))
+        self._link_tasks.add(task)
+        task.add_done_callback(self._link_tasks.discard)
+
+    async def _open_link(self, processor: int, sock: socket.socket) -> None:
+        assert self._loop is not None
+        transport, _ = await self._loop.create_unix_connection(lambda: _LinkProtocol(self, processor), sock=sock)
+        self.links[processor] = transport
 
     def _kill(self, processor: int) -> None:
+        transport = self.links.pop(processor, None)
+        if transport is not None:
+            transport.close()
         process = self.processes.pop(processor, None)
         if process is None:
             return
@@ -241,6 +233,20 @@ class WorkerAgent:
     def _kill_all(self) -> None:
         for processor in list(self.processes):
             self._kill(processor)
+
+
+class _LinkProtocol(asyncio.Protocol):
+    """Bytes from one processor, cut into messages for the agent."""
+
+    def __init__(self, agent: WorkerAgent, processor: int) -> None:
+        self.agent = agent
+        self.processor = processor
+        self.reader = link.FrameReader()
+
+    def data_received(self, data: bytes) -> None:
+        messages = self.reader.feed(data)
+        if messages:
+            self.agent._on_processor_messages(self.processor, messages)
 
 
 def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin") -> int:

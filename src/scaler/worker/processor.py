@@ -10,44 +10,43 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections import deque
 from typing import Any
 
-import zmq
-
 from scaler.client import future as future_module
 from scaler.core.worker import messages as pm
 from scaler.io.processes import die_with_parent
-from scaler.io.sockets import connect_dealer, context, recv_frames, send_frames, small_to_bytes
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
 from scaler.serializer import Serializer, serializer_input
 from scaler.worker import pipe
+from scaler.worker.link import BlockingLink
 
 # Results are sent when the local queue empties, when this many wait, when a task took this long, or when the
 # oldest waiting result is this old: few messages for tiny tasks, no delay for long ones.
 FLUSH_COUNT = 64
 FLUSH_AFTER_NS = 1_000_000
-PARENT_CHECK_MS = 1000
+PARENT_CHECK_SECONDS = 1.0
 
 logger = logging.getLogger(__name__)
 
 
-def run_processor(agent_address: str, processor: int, parent_pid: int) -> None:
-    """Entry point of a processor process (forked by the agent)."""
+def run_processor(link: socket.socket, processor: int, parent_pid: int) -> None:
+    """Entry point of a processor process (forked by the agent); `link` is its end of the socket pair."""
     die_with_parent(signal.SIGKILL)
     signal.set_wakeup_fd(-1)  # the agent's event loop owns that pipe, not us
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    Processor(agent_address, processor, parent_pid).run()
+    Processor(BlockingLink(link), processor, parent_pid).run()
 
 
 class Processor:
-    def __init__(self, agent_address: str, processor: int, parent_pid: int) -> None:
+    def __init__(self, link: BlockingLink, processor: int, parent_pid: int) -> None:
         self.parent_pid = parent_pid
-        self.sock = connect_dealer(agent_address, f"p{processor}".encode(), context())
+        self.link = link
         self.raw_objects: dict[int, Payload] = {}
         self.functions: dict[int, tuple[Serializer, Any]] = {}
         self.values: dict[tuple[int, int], Any] = {}  # (serializer identity, object id) -> deserialized object
@@ -70,26 +69,28 @@ class Processor:
             while self.running:
                 if not self.pending or self.resumes_owed:
                     self._flush()
-                    if not self.sock.poll(PARENT_CHECK_MS):
+                    message = self.link.receive(PARENT_CHECK_SECONDS)
+                    if message is None:
                         if os.getppid() != self.parent_pid:
                             return  # the agent is gone
                         continue
+                    self._on_message(pipe.decode(message))
                 self._drain()
                 if self.pending and not self.resumes_owed:
                     self._run_one(*self.pending.popleft())
                     self._maybe_flush()
-        finally:
             self._flush()
+        except EOFError:
+            return  # the agent is gone
+        finally:
             future_module.set_blocking_hook(None, None)
-            self.sock.close(linger=1000)
 
     def _drain(self) -> None:
         while True:
-            try:
-                frames = recv_frames(self.sock, zmq.NOBLOCK)
-            except zmq.Again:
+            message = self.link.receive(0)
+            if message is None:
                 return
-            self._on_message(pipe.decode(small_to_bytes(frames)))
+            self._on_message(pipe.decode(message))
 
     def _on_message(self, message: Any) -> None:
         if isinstance(message, pm.RunTasks):
@@ -117,7 +118,7 @@ class Processor:
             self.running = False
 
     def _send(self, message: pm.FromProcessor) -> None:
-        send_frames(self.sock, pipe.encode(message))
+        self.link.send(pipe.encode(message))
 
     # ------------------------------------------------------------------------------------------- tasks
     def _run_one(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
