@@ -65,8 +65,7 @@ class WorkerAgent:
         self.identity = f"W|{config.hostname}|{os.getpid()}|{os.urandom(4).hex()}".encode()
         self.scheduler: zmq.Socket[Any] | None = None
         self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
-        self.links: dict[int, asyncio.Transport] = {}
-        self._link_tasks: set[asyncio.Task[Any]] = set()
+        self.links: dict[int, link.AsyncLink] = {}
         self.me = psutil.Process()
         self._stopped: asyncio.Future[int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,7 +115,7 @@ class WorkerAgent:
         self._execute(self.core.flush())
         self._recheck()
 
-    def _on_processor_messages(self, processor: int, messages: list[list[bytes]]) -> None:
+    def _on_processor_messages(self, processor: int, messages: list[list[bytearray]]) -> None:
         if self.core.stopped:
             return
         now = time.monotonic()
@@ -157,9 +156,9 @@ class WorkerAgent:
         return cpu, rss, p_cpu, p_rss
 
     def _on_process_exit(self, processor: int) -> None:
-        transport = self.links.pop(processor, None)
-        if transport is not None:
-            transport.close()
+        channel = self.links.pop(processor, None)
+        if channel is not None:
+            channel.close()
         process = self.processes.pop(processor, None)
         if process is None:
             return
@@ -191,10 +190,9 @@ class WorkerAgent:
                     self._stopped.set_result(command.exit_code)
 
     def _to_processor(self, command: ToProcessor) -> None:
-        transport = self.links.get(command.processor)
-        if transport is None or transport.is_closing():
-            return  # the processor is gone; its exit is reported through its sentinel
-        transport.writelines(link.pack(pipe.encode(command.message)))
+        channel = self.links.get(command.processor)
+        if channel is not None:  # else the processor is gone; its exit is reported through its sentinel
+            channel.send(pipe.encode(command.message))
 
     def _start_processor(self, processor: int) -> None:
         assert self._loop is not None
@@ -209,19 +207,14 @@ class WorkerAgent:
         theirs.close()
         self.processes[processor] = process
         self._loop.add_reader(process.sentinel, self._on_process_exit, processor)
-        task = self._loop.create_task(self._open_link(processor, ours))
-        self._link_tasks.add(task)
-        task.add_done_callback(self._link_tasks.discard)
-
-    async def _open_link(self, processor: int, sock: socket.socket) -> None:
-        assert self._loop is not None
-        transport, _ = await self._loop.create_unix_connection(lambda: _LinkProtocol(self, processor), sock=sock)
-        self.links[processor] = transport
+        self.links[processor] = link.AsyncLink(
+            self._loop, ours, lambda messages: self._on_processor_messages(processor, messages)
+        )
 
     def _kill(self, processor: int) -> None:
-        transport = self.links.pop(processor, None)
-        if transport is not None:
-            transport.close()
+        channel = self.links.pop(processor, None)
+        if channel is not None:
+            channel.close()
         process = self.processes.pop(processor, None)
         if process is None:
             return
@@ -233,20 +226,6 @@ class WorkerAgent:
     def _kill_all(self) -> None:
         for processor in list(self.processes):
             self._kill(processor)
-
-
-class _LinkProtocol(asyncio.Protocol):
-    """Bytes from one processor, cut into messages for the agent."""
-
-    def __init__(self, agent: WorkerAgent, processor: int) -> None:
-        self.agent = agent
-        self.processor = processor
-        self.reader = link.FrameReader()
-
-    def data_received(self, data: bytes) -> None:
-        messages = self.reader.feed(data)
-        if messages:
-            self.agent._on_processor_messages(self.processor, messages)
 
 
 def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin") -> int:

@@ -2,18 +2,24 @@
 
 A plain socket costs one write and one wake-up per message; ZeroMQ would add a wake-up of its I/O thread at
 each end. Wire format of one message: u32 frame count, then one u64 length per frame, then the frames' bytes
-(all little-endian). Parsing is incremental (bytes arrive in arbitrary pieces).
+(all little-endian). The reader hands out the buffer to receive into, so a frame's bytes go from the kernel
+straight into the frame's own buffer (one copy, however big the payload).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import socket
 import struct
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _COUNT = struct.Struct("<I")
 _MAX_FRAMES = 1 << 20
+_SCRATCH = 256 * 1024
+_IOV_MAX = 512
 
 
 def pack(frames: Sequence[Any]) -> list[Any]:
@@ -23,43 +29,88 @@ def pack(frames: Sequence[Any]) -> list[Any]:
 
 
 class FrameReader:
-    """Turns a byte stream back into messages (lists of frames)."""
+    """Turns a byte stream back into messages (lists of frames): get_buffer() says where the next bytes go,
+    buffer_updated(n) says n bytes arrived there and returns the messages completed."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._scratch = bytearray(_SCRATCH)
+        self._filled = 0  # bytes of _scratch holding unparsed data
+        self._frames: list[bytearray] = []  # frames of the message being read
+        self._lengths: tuple[int, ...] = ()
+        self._target: bytearray | None = None  # a big frame being received in place
+        self._target_filled = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[list[bytes]]:
-        self._buffer += data
-        messages: list[list[bytes]] = []
+    def get_buffer(self) -> memoryview:
+        if self._target is not None:
+            return memoryview(self._target)[self._target_filled :]
+        if self._filled == len(self._scratch):  # a header bigger than the scratch space: make room
+            self._scratch.extend(bytes(len(self._scratch)))
+        return memoryview(self._scratch)[self._filled :]
+
+    def buffer_updated(self, count: int) -> list[list[bytearray]]:
+        if self._target is not None:
+            self._target_filled += count
+            if self._target_filled < len(self._target):
+                return []
+            self._frames.append(self._target)
+            self._target = None
+        else:
+            self._filled += count
+        return self._parse()
+
+    def feed(self, data: bytes) -> list[list[bytearray]]:
+        """Convenience for tests: push `data` through get_buffer/buffer_updated."""
+        messages: list[list[bytearray]] = []
+        view = memoryview(data)
+        while view:
+            buffer = self.get_buffer()
+            count = min(len(buffer), len(view))
+            buffer[:count] = view[:count]
+            view = view[count:]
+            messages += self.buffer_updated(count)
+        return messages
+
+    def _parse(self) -> list[list[bytearray]]:
+        messages = []
+        position = 0
+        scratch, filled = self._scratch, self._filled
         while True:
-            message = self._take()
-            if message is None:
-                return messages
-            messages.append(message)
-
-    def _take(self) -> list[bytes] | None:
-        buffer = self._buffer
-        if len(buffer) < _COUNT.size:
-            return None
-        (count,) = _COUNT.unpack_from(buffer)
-        if count > _MAX_FRAMES:
-            raise ValueError(f"processor link: {count} frames in one message")
-        head = _COUNT.size + 8 * count
-        if len(buffer) < head:
-            return None
-        lengths = struct.unpack_from(f"<{count}Q", buffer, _COUNT.size)
-        total = head + sum(lengths)
-        if len(buffer) < total:
-            return None
-        view = memoryview(buffer)
-        frames = []
-        position = head
-        for length in lengths:
-            frames.append(bytes(view[position : position + length]))
-            position += length
-        view.release()
-        del buffer[:total]
-        return frames
+            if not self._lengths:
+                if filled - position < _COUNT.size:
+                    break
+                (count,) = _COUNT.unpack_from(scratch, position)
+                if count > _MAX_FRAMES or count == 0:
+                    raise ValueError(f"processor link: a message of {count} frames")
+                if filled - position < _COUNT.size + 8 * count:
+                    break
+                self._lengths = struct.unpack_from(f"<{count}Q", scratch, position + _COUNT.size)
+                position += _COUNT.size + 8 * count
+            while len(self._frames) < len(self._lengths):
+                length = self._lengths[len(self._frames)]
+                available = filled - position
+                if available >= length:
+                    self._frames.append(scratch[position : position + length])
+                    position += length
+                    continue
+                if length > _SCRATCH // 2:  # receive the rest of a big frame in place
+                    self._target = bytearray(length)
+                    self._target[:available] = scratch[position:filled]
+                    self._target_filled = available
+                    position = filled
+                break
+            if len(self._frames) < len(self._lengths):
+                break
+            messages.append(self._frames)
+            self._frames, self._lengths = [], ()
+        remaining = filled - position
+        if position:
+            scratch[:remaining] = scratch[position:filled]
+        self._filled = remaining
+        if self._target is not None and self._target_filled >= len(self._target):
+            self._frames.append(self._target)
+            self._target = None
+            return messages + self._parse()
+        return messages
 
 
 class BlockingLink:
@@ -68,31 +119,104 @@ class BlockingLink:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reader = FrameReader()
-        self.pending: list[list[bytes]] = []
+        self.pending: list[list[bytearray]] = []
 
     def send(self, frames: Sequence[Any]) -> None:
         self.sock.settimeout(None)
-        buffers = [memoryview(b).cast("B") for b in pack(frames)]
-        while buffers:
-            sent = self.sock.sendmsg(buffers)
-            while sent and buffers:
-                if sent >= len(buffers[0]):
-                    sent -= len(buffers[0])
-                    buffers.pop(0)
-                else:
-                    buffers[0] = buffers[0][sent:]
-                    sent = 0
+        _send_some(self.sock, deque(memoryview(b).cast("B") for b in pack(frames)))
 
-    def receive(self, timeout: float | None) -> list[bytes] | None:
+    def receive(self, timeout: float | None) -> list[bytearray] | None:
         """The next message; None if nothing came within `timeout` (0: do not wait). Raises EOFError."""
-        if self.pending:
-            return self.pending.pop(0)
-        self.sock.settimeout(timeout)
+        while not self.pending:
+            self.sock.settimeout(timeout)
+            try:
+                count = self.sock.recv_into(self.reader.get_buffer())
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not count:
+                raise EOFError("the agent closed the link")
+            self.pending.extend(self.reader.buffer_updated(count))
+        return self.pending.pop(0)
+
+
+def _send_some(sock: socket.socket, buffers: deque[memoryview]) -> None:
+    """Write from the front of `buffers` until done or the socket is full (raises BlockingIOError)."""
+    while buffers:
+        sent = sock.sendmsg(list(itertools.islice(buffers, _IOV_MAX)))
+        while sent:
+            head = buffers[0]
+            if sent >= len(head):
+                sent -= len(head)
+                buffers.popleft()
+            else:
+                buffers[0] = head[sent:]
+                sent = 0
+
+
+class AsyncLink:
+    """The agent's end, on its asyncio loop: writes never block (what the kernel does not take waits for the
+    socket to drain), reads go straight into the frame reader's buffers."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        on_messages: Callable[[list[list[bytearray]]], None],
+    ) -> None:
+        sock.setblocking(False)
+        self.loop = loop
+        self.sock = sock
+        self.on_messages = on_messages
+        self.reader = FrameReader()
+        self.out: deque[memoryview] = deque()
+        self.closed = False
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def send(self, frames: Sequence[Any]) -> None:
+        if self.closed:
+            return
+        waiting = bool(self.out)
+        self.out.extend(memoryview(b).cast("B") for b in pack(frames))
+        if waiting:
+            return
         try:
-            data = self.sock.recv(1 << 20)
-        except (TimeoutError, BlockingIOError):
-            return None
-        if not data:
-            raise EOFError("the agent closed the link")
-        self.pending.extend(self.reader.feed(data))
-        return self.pending.pop(0) if self.pending else self.receive(timeout)
+            _send_some(self.sock, self.out)
+        except BlockingIOError:
+            self.loop.add_writer(self.sock.fileno(), self._writable)
+        except OSError:
+            self.close()
+
+    def _writable(self) -> None:
+        try:
+            _send_some(self.sock, self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close()
+            return
+        self.loop.remove_writer(self.sock.fileno())
+
+    def _readable(self) -> None:
+        messages: list[list[bytearray]] = []
+        while not self.closed:
+            try:
+                count = self.sock.recv_into(self.reader.get_buffer())
+            except BlockingIOError:
+                break
+            except OSError:
+                count = 0
+            if not count:
+                self.close()
+                break
+            messages += self.reader.buffer_updated(count)
+        if messages:
+            self.on_messages(messages)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        self.loop.remove_writer(self.sock.fileno())
+        self.out.clear()
+        self.sock.close()
