@@ -119,7 +119,7 @@ class Client:
         connection.submit(requests)
         return future
 
-    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], profiling: bool = False) -> list[Any]:
+    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]]) -> list[Any]:
         """Run fn(*args) for every tuple of arguments in iterable; returns the results, in order.
 
         >>> client.map(pow, [(2, 1), (2, 2), (2, 3)])
@@ -139,7 +139,7 @@ class Client:
                 )
         requests: list[Request] = []
         function_id = self._function_object(fn, requests)
-        flags = FLAG_PROFILING if profiling or self._profiling else 0
+        flags = 0  # map returns values, not futures: there is nowhere to read profiling from
         ids = connection.mint(len(items))
         tasks = []
         for task_id, item in zip(ids, items, strict=False):
@@ -162,20 +162,23 @@ class Client:
         deserialize = self._serializer.deserialize
         return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
 
-    def get(self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False) -> dict[Hashable, Any]:
+    def get(self, graph: dict[Hashable, Any], keys: list[Hashable]) -> dict[Hashable, Any]:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.
 
         >>> client.get({"a": 2, "b": (inc, "a")}, keys=["b"])
         {'b': 3}
         """
-        futures = self.submit_graph(graph, keys, profiling)
+        futures = self.submit_graph(graph, keys, profiling=False)
         self._wait_futures(futures)
         return {key: future.result() for key, future in zip(keys, futures, strict=False)}
 
     def submit_graph(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool = False
+        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None = None
     ) -> list[ScalerFuture]:
-        """Submit a dask-style graph; returns one future per key asked for, in order."""
+        """Submit a dask-style graph; returns one future per key asked for, in order.
+
+        profiling: profile the tasks of the keys asked for (None: as the client was created).
+        """
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
         connection = self._live()
@@ -189,7 +192,7 @@ class Client:
         wanted = set(keys)
         futures: dict[Hashable, ScalerFuture] = {}
         sinks: list[tuple[int, ResultSink]] = []
-        flags_base = FLAG_PROFILING if profiling or self._profiling else 0
+        flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
         tasks: list[Request] = []
         for node in plan.tasks:
             function_id = self._function_object(node.function, requests)
@@ -391,7 +394,6 @@ def _reconnect(address: str, profiling: bool, timeout: float, heartbeat: float, 
     with _nested_lock:
         client = _nested.get(key)
         if client is None or client._connection.closed.is_set():
-            deadline = time.monotonic() + timeout
-            client = Client(address, profiling, max(1.0, deadline - time.monotonic()), heartbeat, serializer)
+            client = Client(address, profiling, timeout, heartbeat, serializer)
             _nested[key] = client
         return client

@@ -136,6 +136,7 @@ class Connection:
         self._wake_pending = False
         self._wake_read, self._wake_write = os.pipe()
         self._sinks_lock = threading.Lock()
+        self._mint_lock = threading.Lock()
         self._sinks_closed = False
         self._shutdown_answer: list[BaseException | None] = []
         self._shutdown_event = threading.Event()
@@ -166,7 +167,8 @@ class Connection:
             self.sinks.update(items)
 
     def mint(self, count: int = 1) -> range:
-        return self.core.mint(count)
+        with self._mint_lock:  # user threads mint concurrently; ids must never repeat
+            return self.core.mint(count)
 
     def submit(self, requests: Iterable[Request]) -> None:
         self._requests.extend(requests)

@@ -30,7 +30,7 @@ def context() -> zmq.Context[Any]:
     """This process's ZeroMQ context (a fresh one after fork: a context never crosses a fork)."""
     global _context, _context_pid
     with _context_lock:
-        if _context is None or _context_pid != os.getpid():
+        if _context is None or _context_pid != os.getpid() or _context.closed:
             _context = zmq.Context(io_threads=1)
             _context_pid = os.getpid()
         return _context

@@ -105,8 +105,10 @@ class SchedulerServer:
             self.disconnects.close(linger=0)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            self.router.close(linger=500)
             self.publisher.close(linger=0)
+            # Let the last messages (Shutdown to every peer) leave before the process ends.
+            self.router.close(linger=2000)
+            self.ctx.destroy(linger=2000)
 
     def _on_signal(self, sig: int) -> None:
         logger.info("Scheduler: received %s, stopping", signal.Signals(sig).name)

@@ -90,7 +90,8 @@ class WorkerAgent:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self._kill_all()
-            self.scheduler.close(linger=1000)
+            self.scheduler.close(linger=2000)  # let Disconnect and the last results leave
+            self.ctx.destroy(linger=2000)
 
     # ------------------------------------------------------------------------------------------- events
     def _on_signal(self, sig: int) -> None:

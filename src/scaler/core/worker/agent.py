@@ -531,7 +531,7 @@ class AgentCore:
 
     def _window_size(self) -> int:
         if self.mean_duration_us <= 0:
-            return 4
+            return 1  # run times unknown: a task given to the processor can no longer be balanced away
         by_time = int(self.config.window_seconds * 1e6 / self.mean_duration_us)
         return max(1, min(self.config.max_window, by_time))
 
