@@ -10,7 +10,6 @@ import concurrent.futures
 import logging
 import os
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable

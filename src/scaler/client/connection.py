@@ -34,7 +34,7 @@ from scaler.errors import ConnectionFailedError, ProtectedModeError, TaskFailedE
 from scaler.io.processes import hostname
 from scaler.io.sockets import connect_dealer, context, recv_message, send_message
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import ErrorCode, Payload, TaskResults, TaskStatus
+from scaler.protocol.messages import ACCEPTED_BY_CLIENT, ErrorCode, Payload, TaskResults, TaskStatus
 from scaler.serializer import Serializer
 
 logger = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class Connection:
     def _receive(self, sock: zmq.Socket[Any]) -> None:
         while True:
             try:
-                message = recv_message(sock, zmq.NOBLOCK)
+                message = recv_message(sock, zmq.NOBLOCK, ACCEPTED_BY_CLIENT)
             except zmq.Again:
                 return
             except ProtocolError as exc:

@@ -91,9 +91,9 @@ def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
     return frames
 
 
-def recv_message(sock: zmq.Socket[Any], flags: int = 0) -> Message:
+def recv_message(sock: zmq.Socket[Any], flags: int = 0, accept: frozenset[str] | None = None) -> Message:
     """Receive and decode one message from a DEALER/SUB socket. Raises zmq.Again, ProtocolError."""
-    return decode(small_to_bytes(recv_frames(sock, flags)))
+    return decode(small_to_bytes(recv_frames(sock, flags)), accept)
 
 
 def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = None) -> None:

@@ -12,7 +12,7 @@ import zmq
 from scaler.io.sockets import connect_subscriber, recv_message
 from scaler.monitor.render import SHORTCUTS, render
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import Status
+from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def _next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
     if not sock.poll(timeout_ms):
         return None
     try:
-        message = recv_message(sock)
+        message = recv_message(sock, 0, ACCEPTED_BY_MONITOR)
     except ProtocolError:
         return None
     return message if isinstance(message, Status) else None

@@ -28,9 +28,42 @@ MAX_ID_PREFIX = (1 << 24) - 1
 FLAG_PROFILING = 1
 FLAG_SILENT = 2
 
-# A header is small; these bound what a hostile or broken peer can make us traverse.
-_TRAVERSAL_LIMIT_WORDS = 1 << 28
+# These bound what a hostile or broken peer can make us traverse: a few times the header's own size (a list of
+# empty structs costs nothing on the wire but one word each to traverse), and a shallow nesting.
+_TRAVERSAL_SLACK_WORDS = 1024
 _NESTING_LIMIT = 16
+
+# What each role accepts; anything else is refused before its fields are read.
+ACCEPTED_BY_SCHEDULER = frozenset(
+    {
+        "hello",
+        "heartbeat",
+        "submitTasks",
+        "taskResults",
+        "cancelTasks",
+        "putObjects",
+        "freeObjects",
+        "balanceResponse",
+        "disconnect",
+        "shutdownRequest",
+    }
+)
+ACCEPTED_BY_WORKER = frozenset(
+    {
+        "welcome",
+        "refused",
+        "heartbeatEcho",
+        "dispatchTasks",
+        "cancelTasks",
+        "putObjects",
+        "freeObjects",
+        "balanceRequest",
+        "shutdown",
+        "error",
+    }
+)
+ACCEPTED_BY_CLIENT = frozenset({"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error"})
+ACCEPTED_BY_MONITOR = frozenset({"status"})
 
 capnp.remove_import_hook()
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
@@ -456,17 +489,22 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
-def decode(frames: Sequence[Payload]) -> Message:
-    """The message in `frames` (header first). Raises ProtocolError if it is not a valid message."""
+def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> Message:
+    """The message in `frames` (header first). Raises ProtocolError if it is not a valid message, or if it is of
+    a kind not in `accept` (when given)."""
     if not frames:
         raise ProtocolError("empty message")
     header = bytes(frames[0])  # type: ignore[call-overload]
     payloads = frames[1:]
     try:
         with _schema.Message.from_bytes(
-            header, traversal_limit_in_words=_TRAVERSAL_LIMIT_WORDS, nesting_limit=_NESTING_LIMIT
+            header,
+            traversal_limit_in_words=4 * (len(header) // 8) + _TRAVERSAL_SLACK_WORDS,
+            nesting_limit=_NESTING_LIMIT,
         ) as root:
             name = str(root.which())
+            if accept is not None and name not in accept:
+                raise ProtocolError(f"a {name!r} message is not expected here")
             decoder = _DECODERS.get(name)
             if decoder is None:
                 raise ProtocolError(f"unknown message kind {name!r}")
@@ -512,6 +550,7 @@ def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
 
 
 def _dec_refused(b: Any, p: Sequence[Payload]) -> Refused:
+    _no_payloads(p, "refused")
     return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion)
 
 
@@ -531,6 +570,7 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
 
 
 def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
+    _no_payloads(p, "heartbeatEcho")
     return HeartbeatEcho(sent_at_us=b.sentAtUs)
 
 
@@ -590,17 +630,21 @@ def _dec_objects(b: Any, p: Sequence[Payload]) -> PutObjects:
 
 def _dec_reason(cls: type[ReasonMessage]) -> Callable[[Any, Sequence[Payload]], ReasonMessage]:
     def decoder(b: Any, p: Sequence[Payload]) -> ReasonMessage:
+        _no_payloads(p, MESSAGE_NAMES[cls])
         return cls(b.reason)
 
     return decoder
 
 
 def _dec_error(b: Any, p: Sequence[Payload]) -> Error:
+    _no_payloads(p, "error")
     code = {v: k for k, v in _ERROR_CODE_NAMES.items()}[str(b.code)]
     return Error(code, b.message, unpack_u64(b.ids, None, "ids"))
 
 
 def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
+    _no_payloads(p, "status")
+
     def counters(items: Any) -> dict[str, int]:
         return {c.name: c.value for c in items}
 

@@ -43,7 +43,7 @@ from scaler.io.sockets import (
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import HeartbeatEcho, Message, decode, encode
+from scaler.protocol.messages import ACCEPTED_BY_SCHEDULER, HeartbeatEcho, Message, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class SchedulerServer:
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
             try:
-                message: Message | ProtocolError = decode(small_to_bytes(frames[1:]))
+                message: Message | ProtocolError = decode(small_to_bytes(frames[1:]), ACCEPTED_BY_SCHEDULER)
             except ProtocolError as exc:
                 message = exc
             if isinstance(message, ProtocolError):

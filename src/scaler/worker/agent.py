@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import multiprocessing
 import os
 import signal
 import socket
+import struct
 import time
 from typing import Any
 
@@ -46,7 +48,7 @@ from scaler.io.sockets import (
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import decode
+from scaler.protocol.messages import ACCEPTED_BY_WORKER, decode
 from scaler.worker import link, pipe
 from scaler.worker.processor import run_processor
 
@@ -66,6 +68,7 @@ class WorkerAgent:
         self.scheduler: zmq.Socket[Any] | None = None
         self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
         self.links: dict[int, link.AsyncLink] = {}
+        self.running_slots: dict[int, mmap.mmap] = {}
         self.me = psutil.Process()
         self._stopped: asyncio.Future[int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,7 +111,7 @@ class WorkerAgent:
             except zmq.Again:
                 break
             try:
-                message = decode(small_to_bytes(frames))
+                message = decode(small_to_bytes(frames), ACCEPTED_BY_WORKER)
             except ProtocolError as exc:
                 logger.warning("Worker: dropped a malformed message from the scheduler: %s", exc)
                 continue
@@ -166,7 +169,11 @@ class WorkerAgent:
         assert self._loop is not None
         self._loop.remove_reader(process.sentinel)
         process.join(1)
-        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode))
+        running = self.running_slots.pop(processor, None)
+        task_id = struct.unpack_from("<Q", running)[0] if running is not None else 0
+        if running is not None:
+            running.close()
+        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode, task_id))
 
     # ------------------------------------------------------------------------------------------- commands
     def _handle(self, event: AgentEvent) -> None:
@@ -198,21 +205,26 @@ class WorkerAgent:
     def _start_processor(self, processor: int) -> None:
         assert self._loop is not None
         ours, theirs = socket.socketpair()
+        running = mmap.mmap(-1, 8)  # shared with the child: the id of the task it is running, 0 between tasks
         process = self._mp.Process(
             target=run_processor,
-            args=(theirs, processor, os.getpid()),
+            args=(theirs, running, processor, os.getpid()),
             name=f"scaler-processor-{processor}",
             daemon=False,
         )
         process.start()
         theirs.close()
         self.processes[processor] = process
+        self.running_slots[processor] = running
         self._loop.add_reader(process.sentinel, self._on_process_exit, processor)
         self.links[processor] = link.AsyncLink(
             self._loop, ours, lambda messages: self._on_processor_messages(processor, messages)
         )
 
     def _kill(self, processor: int) -> None:
+        running = self.running_slots.pop(processor, None)
+        if running is not None:
+            running.close()
         channel = self.links.pop(processor, None)
         if channel is not None:
             channel.close()

@@ -8,9 +8,11 @@ remaining work to another processor. If user code crashes this process, the agen
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import signal
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -30,23 +32,25 @@ from scaler.worker.link import BlockingLink
 FLUSH_COUNT = 64
 FLUSH_AFTER_NS = 1_000_000
 PARENT_CHECK_SECONDS = 1.0
+_RUNNING = struct.Struct("<Q")
 
 logger = logging.getLogger(__name__)
 
 
-def run_processor(link: socket.socket, processor: int, parent_pid: int) -> None:
+def run_processor(link: socket.socket, running: mmap.mmap, processor: int, parent_pid: int) -> None:
     """Entry point of a processor process (forked by the agent); `link` is its end of the socket pair."""
     die_with_parent(signal.SIGKILL)
     signal.set_wakeup_fd(-1)  # the agent's event loop owns that pipe, not us
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    Processor(BlockingLink(link), processor, parent_pid).run()
+    Processor(BlockingLink(link), running, processor, parent_pid).run()
 
 
 class Processor:
-    def __init__(self, link: BlockingLink, processor: int, parent_pid: int) -> None:
+    def __init__(self, link: BlockingLink, running: mmap.mmap, processor: int, parent_pid: int) -> None:
         self.parent_pid = parent_pid
         self.link = link
+        self.running_task = running  # shared with the agent: which task runs now, should we die running it
         self.raw_objects: dict[int, Payload] = {}
         self.functions: dict[int, tuple[Serializer, Any]] = {}
         self.values: dict[tuple[int, int], Any] = {}  # (serializer identity, object id) -> deserialized object
@@ -77,7 +81,10 @@ class Processor:
                     self._on_message(pipe.decode(message))
                 self._drain()
                 if self.pending and not self.resumes_owed:
-                    self._run_one(*self.pending.popleft())
+                    task, payloads = self.pending.popleft()
+                    _RUNNING.pack_into(self.running_task, 0, task[0])
+                    self._run_one(task, payloads)
+                    _RUNNING.pack_into(self.running_task, 0, 0)
                     self._maybe_flush()
             self._flush()
         except EOFError:

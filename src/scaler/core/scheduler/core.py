@@ -296,7 +296,12 @@ class SchedulerCore:
                 inline = refs.count(0)
             pays = tuple(payloads[pay_pos : pay_pos + inline])
             pay_pos += inline
-            if task_id >> ID_PREFIX_SHIFT != client.prefix or not task_id & ID_COUNTER_MASK or task_id in self.tasks:
+            if (
+                task_id >> ID_PREFIX_SHIFT != client.prefix
+                or not task_id & ID_COUNTER_MASK
+                or task_id in self.tasks
+                or task_id in self.objects
+            ):
                 bad_ids.append(task_id)
                 continue
             if kws is not None and not any(kws):
@@ -309,7 +314,7 @@ class SchedulerCore:
             client.task_count += 1
             self._link(task)
         if bad_ids:
-            text = f"{len(bad_ids)} task ids are not this session's, are 0 or are already in use"
+            text = f"{len(bad_ids)} task ids are not this session's, have counter 0 or are already in use"
             self._bad_request(client.identity, text, bad_ids)
 
     def _link(self, task: Task) -> None:
@@ -322,22 +327,27 @@ class SchedulerCore:
                 self._move(task, TaskEvent.READY)
                 self.ready.append(task)
                 return
-        for ref in task.references():
+        objects, deps = [], []
+        for ref in task.references():  # check every reference before pinning any
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is client:
-                obj.refs += 1
+                objects.append(obj)
                 continue
             dep = self.tasks.get(ref)
             if dep is not None and dep.client is client and dep is not task:
-                if dep.dependents is None:
-                    dep.dependents = []
-                dep.dependents.append(task)
-                task.waiting_on += 1
+                deps.append(dep)
                 continue
             what = "function" if ref == task.function_id else "argument"
             text = f"the task's {what} refers to object or task {ref:#x}, which this client does not have"
-            self._end(task, TaskStatus.FAILED, text.encode())
+            self._end(task, TaskStatus.FAILED, text.encode(), pinned=False)
             return
+        for obj in objects:
+            obj.refs += 1
+        for dep in deps:
+            if dep.dependents is None:
+                dep.dependents = []
+            dep.dependents.append(task)
+            task.waiting_on += 1
         if task.waiting_on == 0:
             self._move(task, TaskEvent.READY)
             self.ready.append(task)
@@ -411,8 +421,12 @@ class SchedulerCore:
         if task.state != TaskState.ENDED:
             counts[task.state] += 1
 
-    def _end(self, first: Task, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
-        """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome)."""
+    def _end(
+        self, first: Task, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, pinned: bool = True
+    ) -> None:
+        """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome).
+
+        pinned=False: `first` never pinned the objects it refers to (it was refused while being linked)."""
         pending = [first]
         while pending:
             task = pending.pop()
@@ -434,7 +448,8 @@ class SchedulerCore:
                     self._keep_result(task, payload, alive)
                 else:
                     pending.extend(alive)
-            self._release(task)
+            if pinned or task is not first:
+                self._release(task)
             duration_us = peak = 0
 
     def _keep_result(self, task: Task, payload: Payload, dependents: list[Task]) -> None:
@@ -461,14 +476,20 @@ class SchedulerCore:
     def _on_put_objects(self, client: ClientSession, message: PutObjects) -> None:
         bad = []
         for k, object_id in enumerate(message.object_ids):
-            if object_id >> ID_PREFIX_SHIFT != client.prefix or object_id in self.objects or object_id in self.tasks:
+            if (
+                object_id >> ID_PREFIX_SHIFT != client.prefix
+                or not object_id & ID_COUNTER_MASK
+                or object_id in self.objects
+                or object_id in self.tasks
+            ):
                 bad.append(object_id)
                 continue
             name = message.names[k] if message.names else ""
             self.objects[object_id] = StoredObject(object_id, client, message.payloads[k], name, released=False)
             client.objects.add(object_id)
         if bad:
-            self._bad_request(client.identity, f"{len(bad)} object ids are not this session's or already in use", bad)
+            text = f"{len(bad)} object ids are not this session's, have counter 0 or are already in use"
+            self._bad_request(client.identity, text, bad)
 
     def _on_free_objects(self, client: ClientSession, message: FreeObjects) -> None:
         for object_id in message.ids:

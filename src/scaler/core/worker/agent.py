@@ -77,6 +77,7 @@ class ProcessorExited:
     now: float
     processor: int
     exit_code: int | None
+    running_task: int = 0  # the task it had started and not finished when it died (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,7 @@ class AgentCore:
         self._last_heard = 0.0
         self._last_heartbeat = -1e18
         self._heartbeat_sent_at = 0.0
+        self._echo_awaited = False
         self._out: list[AgentCommand] = []
         self._results_ids: list[int] = []
         self._results_statuses = bytearray()
@@ -210,7 +212,7 @@ class AgentCore:
         elif isinstance(event, Tick):
             self._on_tick(event)
         elif isinstance(event, ProcessorExited):
-            self._on_processor_exit(event.processor, event.exit_code)
+            self._on_processor_exit(event.processor, event.exit_code, event.running_task)
         elif isinstance(event, Started):
             self._last_heard = event.now
             self._out.append(ToScheduler(self._hello()))
@@ -259,7 +261,9 @@ class AgentCore:
         elif isinstance(message, BalanceRequest):
             self._out.append(ToScheduler(BalanceResponse(self._take_queued(message.ids))))
         elif isinstance(message, HeartbeatEcho):
-            self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
+            if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
+                self._echo_awaited = False
+                self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
         elif isinstance(message, Welcome):
             self.connected = True
             self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
@@ -364,6 +368,7 @@ class AgentCore:
                 blocked_processors=sum(1 for s in self.processors.values() if s.state == BLOCKED),
             )
             self._out.append(ToScheduler(heartbeat))
+            self._echo_awaited = True
 
     def _stop(self, reason: str, exit_code: int = 0) -> None:
         self._out.append(Log.info(f"stopping: {reason}"))
@@ -436,26 +441,28 @@ class AgentCore:
         if self.active == slot.processor:
             self.active = None
 
-    def _on_processor_exit(self, processor: int, exit_code: int | None) -> None:
+    def _on_processor_exit(self, processor: int, exit_code: int | None, running_task: int) -> None:
+        """The task it was running is reported crashed; the rest of its window (not started, or finished with
+        results that died with it) runs again."""
         slot = self.processors.pop(processor, None)
         if slot is None:
             return
         if self.active == processor:
             self.active = None
-        tasks = list(slot.window.values())
-        if tasks:
-            crashed, rest = tasks[0], tasks[1:]
-            text = f"the processor running this task died (exit code {exit_code})"
-            self._out.append(Log.warning(f"task {crashed.task_id:#x}: {text}"))
-            if crashed.state != GONE:
-                del self.tasks[crashed.task_id]
-                crashed.state = GONE
-                self._add_result(crashed, TaskStatus.CRASHED, text.encode(), 0, 0)
-            for task in reversed(rest):
-                if task.state != GONE:
-                    task.state = QUEUED
-                    self.queued += 1
-                    self.queue.appendleft(task)
+        again = []
+        for task in slot.window.values():
+            if task.task_id == running_task and task.state != GONE:
+                text = f"the processor running this task died (exit code {exit_code})"
+                self._out.append(Log.warning(f"task {task.task_id:#x}: {text}"))
+                del self.tasks[task.task_id]
+                task.state = GONE
+                self._add_result(task, TaskStatus.CRASHED, text.encode(), 0, 0)
+            elif task.state != GONE:
+                again.append(task)
+        for task in reversed(again):
+            task.state = QUEUED
+            self.queued += 1
+            self.queue.appendleft(task)
         if slot.state == STARTING:
             self._start_failures += 1
             self._out.append(Log.warning(f"processor {processor} died while starting (exit code {exit_code})"))
