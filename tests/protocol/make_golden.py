@@ -6,12 +6,13 @@
 Files, for each message member name NAME of scaler.capnp's `Message` union:
     golden/NAME.bin       the header frame: one Cap'n Proto message (standard unpacked encoding, one segment),
                           decodable with `capnp decode scaler.capnp Message < NAME.bin`;
-    golden/manifest.json  for each NAME: the header file, the payload frames that follow the header (hex), and
-                          the decoded fields, named as in the schema, in a language-neutral form (u64 and u16
-                          columns as lists of integers, u8 columns such as flags and statuses as hex, enums by
-                          their schema names, an absent list or column as []).
+    golden/manifest.json  for each NAME: the header file; `frames_hex`, the frames that follow the header on the
+                          wire; `payloads_hex`, the payloads those frames carry once cut by `payloadSizes`; and
+                          `fields`, the header's fields named as in the schema, in a language-neutral form (u64
+                          and u16 columns as lists of integers, u8 columns such as flags and statuses as hex,
+                          enums by their schema names, an absent list or column as []).
 
-Another implementation's decoder must turn [NAME.bin, *payloads] into exactly those fields. A Cap'n Proto
+Another implementation's decoder must turn [NAME.bin, *frames] into exactly those fields and payloads. A Cap'n Proto
 encoder may lay a message out differently and still be correct, so byte equality is only required of this
 implementation (which the tests check), not of others.
 """
@@ -54,17 +55,19 @@ def golden_messages() -> dict[str, m.Message]:
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0),
         m.HeartbeatEcho(0),
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
-        m.SubmitTasks([P | 10, P | 11], [P | 1, P | 1], b"\x01\x02", [2, 1], [0, P | 2, P | 10], ["", "key", ""], [b"x"]),
+        m.SubmitTasks(
+            [P | 10, P | 11], [P | 1, P | 1], b"\x01\x02", [2, 1], [0, P | 2, P | 10], ["", "key", ""], [b"x"]
+        ),
         m.DispatchTasks([P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"]),
         m.TaskResults(
             [P | 10, P | 11, P | 12, P | 13, P | 14],
             bytes([0, 1, 2, 3, 4]),
-            [b"result", b"\x04\x00\x00\x00boom", b"", "crashed: exit 9".encode(), "failed: lost".encode()],
+            [b"result", b"\x04\x00\x00\x00boom", b"", b"crashed: exit 9", b"failed: lost"],
             [1500, 20, 0, 0, 0],
             [4096, 0, 0, 0, 0],
         ),
         m.CancelTasks([P | 10, P | 11]),
-        m.PutObjects([P | 1, P | 2], [b"function-bytes", b""], ["square", "big-table"]),
+        m.PutObjects([P | 1, P | 2, P | 3], [b"function-bytes", b"", b"table"], ["square", "empty", "table"]),
         m.FreeObjects([P | 2]),
         m.BalanceRequest([P | 12, P | 13, P | 14]),
         m.BalanceResponse([P | 13, P | 14]),
@@ -107,6 +110,8 @@ def fields(message: m.Message) -> dict[str, Any]:
     for f in dataclasses.fields(message):  # type: ignore[arg-type]
         if f.name != "payloads":
             out[camel(f.name)] = _json(camel(f.name), getattr(message, f.name))
+    if hasattr(message, "payloads"):  # batch messages: the size of each payload, in order
+        out["payloadSizes"] = [len(p) for p in message.payloads]
     return out
 
 
@@ -135,7 +140,8 @@ def render() -> tuple[dict[str, bytes], str]:
         headers[f"{name}.bin"] = bytes(frames[0])  # type: ignore[call-overload]
         manifest[name] = {
             "header": f"{name}.bin",
-            "payloads_hex": [bytes(f).hex() for f in frames[1:]],  # type: ignore[call-overload]
+            "frames_hex": [bytes(f).hex() for f in frames[1:]],  # type: ignore[call-overload]
+            "payloads_hex": [bytes(p).hex() for p in getattr(message, "payloads", [])],
             "fields": fields(message),
         }
     return headers, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"

@@ -22,7 +22,25 @@ NAMES = list(GOLDEN)
 
 def golden_frames(name: str) -> list[bytes]:
     entry = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]
-    return [(GOLDEN_DIR / entry["header"]).read_bytes(), *(bytes.fromhex(p) for p in entry["payloads_hex"])]
+    return [(GOLDEN_DIR / entry["header"]).read_bytes(), *(bytes.fromhex(f) for f in entry["frames_hex"])]
+
+
+def cut(sizes: list[int], frames: list[bytes]) -> list[bytes]:
+    """Payloads out of frames as scaler.capnp's "Payload frames" says, written from that text alone: a payload of
+    size 0 takes no bytes; a bigger one starts where the previous one ended, or at the start of the next frame
+    once the current one is used up; every frame must be used up exactly."""
+    out, index, position = [], 0, 0
+    for size in sizes:
+        if size == 0:
+            out.append(b"")
+            continue
+        while index < len(frames) and position == len(frames[index]):
+            index, position = index + 1, 0
+        assert index < len(frames) and len(frames[index]) - position >= size, "a payload would span frames"
+        out.append(frames[index][position : position + size])
+        position += size
+    assert all(position == len(f) for f in frames[index : index + 1]) and all(not f for f in frames[index + 1 :])
+    return out
 
 
 def test_one_golden_message_per_kind() -> None:
@@ -73,6 +91,18 @@ def test_manifest_fields_are_what_plain_capnp_reads(name: str) -> None:
         raw = getattr(root, name).to_dict(verbose=True)
     expected = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]["fields"]
     assert {k: _raw_view(k, v) for k, v in raw.items()} == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_manifest_payloads_are_the_frames_cut_by_payload_sizes(name: str) -> None:
+    entry = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]
+    frames = golden_frames(name)[1:]
+    payloads = [bytes.fromhex(p) for p in entry["payloads_hex"]]
+    assert payloads == [bytes(p) for p in getattr(GOLDEN[name], "payloads", [])]  # type: ignore[call-overload]
+    if "payloadSizes" in entry["fields"]:
+        assert cut(entry["fields"]["payloadSizes"], frames) == payloads
+    else:
+        assert frames == [] and payloads == []
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from scaler.protocol import messages as m
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
 from scaler.protocol.errors import ProtocolError
+from scaler.protocol.frames import ALONE_FROM
 
 U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
@@ -108,7 +109,11 @@ EXAMPLES: dict[type, list[Any]] = {
     ],
 }
 
-CASES = [pytest.param(message, id=f"{m.MESSAGE_NAMES[cls]}-{i}") for cls, ms in EXAMPLES.items() for i, message in enumerate(ms)]
+CASES = [
+    pytest.param(message, id=f"{m.MESSAGE_NAMES[cls]}-{i}")
+    for cls, ms in EXAMPLES.items()
+    for i, message in enumerate(ms)
+]
 
 
 def roundtrip(message: Any) -> Any:
@@ -149,13 +154,52 @@ def test_roundtrip(message: Any) -> None:
 
 
 @pytest.mark.parametrize("message", CASES)
-def test_payload_frames_are_passed_through_not_copied(message: Any) -> None:
+def test_payload_frames_layout(message: Any) -> None:
+    """Frames after the header carry the payloads back to back, no padding; big payloads travel alone, as the
+    very objects given (zero-copy both ways); small ones share frames; empty ones take no frame."""
     frames = m.encode(message)
     payloads = getattr(message, "payloads", [])
-    assert len(frames) == 1 + len(payloads)
-    assert all(a is b for a, b in zip(frames[1:], payloads, strict=True))
+    assert b"".join(bytes(f) for f in frames[1:]) == b"".join(bytes(p) for p in payloads)
+    assert all(len(f) for f in frames[1:])
+    big = [p for p in payloads if len(p) >= ALONE_FROM]
+    assert [f for f in frames[1:] if any(f is p for p in big)] == big
     decoded = m.decode(frames)
-    assert all(a is b for a, b in zip(getattr(decoded, "payloads", []), frames[1:], strict=True))
+    for original, got in zip(payloads, getattr(decoded, "payloads", []), strict=True):
+        assert bytes(got) == bytes(original)
+        if len(original) >= ALONE_FROM:
+            assert got is original
+
+
+def test_payloads_may_be_framed_any_valid_way() -> None:
+    """A receiver walks payloadSizes over whatever frames came: one payload per frame, all in one frame, and empty
+    frames are all the same to it."""
+    message = m.TaskResults([1, 2, 3, 4], b"\0\0\0\0", [b"abc", b"", b"de", b"f"])
+    header = m.encode(message)[0]
+    for frames in (
+        [b"abc", b"de", b"f"],
+        [b"abcdef"],
+        [b"abcde", b"f"],
+        [b"", b"abc", b"", b"def", b""],
+        [b"abc", b"", b"", b"de", b"f"],
+    ):
+        assert m.decode([header, *frames]) == message, frames
+    for frames in ([b"ab", b"cdef"], [b"abcdefg"], [b"abcdef", b"g"], [b"abc"], []):
+        with pytest.raises(ProtocolError):
+            m.decode([header, *frames])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=6), max_size=12), st.data())
+def test_payloads_survive_any_grouping_into_frames(payloads: list[bytes], data: Any) -> None:
+    message = m.PutObjects(list(range(1, len(payloads) + 1)), payloads)
+    header = m.encode(message)[0]
+    frames: list[bytes] = []
+    for payload in payloads:
+        if frames and data.draw(st.booleans()):
+            frames[-1] += payload
+        else:
+            frames.append(payload)
+    assert m.decode([header, *frames]) == message
 
 
 def test_subclasses_of_one_struct_stay_apart() -> None:
@@ -193,7 +237,7 @@ def test_header_is_small_for_big_batches() -> None:
     n = 10_000
     ids = list(range(1, n + 1))
     frames = m.encode(m.SubmitTasks(ids, ids, bytes(n), [1] * n, [0] * n, None, [b""] * n))
-    assert len(frames[0]) < n * (8 + 8 + 1 + 2 + 8) + 256
+    assert len(frames[0]) < n * (8 + 8 + 1 + 2 + 8 + 8) + 256  # ids, functions, flags, counts, refs, sizes
 
 
 def test_decode_accepts_memoryviews_as_header() -> None:

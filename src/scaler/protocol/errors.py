@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class ProtocolError(ValueError):
     """A received message is malformed (bad header, wrong column length, missing payload frames...)."""
+
+
+class UnexpectedMessage(ProtocolError):
+    """A well-formed message of a kind the receiver never accepts (a client sending dispatchTasks...)."""

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import capnp
 
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
-from scaler.protocol.errors import ProtocolError
+from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
 
@@ -504,13 +504,13 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
         ) as root:
             name = str(root.which())
             if accept is not None and name not in accept:
-                raise ProtocolError(f"a {name!r} message is not expected here")
+                raise UnexpectedMessage(f"a {name!r} message is not expected here")
             decoder = _DECODERS.get(name)
             if decoder is None:
                 raise ProtocolError(f"unknown message kind {name!r}")
             message: Message = decoder(getattr(root, name), payloads)
             return message
-    except ProtocolError:
+    except ProtocolError:  # including UnexpectedMessage
         raise
     except Exception as exc:  # pycapnp raises KjException and friends for garbage
         raise ProtocolError(f"undecodable header: {exc}") from exc

@@ -42,7 +42,7 @@ from scaler.io.sockets import (
     small_to_bytes,
     socket_fd,
 )
-from scaler.protocol.errors import ProtocolError
+from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.messages import ACCEPTED_BY_SCHEDULER, HeartbeatEcho, Message, decode, encode
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class SchedulerServer:
             except ProtocolError as exc:
                 message = exc
             if isinstance(message, ProtocolError):
-                core.feed(Malformed(now, peer, str(message)))
+                core.feed(Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage)))
             else:
                 core.feed(Received(now, peer, message))
         self._execute(core.flush())

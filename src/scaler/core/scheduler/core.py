@@ -107,8 +107,9 @@ class SchedulerCore:
             self._on_tick()
         elif isinstance(event, Malformed):
             self.dropped += 1
-            self._send(event.peer, Error(ErrorCode.MALFORMED, event.reason))
-            self._out.append(Log.warning(f"dropped a malformed message from {event.peer!r}: {event.reason}"))
+            code = ErrorCode.BAD_REQUEST if event.unexpected else ErrorCode.MALFORMED
+            self._send(event.peer, Error(code, event.reason))
+            self._out.append(Log.warning(f"dropped a message from {event.peer!r}: {event.reason}"))
         elif isinstance(event, Undeliverable):
             self._on_undeliverable(event.peer)
 

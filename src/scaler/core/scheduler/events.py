@@ -19,11 +19,12 @@ class Received:
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
-    """A message from `peer` could not be decoded."""
+    """A message from `peer` could not be decoded (or is of a kind the scheduler never accepts: `unexpected`)."""
 
     now: float
     peer: bytes
     reason: str
+    unexpected: bool = False
 
 
 @dataclass(frozen=True, slots=True)
