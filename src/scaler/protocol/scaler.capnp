@@ -39,7 +39,7 @@ struct Message {
     putObjects @9 :ObjectBatch;       # client -> scheduler, scheduler -> worker
     freeObjects @10 :IdList;          # client -> scheduler, scheduler -> worker
     balanceRequest @11 :IdList;       # scheduler -> worker: give these queued tasks back if not started
-    balanceResponse @12 :IdList;      # worker -> scheduler: the tasks given back (a subset of the request)
+    balanceResponse @12 :IdList;      # worker -> scheduler: the tasks given back (normally from the request)
     disconnect @13 :Disconnect;       # client|worker -> scheduler: close the session now
     shutdownRequest @14 :ShutdownRequest;  # client -> scheduler: stop the whole cluster (refused if protected)
     shutdown @15 :Shutdown;           # scheduler -> client|worker: the scheduler is stopping; end the session
@@ -90,7 +90,8 @@ struct Heartbeat {
 }
 
 struct HeartbeatEcho {
-  sentAtUs @0 :UInt64;          # echo of nothing: the peer measures its own round trip
+  sentAtUs @0 :UInt64;          # always 0: the peer measures its own round trip (the scheduler also sends
+                                # echoes unasked, to probe a connection that closed: do not count those)
 }
 
 struct TaskBatch {
@@ -150,7 +151,7 @@ struct Shutdown {
 enum ErrorCode {
   malformed @0;         # could not be decoded, or a column had the wrong length
   notConnected @1;      # the sender has no session (no Hello, or its session was closed); say Hello again
-  badRequest @2;        # well formed but not allowed (wrong id prefix, duplicate id, unknown reference...)
+  badRequest @2;        # well formed but not allowed (a kind this peer may not send, wrong id prefix, id in use)
   protected @3;         # ShutdownRequest refused: the scheduler runs in protected mode
   tooLarge @4;          # over a configured limit
 }
@@ -173,7 +174,7 @@ struct Status {
   workers @7 :List(WorkerStatus);
   clients @8 :List(ClientStatus);
   protected @9 :Bool;
-  droppedMessages @10 :UInt64;  # malformed or refused messages
+  droppedMessages @10 :UInt64;  # messages answered with malformed, notConnected or badRequest
 }
 
 struct Counter {
