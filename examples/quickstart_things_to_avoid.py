@@ -3,6 +3,9 @@
 # again for every one of the 100 submits, i.e. ~500 GB of serialization); that does not fit this machine or
 # a test run, so this copy uses 5_000_000 (5 MB). The point it makes is unchanged: use client.map (or
 # client.send_object) instead of submitting a heavy function over and over.
+# The code below is kept as the document prints it: not reformatted, lint rules relaxed for it.
+# ruff: noqa: I001
+# fmt: off
 import functools
 import random
 

@@ -1,6 +1,9 @@
 # Seed 000 (Additional Features), "Send Object": exactly as written. It uses the old argument order
 # send_object(name, obj), which Scaler still accepts with a DeprecationWarning (today: send_object(obj, name=...)).
 # Needs a scheduler with workers at tcp://127.0.0.1:2345 (tests/e2e/test_examples.py starts one).
+# The code below is kept as the document prints it: not reformatted, lint rules relaxed for it.
+# ruff: noqa: I001
+# fmt: off
 from scaler import Client
 
 def add(a, b):

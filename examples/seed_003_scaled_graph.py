@@ -1,5 +1,8 @@
 # Seed 003 (the old "Scaled" README), "Graph Task": exactly as written, through the `scaled` compatibility
 # package. Needs a scheduler with workers at tcp://127.0.0.1:2345 (tests/e2e/test_examples.py starts one).
+# The code below is kept as the document prints it: not reformatted, lint rules relaxed for it.
+# ruff: noqa: W291
+# fmt: off
 from scaled.client import Client
 
 

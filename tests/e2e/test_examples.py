@@ -41,6 +41,7 @@ class Example:
     needs_cluster: bool = False  # a seed_* snippet: run against this module's cluster
     scaled: bool = False  # imports the `scaled` compatibility package
     stderr: tuple[str, ...] = ()  # substrings of stderr
+    args: tuple[str, ...] = ()  # command-line arguments
 
 
 CATALOG: dict[str, Example] = {
@@ -52,7 +53,8 @@ CATALOG: dict[str, Example] = {
     "nested_client.py": Example(("21",)),
     "graphtask_nested_client.py": Example(("21",)),
     "disconnect_client.py": Example(
-        ("45", "1024", "disconnected client:", "cluster stopped by client.shutdown()", "protected scheduler:")
+        ("45", "1024", "disconnected client:", "cluster stopped by client.shutdown()", "protected scheduler:"),
+        timeout=30,
     ),
     # inline examples that start their own cluster
     "custom_serializer.py": Example(("3\n", "{'x': [2, 4, 6], 'y': [1.0, 3.0, 5.0]}")),
@@ -61,8 +63,18 @@ CATALOG: dict[str, Example] = {
     "readme_uvloop_combo.py": Example(),
     "scaled_readme_combo.py": Example(timeout=90, scaled=True),
     "demo.py": Example(
-        ("monitor address:", SQRT_SUM, "tasks/s", "{'e': 1}", "fibonacci(8) = 21", "stopped in", "demo finished"),
-        timeout=90,
+        (
+            "monitor address:",
+            SQRT_SUM,
+            "20,000 results in order",
+            "tasks/s",
+            "{'e': 1}",
+            "fibonacci(8) = 21",
+            "stopped in",
+            "demo finished",
+        ),
+        timeout=60,
+        args=("--tasks", "20000"),  # scripts/demo runs 100,000: the same code, five times longer
     ),
     # inline examples that expect a running scheduler
     "seed_000_profiling.py": Example(needs_cluster=True),
@@ -95,13 +107,13 @@ class Run:
         return f"exit code {self.returncode}\n--- stdout:\n{self.stdout[-3000:]}\n--- stderr:\n{self.stderr[-3000:]}"
 
 
-def run_example(name: str, port: int, workdir: Path, timeout: float) -> Run:
+def run_example(name: str, port: int, workdir: Path, timeout: float, args: tuple[str, ...] = ()) -> Run:
     """Run a copy of examples/<name> whose port is `port`, in its own session; kill that session on timeout."""
     source = (EXAMPLES / name).read_text()
     copy = workdir / name
     copy.write_text(PORT_PATTERN.sub(f"127.0.0.1:{port}", source))
     process = subprocess.Popen(
-        [sys.executable, str(copy)],
+        [sys.executable, str(copy), *args],
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -115,8 +127,25 @@ def run_example(name: str, port: int, workdir: Path, timeout: float) -> Run:
         _kill_session(process)
         stdout, stderr = process.communicate()
         pytest.fail(f"{name} did not finish within {timeout}s\n{Run(-1, stdout, stderr).explain()}")
-    _kill_session(process)  # whatever it left behind (there should be nothing)
+    try:
+        wait_until(lambda: not session_members(process.pid), timeout=10, interval=0.2, what="no process left")
+    except AssertionError:
+        left = session_members(process.pid)
+        _kill_session(process)
+        pytest.fail(f"{name} left processes running after it exited: {left}\n{Run(0, stdout, stderr).explain()}")
     return Run(process.returncode, stdout, stderr)
+
+
+def session_members(sid: int) -> list[psutil.Process]:
+    """Live processes of the session `sid` (an example and everything it started)."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return members
 
 
 def _kill_session(process: subprocess.Popen[str]) -> None:
@@ -167,7 +196,11 @@ def seed_cluster() -> Iterator[object]:
     from scaler import SchedulerClusterCombo
 
     combo = SchedulerClusterCombo(
-        address=free_address(), n_workers=2, heartbeat_interval_seconds=0.5, worker_timeout_seconds=3
+        address=free_address(),
+        n_workers=2,
+        heartbeat_interval_seconds=0.5,
+        worker_timeout_seconds=3,
+        logging_level="WARNING",
     )
     try:
         yield combo
@@ -219,7 +252,7 @@ def _xfail_without_scaled(example: Example) -> None:
 def test_self_contained_example(name: str, tmp_path: Path) -> None:
     example = CATALOG[name]
     _xfail_without_scaled(example)
-    run = run_example(name, free_port(), tmp_path, example.timeout)
+    run = run_example(name, free_port(), tmp_path, example.timeout, example.args)
     check_output(name, run, example)
 
 
@@ -251,7 +284,7 @@ def test_seed_client_shutdown_stops_an_unprotected_cluster(tmp_path: Path) -> No
         # scheduler, cluster, 2 agents and their processors
         wait_until(lambda: len(combo_processes(combo)) >= 6, timeout=15, what="the workers to start")
         mine = combo_processes(combo)
-        run = run_example("seed_000_client_shutdown.py", port_of(combo.address), tmp_path, 30)
+        run = run_example("seed_000_client_shutdown.py", port_of(combo.address), tmp_path, 15)
         assert run.returncode == 0, run.explain()
         wait_until(lambda: not combo._scheduler.is_alive(), timeout=10, what="the scheduler to stop")
         wait_until(lambda: not combo._cluster.is_alive(), timeout=10, what="the cluster to stop")

@@ -482,3 +482,13 @@ def test_submit_from_several_threads(client: Client) -> None:
     assert sorted(results) == [0, 1, 2, 3]
     for k, values in results.items():
         assert values == [(k * 100 + i) ** 2 for i in range(50)]
+
+
+def test_disconnect_cancels_the_pending_futures(cluster: object) -> None:
+    c = Client(address=cluster.address, timeout_seconds=TIMEOUT)  # type: ignore[attr-defined]
+    pending = [c.submit(sleep_and_return, 2, i) for i in range(4)]
+    c.disconnect()
+    concurrent.futures.wait(pending, timeout=TIMEOUT)
+    assert all(f.done() for f in pending)
+    # disconnect() is documented as "unfinished tasks are cancelled": the futures say so, not "connection failed"
+    assert all(f.cancelled() for f in pending), [repr(f.exception()) for f in pending if not f.cancelled()]

@@ -110,23 +110,41 @@ def test_a_client_whose_scheduler_goes_away_fails_its_futures() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- shutdown
+def test_unprotected_shutdown_answers_the_client_every_time() -> None:
+    """Regression: the scheduler process used to exit before its Shutdown message left (one time in three)."""
+    for _ in range(10):
+        combo = SchedulerClusterCombo(address=free_address(), n_workers=2, protected=False, **FAST)
+        try:
+            client = Client(address=combo.address, timeout_seconds=3)
+            assert client.submit(square, 2).result(timeout=TIMEOUT) == 4
+            client.shutdown()  # ConnectionFailedError "did not answer the shutdown request" when the answer is lost
+        finally:
+            combo.shutdown()
+
+
 def test_unprotected_client_shutdown_stops_scheduler_and_workers(unprotected: SchedulerClusterCombo) -> None:
     processes = wait_for_workers(unprotected, 2)
-    client = Client(address=unprotected.address, timeout_seconds=TIMEOUT)
+    client = Client(address=unprotected.address, timeout_seconds=5)
     assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
     client.shutdown()
     wait_until(lambda: not running(processes), timeout=15, what="scheduler, workers and processors to exit")
     assert not unprotected._scheduler.is_alive()
     assert unprotected._scheduler.exitcode == 0
     assert unprotected._cluster.exitcode == 0
+
+
+def test_a_client_that_shut_the_cluster_down_is_closed(unprotected: SchedulerClusterCombo) -> None:
+    client = Client(address=unprotected.address, timeout_seconds=5)
+    client.shutdown()
+    # errors.ClientClosedError: "The client was disconnected (or shut down) and cannot be used any more."
     with pytest.raises(ClientClosedError):
         client.submit(square, 3)
 
 
 def test_unprotected_shutdown_fails_the_other_clients_futures(unprotected: SchedulerClusterCombo) -> None:
-    other = Client(address=unprotected.address, timeout_seconds=TIMEOUT)
+    other = Client(address=unprotected.address, timeout_seconds=5)
     pending = other.submit(time.sleep, 30)
-    Client(address=unprotected.address, timeout_seconds=TIMEOUT).shutdown()
+    Client(address=unprotected.address, timeout_seconds=5).shutdown()
     with pytest.raises(ConnectionFailedError):
         pending.result(timeout=TIMEOUT)
     other.disconnect()

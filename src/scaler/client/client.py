@@ -71,6 +71,7 @@ class Client:
         self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
         self._objects: set[int] = set()
         self._lock = threading.Lock()
+        self._closed_by_user = False
         name = f"client-{os.getpid()}-{threading.current_thread().name}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout)
         self._connection.start()
@@ -268,19 +269,21 @@ class Client:
     # ------------------------------------------------------------------------------------------- lifetime
     def disconnect(self) -> None:
         """Close the session: unfinished tasks are cancelled, objects freed. Safe to call twice."""
+        self._closed_by_user = True
         self._connection.close("the client disconnected")
 
     def shutdown(self) -> None:
         """Stop the scheduler and its workers. Refused (ProtectedModeError) when the scheduler is protected."""
         connection = self._live()
         connection.request_shutdown("client.shutdown()", self._timeout)
+        self._closed_by_user = True
         self._connection.close("shutdown")
 
     # ------------------------------------------------------------------------------------------- helpers
     def _live(self) -> Connection:
         connection = self._connection
         if connection.closed.is_set():
-            if connection.close_kind == CloseKind.LOCAL or connection.close_kind is None:
+            if self._closed_by_user or connection.close_kind in (CloseKind.LOCAL, None):
                 raise ClientClosedError("this client is disconnected; create a new Client to submit work")
             raise ConnectionFailedError(f"this client lost its scheduler: {connection.close_reason}")
         return connection

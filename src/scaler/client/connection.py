@@ -7,6 +7,7 @@ collectors) right here; decoding the values waits until someone asks for them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -49,6 +50,8 @@ class ResultSink(Protocol):
 
     def fail(self, exc: BaseException) -> None: ...
 
+    def cancel(self) -> None: ...
+
 
 class FutureSink:
     __slots__ = ("future", "profiled", "serializer")
@@ -71,6 +74,9 @@ class FutureSink:
 
     def fail(self, exc: BaseException) -> None:
         self.future._fail(exc)
+
+    def cancel(self) -> None:
+        self.future._cancel_quietly()
 
 
 class Collector:
@@ -115,6 +121,9 @@ class CollectorSlot:
 
     def fail(self, exc: BaseException) -> None:
         self.collector.fail(exc)
+
+    def cancel(self) -> None:
+        self.collector.fail(concurrent.futures.CancelledError())
 
 
 class Connection:
@@ -308,7 +317,10 @@ class Connection:
             sinks, self.sinks = self.sinks, {}
             self._sinks_closed = True
         for sink in sinks.values():
-            sink.fail(error)
+            if command.kind == CloseKind.LOCAL:  # we closed it ourselves: what was pending is cancelled
+                sink.cancel()
+            else:
+                sink.fail(error)
         if command.kind == CloseKind.SHUTDOWN:
             self._shutdown_answer.append(None)
         self._shutdown_event.set()

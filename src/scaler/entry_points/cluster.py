@@ -8,6 +8,7 @@ import os
 import sys
 
 from scaler.core.worker.agent import AgentConfig
+from scaler.entry_points.help import HelpFormatter
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import hostname, parse_address, setup_logging
 
@@ -18,7 +19,7 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Run Scaler workers on this machine; they connect to the scheduler at ADDRESS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:8516")
     p.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="workers to start")

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from scaler.core.scheduler import SchedulerConfig
+from scaler.entry_points.help import HelpFormatter
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import default_monitor_address, parse_address, setup_logging
 
@@ -17,20 +18,20 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scaler_scheduler",
         description="Run a Scaler scheduler: clients and workers connect to ADDRESS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("address", help="address to listen on, e.g. tcp://0.0.0.0:8516")
     p.add_argument(
         "--monitor-address",
         "-ma",
         default=None,
-        help="where scaler_top and scaler_ui connect (default: ipc:///tmp/<host>_<port>_monitor)",
+        help="where scaler_top connects (default: ipc:///tmp/<host>_<port>_monitor)",
     )
     p.add_argument(
         "--protected",
         action=argparse.BooleanOptionalAction,
         default=DEFAULTS.protected,
-        help="refuse client.shutdown(); --no-protected lets clients stop the cluster",
+        help="protected mode, on by default: refuse client.shutdown(); --no-protected lets clients stop the cluster",
     )
     p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
     p.add_argument(

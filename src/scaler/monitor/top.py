@@ -9,6 +9,7 @@ from typing import Any
 
 import zmq
 
+from scaler.entry_points.help import HelpFormatter
 from scaler.io.sockets import connect_subscriber, recv_message
 from scaler.monitor.render import SHORTCUTS, render
 from scaler.protocol.errors import ProtocolError
@@ -19,7 +20,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scaler_top",
         description="Show a scheduler's status like top. Keys: the shortcuts shown sort the workers; q quits.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/0.0.0.0_8516_monitor"

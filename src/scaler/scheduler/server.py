@@ -8,6 +8,7 @@ message per peer for everything decided. A peer that cannot be delivered to is r
 from __future__ import annotations
 
 import asyncio
+import errno
 import dataclasses
 import logging
 import os
@@ -78,19 +79,19 @@ class SchedulerServer:
         """Serve until told to stop; returns why it stopped."""
         self._loop = loop = asyncio.get_running_loop()
         self._stopped = loop.create_future()
-        self.router = bind_router(self.address, self.ctx)
-        self.publisher = bind_publisher(self.monitor_address, self.ctx)
-        logger.info("Scheduler: listening on %s", self.address)
-        logger.info("Scheduler: monitor address is %s", self.monitor_address)
-        if self.on_ready is not None:
-            self.on_ready()
-        self.process.cpu_percent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        self.router = _bind(bind_router, self.address, self.ctx, "listen on")
+        self.publisher = _bind(bind_publisher, self.monitor_address, self.ctx, "publish the monitor on")
+        logger.info("Scheduler: listening on %s", self.address)
+        logger.info("Scheduler: monitor address is %s", self.monitor_address)
+        self.process.cpu_percent()
         loop.add_reader(socket_fd(self.router), self._on_readable)
         self.disconnects = self.router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         loop.add_reader(socket_fd(self.disconnects), self._on_disconnect_events)
         loop.call_soon(self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals new edges
+        if self.on_ready is not None:
+            self.on_ready()
         ticker = loop.create_task(self._tick_forever())
         status = loop.create_task(self._status_forever())
         loop.call_soon(self._on_readable)
@@ -112,6 +113,10 @@ class SchedulerServer:
 
     def _on_signal(self, sig: int) -> None:
         logger.info("Scheduler: received %s, stopping", signal.Signals(sig).name)
+        if self.router is None:  # not serving yet: nobody to tell
+            if self._stopped is not None and not self._stopped.done():
+                self._stopped.set_result(f"received {signal.Signals(sig).name} while starting")
+            return
         self.core.stop(f"the scheduler received {signal.Signals(sig).name}")
         self._execute(self.core.flush())
 
@@ -214,6 +219,16 @@ class SchedulerServer:
                 self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
             except zmq.Again:
                 pass
+
+
+def _bind(
+    bind: Callable[[str, zmq.Context[Any]], zmq.Socket[Any]], address: str, ctx: zmq.Context[Any], what: str
+) -> zmq.Socket[Any]:
+    try:
+        return bind(address, ctx)
+    except zmq.ZMQError as exc:
+        hint = " (is that host one of this machine's addresses?)" if exc.errno == errno.ENODEV else ""
+        raise OSError(f"cannot {what} {address}: {exc.strerror}{hint}") from exc
 
 
 def run_scheduler(

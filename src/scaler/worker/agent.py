@@ -28,6 +28,7 @@ from scaler.core.worker.agent import (
     AgentEvent,
     FromProcessor,
     FromScheduler,
+    KillIfRunning,
     KillProcessor,
     ProcessorExited,
     Started,
@@ -191,6 +192,8 @@ class WorkerAgent:
                 self._start_processor(command.processor)
             elif isinstance(command, KillProcessor):
                 self._kill(command.processor)
+            elif isinstance(command, KillIfRunning):
+                self._kill_if_running(command.processor, command.task_id)
             elif isinstance(command, Log):
                 logger.log(command.level, "Worker[%s]: %s", self.config.name, command.text)
             elif isinstance(command, Stop):
@@ -220,6 +223,14 @@ class WorkerAgent:
         self.links[processor] = link.AsyncLink(
             self._loop, ours, lambda messages: self._on_processor_messages(processor, messages)
         )
+
+    def _kill_if_running(self, processor: int, task_id: int) -> None:
+        """Kill the processor if it runs `task_id` now; its exit is then reported like any other."""
+        running = self.running_slots.get(processor)
+        process = self.processes.get(processor)
+        if running is not None and process is not None and struct.unpack_from("<Q", running)[0] == task_id:
+            logger.info("Worker[%s]: stopping processor %d to cancel task %#x", self.config.name, processor, task_id)
+            process.kill()
 
     def _kill(self, processor: int) -> None:
         running = self.running_slots.pop(processor, None)

@@ -69,5 +69,9 @@ def run_cluster(
             index = remaining.pop(int(sentinel))  # type: ignore[arg-type]
             workers[index].join()
             logger.info("Worker[%d] ended (exit code %s)", index, workers[index].exitcode)
+    failed = sum(1 for process in workers if process.exitcode not in (0, None))
+    if workers and failed == len(workers):
+        logger.error("ClusterProcess: every worker failed")
+        return 1
     logger.info("ClusterProcess: all workers ended")
     return 0

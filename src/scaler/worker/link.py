@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import select
 import socket
 import struct
 from collections import deque
@@ -114,25 +115,36 @@ class FrameReader:
 
 
 class BlockingLink:
-    """The processor's end: blocking sends, receives with a timeout."""
+    """The processor's end: sends wait until written, receives wait up to a timeout. The socket itself stays
+    non-blocking, so one thread may send while another receives."""
 
     def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
         self.sock = sock
         self.reader = FrameReader()
         self.pending: list[list[bytearray]] = []
 
     def send(self, frames: Sequence[Any]) -> None:
-        self.sock.settimeout(None)
-        _send_some(self.sock, deque(memoryview(b).cast("B") for b in pack(frames)))
+        buffers = deque(memoryview(b).cast("B") for b in pack(frames))
+        while True:
+            try:
+                _send_some(self.sock, buffers)
+                return
+            except BlockingIOError:
+                select.select([], [self.sock.fileno()], [])
 
     def receive(self, timeout: float | None) -> list[bytearray] | None:
         """The next message; None if nothing came within `timeout` (0: do not wait). Raises EOFError."""
         while not self.pending:
-            self.sock.settimeout(timeout)
             try:
                 count = self.sock.recv_into(self.reader.get_buffer())
-            except (TimeoutError, BlockingIOError):
-                return None
+            except BlockingIOError:
+                if timeout == 0:
+                    return None
+                readable, _, _ = select.select([self.sock.fileno()], [], [], timeout)
+                if not readable:
+                    return None
+                continue
             if not count:
                 raise EOFError("the agent closed the link")
             self.pending.extend(self.reader.buffer_updated(count))

@@ -33,7 +33,9 @@ def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
     elif isinstance(message, pm.DropObjects):
         header = ("drop", message.object_ids)
     elif isinstance(message, pm.Discard):
-        header = ("discard", message.task_ids)
+        header = ("discard", message.task_ids, message.confirm)
+    elif isinstance(message, pm.Discarded):
+        header = ("discarded", message.removed, message.requested)
     elif isinstance(message, pm.Resume):
         header = ("resume",)
     elif isinstance(message, pm.Exit):
@@ -59,7 +61,9 @@ def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
     if kind == "drop":
         return pm.DropObjects(header[1])
     if kind == "discard":
-        return pm.Discard(header[1])
+        return pm.Discard(header[1], header[2])
+    if kind == "discarded":
+        return pm.Discarded(header[1], header[2])
     if kind == "resume":
         return pm.Resume()
     if kind == "exit":

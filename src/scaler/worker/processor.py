@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import select
 import signal
 import socket
 import struct
@@ -32,6 +33,7 @@ from scaler.worker.link import BlockingLink
 FLUSH_COUNT = 64
 FLUSH_AFTER_NS = 1_000_000
 PARENT_CHECK_SECONDS = 1.0
+WATCH_AFTER_SECONDS = 0.005  # user code running longer than this has its messages received by the watcher
 _RUNNING = struct.Struct("<Q")
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,15 @@ class Processor:
         self.functions: dict[int, tuple[Serializer, Any]] = {}
         self.values: dict[tuple[int, int], Any] = {}  # (serializer identity, object id) -> deserialized object
         self.pending: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()
+        self.pending_lock = threading.Lock()  # a task is either started (popped) or discarded, never both
+        self.send_lock = threading.Lock()
+        self.receive_lock = threading.Lock()  # the main thread receives, or the watcher during long user code
         self.resumes_owed = 0
         self.running = True
+        self.user_code_since: float | None = None
+        self.busy = threading.Event()  # set while there is work: the watcher sleeps otherwise
+        self.wake_read, self.wake_write = os.pipe()
+        self.watching = False
         self._ids: list[int] = []
         self._statuses = bytearray()
         self._durations: list[int] = []
@@ -69,28 +78,58 @@ class Processor:
     def run(self) -> None:
         self._send(pm.Ready(os.getpid()))
         future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking)
+        threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True).start()
         try:
             while self.running:
-                if not self.pending or self.resumes_owed:
+                item = self._next_task()
+                if item is None:
                     self._flush()
-                    message = self.link.receive(PARENT_CHECK_SECONDS)
+                    self.busy.clear()
+                    with self.receive_lock:
+                        # the watcher may have received tasks (or a Resume) after _next_task looked
+                        message = None if self._runnable() else self.link.receive(PARENT_CHECK_SECONDS)
+                    if message is None and self._runnable():
+                        self.busy.set()
+                        continue
                     if message is None:
                         if os.getppid() != self.parent_pid:
                             return  # the agent is gone
                         continue
+                    self.busy.set()
                     self._on_message(pipe.decode(message))
-                self._drain()
-                if self.pending and not self.resumes_owed:
-                    task, payloads = self.pending.popleft()
-                    _RUNNING.pack_into(self.running_task, 0, task[0])
-                    self._run_one(task, payloads)
-                    _RUNNING.pack_into(self.running_task, 0, 0)
-                    self._maybe_flush()
+                    continue
+                with self.receive_lock:
+                    self._drain()
+                self._run(*item)
+                self._maybe_flush()
             self._flush()
         except EOFError:
             return  # the agent is gone
         finally:
+            self.running = False
+            self.busy.set()
             future_module.set_blocking_hook(None, None)
+
+    def _runnable(self) -> bool:
+        with self.pending_lock:
+            return bool(self.pending) and not self.resumes_owed
+
+    def _next_task(self) -> tuple[pm.ProcessorTask, tuple[Payload, ...]] | None:
+        with self.pending_lock:
+            if self.pending and not self.resumes_owed:
+                return self.pending.popleft()
+        return None
+
+    def _run(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
+        _RUNNING.pack_into(self.running_task, 0, task[0])
+        self.user_code_since = time.monotonic()
+        try:
+            self._run_one(task, payloads)
+        finally:
+            self.user_code_since = None
+            if self.watching:  # the watcher is serving messages: take the socket back
+                os.write(self.wake_write, b"x")
+            _RUNNING.pack_into(self.running_task, 0, 0)
 
     def _drain(self) -> None:
         while True:
@@ -99,16 +138,43 @@ class Processor:
                 return
             self._on_message(pipe.decode(message))
 
+    def _watch(self) -> None:
+        """While user code runs for long, receive here: tasks can be discarded (balanced away, cancelled) and
+        new ones queued meanwhile."""
+        while self.running:
+            self.busy.wait()
+            time.sleep(WATCH_AFTER_SECONDS)
+            since = self.user_code_since
+            if since is None or time.monotonic() - since < WATCH_AFTER_SECONDS:
+                continue
+            with self.receive_lock:
+                self.watching = True
+                try:
+                    while self.running and self.user_code_since == since:
+                        link_fd = self.link.sock.fileno()
+                        ready, _, _ = select.select([link_fd, self.wake_read], [], [], 1.0)
+                        if self.wake_read in ready:
+                            os.read(self.wake_read, 64)
+                        if link_fd in ready:
+                            self._drain()
+                except EOFError:
+                    os._exit(1)  # the agent is gone; so is any reason to finish the user's code
+                finally:
+                    self.watching = False
+
     def _on_message(self, message: Any) -> None:
         if isinstance(message, pm.RunTasks):
             payloads = message.payloads
             for k, object_id in enumerate(message.object_ids):
                 self.raw_objects[object_id] = payloads[k]
             pos = len(message.object_ids)
+            tasks = []
             for task in message.tasks:
                 inline = task[3].count(0)
-                self.pending.append((task, tuple(payloads[pos : pos + inline])))
+                tasks.append((task, tuple(payloads[pos : pos + inline])))
                 pos += inline
+            with self.pending_lock:
+                self.pending.extend(tasks)
         elif isinstance(message, pm.DropObjects):
             for object_id in message.object_ids:
                 self.raw_objects.pop(object_id, None)
@@ -118,14 +184,21 @@ class Processor:
                 del self.values[key]
         elif isinstance(message, pm.Discard):
             discard = set(message.task_ids)
-            self.pending = deque(item for item in self.pending if item[0][0] not in discard)
+            with self.pending_lock:
+                removed = [item[0][0] for item in self.pending if item[0][0] in discard]
+                self.pending = deque(item for item in self.pending if item[0][0] not in discard)
+            if message.confirm:
+                self._send(pm.Discarded(removed, message.task_ids))
         elif isinstance(message, pm.Resume):
-            self.resumes_owed -= 1
+            with self.pending_lock:
+                self.resumes_owed -= 1
         elif isinstance(message, pm.Exit):
             self.running = False
 
     def _send(self, message: pm.FromProcessor) -> None:
-        self.link.send(pipe.encode(message))
+        frames = pipe.encode(message)
+        with self.send_lock:
+            self.link.send(frames)
 
     # ------------------------------------------------------------------------------------------- tasks
     def _run_one(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
@@ -233,13 +306,15 @@ class Processor:
         if threading.current_thread() is not self._main_thread:
             return False
         self._flush()
-        self.pending.clear()  # the agent re-queues everything after the running task and sends Discard
+        with self.pending_lock:
+            self.pending.clear()  # the agent re-queues everything after the running task and sends Discard
         self._send(pm.Blocked())
         return True
 
     def _exit_blocking(self) -> None:
+        with self.pending_lock:
+            self.resumes_owed += 1
         self._send(pm.Unblocked())
-        self.resumes_owed += 1
 
 
 def _trim(exc: BaseException) -> BaseException:

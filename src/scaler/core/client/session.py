@@ -140,6 +140,8 @@ class ClientCore:
         if isinstance(message, Welcome):
             self.state = SessionState.CONNECTED
             self.id_prefix = message.id_prefix
+            if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
+                self.heartbeat_interval = min(self.heartbeat_interval, message.peer_timeout_ms / 4000)
             return [Connected(message.id_prefix, message.scheduler_name, message.protected)]
         if isinstance(message, Refused):
             return self._close(CloseKind.REFUSED, f"the scheduler refused this client: {message.reason}")

@@ -121,12 +121,20 @@ class KillProcessor:
 
 
 @dataclass(frozen=True, slots=True)
+class KillIfRunning:
+    """Kill the processor if it is running this task now (a cancelled task that had started)."""
+
+    processor: int
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     reason: str
     exit_code: int = 0
 
 
-AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Stop | Log
+AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | KillIfRunning | Stop | Log
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -135,7 +143,7 @@ STARTING, READY, BLOCKED = "starting", "ready", "blocked"
 
 
 class AgentTask:
-    __slots__ = ("arg_refs", "flags", "function_id", "keywords", "payloads", "state", "task_id")
+    __slots__ = ("arg_refs", "flags", "function_id", "keywords", "payloads", "processor", "state", "task_id")
 
     def __init__(
         self,
@@ -153,6 +161,7 @@ class AgentTask:
         self.keywords = keywords
         self.payloads = payloads
         self.state = QUEUED
+        self.processor = -1  # the processor it was given to, while IN_PROCESSOR
 
 
 class ProcessorSlot:
@@ -184,10 +193,13 @@ class AgentCore:
         self.completed = 0
         self._next_processor = 0
         self._start_failures = 0
+        self.heartbeat_interval = self.config.heartbeat_interval_seconds
         self._last_heard = 0.0
         self._last_heartbeat = -1e18
         self._heartbeat_sent_at = 0.0
         self._echo_awaited = False
+        self._canceling: set[int] = set()  # tasks in a processor asked to be discarded because they were cancelled
+        self._giving_back: set[int] = set()  # tasks in a processor asked to be discarded, for the scheduler
         self._out: list[AgentCommand] = []
         self._results_ids: list[int] = []
         self._results_statuses = bytearray()
@@ -259,13 +271,15 @@ class AgentCore:
         elif isinstance(message, CancelTasks):
             self._on_cancel(message.ids)
         elif isinstance(message, BalanceRequest):
-            self._out.append(ToScheduler(BalanceResponse(self._take_queued(message.ids))))
+            self._on_balance_request(message.ids)
         elif isinstance(message, HeartbeatEcho):
             if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
                 self._echo_awaited = False
                 self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
         elif isinstance(message, Welcome):
             self.connected = True
+            if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
+                self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
             self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
         elif isinstance(message, Shutdown):
             self._stop(f"the scheduler is shutting down ({message.reason})")
@@ -318,11 +332,59 @@ class AgentCore:
                     self._out.append(ToProcessor(slot.processor, pm.DropObjects(held)))
 
     def _on_cancel(self, ids: list[int]) -> None:
+        """Queued tasks end cancelled now; tasks a processor holds are discarded if they have not started, and
+        their processor is killed if they are running (Discarded tells which)."""
+        in_processors = []
         for task in [self.tasks[i] for i in ids if i in self.tasks]:
             if task.state == QUEUED:
                 self._unqueue(task)
                 self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
-            # a task inside a processor runs to its end; the scheduler reports it cancelled
+            elif task.state == IN_PROCESSOR:
+                self._canceling.add(task.task_id)
+                in_processors.append(task)
+        self._discard(in_processors)
+
+    def _on_balance_request(self, ids: list[int]) -> None:
+        """Queued tasks go back at once; those handed to a processor but not started follow once it confirms."""
+        self._out.append(ToScheduler(BalanceResponse(self._take_queued(ids))))
+        in_processors = []
+        for task_id in ids:
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == IN_PROCESSOR and task_id not in self._canceling:
+                self._giving_back.add(task_id)
+                in_processors.append(task)
+        self._discard(in_processors)
+
+    def _discard(self, tasks: list[AgentTask]) -> None:
+        by_processor: dict[int, list[int]] = {}
+        for task in tasks:
+            by_processor.setdefault(task.processor, []).append(task.task_id)
+        for processor, task_ids in by_processor.items():
+            if processor in self.processors:
+                self._out.append(ToProcessor(processor, pm.Discard(task_ids, confirm=True)))
+
+    def _on_discarded(self, slot: ProcessorSlot, removed: list[int], requested: list[int]) -> None:
+        given_back = []
+        for task_id in removed:
+            task = slot.window.pop(task_id, None)
+            if task is None or task.state == GONE:
+                continue
+            del self.tasks[task_id]
+            task.state = GONE
+            if task_id in self._canceling:
+                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
+            else:
+                given_back.append(task_id)
+        gone = set(removed)
+        for task_id in requested:
+            self._giving_back.discard(task_id)
+            if task_id in self._canceling:
+                if task_id not in gone and task_id in slot.window:  # it has started: stop it the hard way
+                    self._out.append(KillIfRunning(slot.processor, task_id))
+                else:
+                    self._canceling.discard(task_id)
+        if given_back:
+            self._out.append(ToScheduler(BalanceResponse(given_back)))
 
     def _take_queued(self, ids: list[int]) -> list[int]:
         given = []
@@ -350,7 +412,7 @@ class AgentCore:
         if silent > self.config.scheduler_timeout_seconds:
             self._stop(f"the scheduler has been silent for {silent:.0f}s", exit_code=1)
             return
-        if now - self._last_heartbeat >= self.config.heartbeat_interval_seconds:
+        if now - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = now
             self._heartbeat_sent_at = now
             if not self.connected:
@@ -400,6 +462,8 @@ class AgentCore:
         elif isinstance(message, pm.Unblocked):
             slot.state = READY
             self._out.append(ToProcessor(slot.processor, pm.Resume()))
+        elif isinstance(message, pm.Discarded):
+            self._on_discarded(slot, message.removed, message.requested)
 
     def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
         for k, task_id in enumerate(message.task_ids):
@@ -411,6 +475,8 @@ class AgentCore:
             self.completed += 1
             if task.state == GONE:
                 continue  # our session was lost meanwhile: nobody waits for it
+            self._canceling.discard(task_id)
+            self._giving_back.discard(task_id)
             del self.tasks[task_id]
             task.state = GONE
             self._add_result(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k])
@@ -451,12 +517,22 @@ class AgentCore:
             self.active = None
         again = []
         for task in slot.window.values():
+            self._giving_back.discard(task.task_id)
             if task.task_id == running_task and task.state != GONE:
-                text = f"the processor running this task died (exit code {exit_code})"
-                self._out.append(Log.warning(f"task {task.task_id:#x}: {text}"))
                 del self.tasks[task.task_id]
                 task.state = GONE
+                if task.task_id in self._canceling:  # we killed it to cancel it
+                    self._canceling.discard(task.task_id)
+                    self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
+                    continue
+                text = f"the processor running this task died (exit code {exit_code})"
+                self._out.append(Log.warning(f"task {task.task_id:#x}: {text}"))
                 self._add_result(task, TaskStatus.CRASHED, text.encode(), 0, 0)
+            elif task.state != GONE and task.task_id in self._canceling:
+                self._canceling.discard(task.task_id)
+                del self.tasks[task.task_id]
+                task.state = GONE
+                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
             elif task.state != GONE:
                 again.append(task)
         for task in reversed(again):
@@ -515,6 +591,7 @@ class AgentCore:
                 self._add_result(task, TaskStatus.FAILED, text.encode(), 0, 0)
                 continue
             task.state = IN_PROCESSOR
+            task.processor = slot.processor
             slot.window[task.task_id] = task
             tasks.append((task.task_id, task.function_id, task.flags, task.arg_refs, task.keywords))
             payloads.extend(task.payloads)

@@ -31,9 +31,11 @@ class DropObjects:
 
 @dataclass(slots=True)
 class Discard:
-    """Forget these tasks if they have not started: the agent gave them to another processor."""
+    """Forget these tasks if they have not started (the agent gives them to another processor, back to the
+    scheduler, or cancels them). With confirm, the processor answers Discarded."""
 
     task_ids: list[int]
+    confirm: bool = False
 
 
 @dataclass(slots=True)
@@ -71,5 +73,14 @@ class Unblocked:
     pass
 
 
+@dataclass(slots=True)
+class Discarded:
+    """Answer to Discard(confirm=True): `removed` never started and never will; the rest of `requested` had
+    started (or were unknown)."""
+
+    removed: list[int]
+    requested: list[int]
+
+
 ToProcessor = RunTasks | DropObjects | Discard | Resume | Exit
-FromProcessor = Ready | Results | Blocked | Unblocked
+FromProcessor = Ready | Results | Blocked | Unblocked | Discarded

@@ -1,0 +1,386 @@
+"""The command-line programs as a user runs them: scaler_scheduler, scaler_cluster, scaler_worker.
+
+Every process is started here in its own session and killed (by its process group) if a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from scaler import Client
+from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
+from tests.helpers import free_address, free_port, wait_until
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
+# workers import the functions of this module by name, as they would import a user's own modules
+ENV = {
+    **os.environ,
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+}
+TIMEOUT = 20
+
+
+def cli(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} is not installed next to {sys.executable}")
+    return str(path)
+
+
+class Program:
+    """A CLI process whose output is collected by a thread, so that it never blocks on a full pipe."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = args
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=ENV,
+        )
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self._lines)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_for_output(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            match = re.search(pattern, self.output)
+            if match:
+                found.append(match)
+            return bool(match) or self.process.poll() is not None
+
+        wait_until(seen, timeout=timeout, what=f"{pattern!r} in the output of {self.args[0]}")
+        assert found, f"{self.args[0]} exited ({self.process.returncode}) without printing {pattern!r}:\n{self.output}"
+        return found[0]
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            top = psutil.Process(self.pid)
+            return [top, *top.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.args[0]} did not exit within {timeout}s:\n{self.output[-3000:]}")
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def run(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture()
+def programs() -> Iterator[list[Program]]:
+    """Programs a test starts; whatever is left is killed at the end."""
+    started: list[Program] = []
+    yield started
+    for program in started:
+        program.kill()
+
+
+def start(programs: list[Program], *args: str) -> Program:
+    program = Program(*args)
+    programs.append(program)
+    return program
+
+
+def wait_for_agents(cluster: Program, n: int) -> None:
+    """Wait until the cluster process has n worker agents, each with a processor."""
+
+    def ready() -> bool:
+        try:
+            agents = psutil.Process(cluster.pid).children()
+            return len(agents) >= n and all(agent.children() for agent in agents)
+        except psutil.Error:
+            return False
+
+    wait_until(ready, timeout=TIMEOUT, what=f"{n} workers with processors")
+
+
+# ----------------------------------------------------------------------------------------------- -h
+def option_blocks(help_text: str) -> dict[str, str]:
+    """{'--flag': 'the text of its help entry'} from argparse's -h output."""
+    blocks: dict[str, str] = {}
+    current = None
+    for line in help_text.splitlines():
+        match = re.match(r"^  (-{1,2}[\w-]+)", line)
+        if match:
+            current = match.group(1)
+            blocks[current] = line
+            longest = re.findall(r"--[\w-]+", line)
+            if longest:
+                blocks[longest[0]] = blocks.pop(current)
+                current = longest[0]
+        elif current and line.startswith("    "):
+            blocks[current] += " " + line.strip()
+        else:
+            current = None
+    return blocks
+
+
+SCHEDULER_OPTIONS = [
+    "--monitor-address",
+    "--protected",
+    "--event-loop",
+    "--worker-timeout-seconds",
+    "--client-timeout-seconds",
+    "--max-task-retries",
+    "--logging-level",
+    "--logging-paths",
+]
+CLUSTER_OPTIONS = [
+    "--num-of-workers",
+    "--heartbeat-interval-seconds",
+    "--per-worker-queue-size",
+    "--death-timeout-seconds",
+    "--event-loop",
+    "--logging-level",
+    "--logging-paths",
+]
+
+
+@pytest.mark.parametrize(
+    "program, options",
+    [
+        ("scaler_scheduler", SCHEDULER_OPTIONS),
+        ("scaler_cluster", CLUSTER_OPTIONS),
+        ("scaler_worker", CLUSTER_OPTIONS),
+    ],
+)
+def test_help_lists_every_option_with_its_default(program: str, options: list[str]) -> None:
+    result = run(cli(program), "-h")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {program}"), result.stdout[:200]
+    assert "address" in result.stdout
+    blocks = option_blocks(result.stdout)
+    for option in options:
+        assert option in blocks, f"{program} -h does not list {option}:\n{result.stdout}"
+    for option, text in blocks.items():
+        if option == "--help":
+            continue
+        assert "default" in text, f"{program} -h: {option} does not show its default: {text!r}"
+
+
+def test_cluster_help_shows_the_cpu_count_as_default_workers() -> None:
+    blocks = option_blocks(run(cli("scaler_cluster"), "-h").stdout)
+    assert f"(default: {os.cpu_count()})" in blocks["--num-of-workers"]
+
+
+def test_help_shows_each_default_once_and_never_none() -> None:
+    for program in ("scaler_scheduler", "scaler_cluster"):
+        for option, text in option_blocks(run(cli(program), "-h").stdout).items():
+            assert text.count("(default:") <= 1, f"{program} {option}: {text}"
+            assert "(default: None)" not in text, f"{program} {option}: {text}"
+
+
+@pytest.mark.parametrize("program", ["scaled_scheduler", "scaled_cluster", "scaled_worker"])
+def test_the_seed_003_command_names_exist(program: str) -> None:
+    """The old "Scaled" README (seed 003) starts scaled_scheduler and scaled_worker."""
+    if not (BIN / program).exists():
+        pytest.xfail("scaled shim pending")
+    result = run(str(BIN / program), "-h")
+    assert result.returncode == 0, result.stderr
+    assert "address" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------- running
+def test_scheduler_logs_its_monitor_address_at_start(programs: list[Program]) -> None:
+    port = free_port()
+    scheduler = start(programs, cli("scaler_scheduler"), f"tcp://127.0.0.1:{port}")
+    scheduler.wait_for_output(rf"Scheduler: monitor address is ipc:///tmp/127\.0\.0\.1_{port}_monitor\b")
+    assert "logging to ('/dev/stdout',)" in scheduler.output
+    with Client(address=f"tcp://127.0.0.1:{port}", timeout_seconds=TIMEOUT):
+        pass  # it serves (and, serving, it handles signals)
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0
+
+
+def test_scheduler_monitor_address_option(programs: list[Program], tmp_path: Path) -> None:
+    monitor = f"ipc://{tmp_path}/monitor"
+    scheduler = start(programs, cli("scaler_scheduler"), free_address(), "--monitor-address", monitor)
+    scheduler.wait_for_output(rf"monitor address is {re.escape(monitor)}\b")
+
+
+def test_scheduler_and_cluster_from_the_cli_serve_a_client(programs: list[Program]) -> None:
+    address = free_address()
+    scheduler = start(programs, cli("scaler_scheduler"), address, "--worker-timeout-seconds", "3")
+    scheduler.wait_for_output("monitor address is")
+    cluster = start(programs, cli("scaler_cluster"), "-n", "2", "--heartbeat-interval-seconds", "0.5", address)
+    cluster.wait_for_output(r"Worker\[1\] started")
+    wait_for_agents(cluster, 2)
+    with Client(address=address, timeout_seconds=TIMEOUT) as client:
+        assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
+        assert client.map(square, [(i,) for i in range(200)]) == [i * i for i in range(200)]
+        assert client.get({"a": 2, "b": (square, "a")}, keys=["b"]) == {"b": 4}
+        assert client.submit(fibonacci, client, 7).result(timeout=TIMEOUT) == 13
+    assert "starting 2 workers" in cluster.output
+
+
+def test_scaler_worker_and_a_uvloop_scheduler_run_the_quickstart(programs: list[Program], tmp_path: Path) -> None:
+    """Seed 002: scaler_scheduler tcp://127.0.0.1:8516, scaler_worker -n 10 ..., then the client snippet.
+    Seed 004: scaler_scheduler --event-loop uvloop tcp://127.0.0.1:2345."""
+    from tests.e2e.test_examples import CATALOG, check_output, run_example
+
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = start(programs, cli("scaler_scheduler"), "--event-loop", "uvloop", address)
+    scheduler.wait_for_output("monitor address is")
+    start(programs, cli("scaler_worker"), "-n", "2", address)
+    name = "seed_002_quickstart_client.py"
+    check_output(name, run_example(name, port, tmp_path, 30), CATALOG[name])
+
+
+@pytest.mark.parametrize(
+    "sig, to_group",
+    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
+    ids=["SIGTERM", "SIGINT", "ctrl-c"],
+)
+def test_signals_stop_cluster_and_scheduler_cleanly(
+    programs: list[Program], tmp_path: Path, sig: int, to_group: bool
+) -> None:
+    """kill -TERM / kill -INT of the main process, or Ctrl-C (SIGINT to the whole process group)."""
+    address = free_address()
+    scheduler = start(programs, cli("scaler_scheduler"), address)
+    scheduler.wait_for_output("monitor address is")
+    cluster = start(programs, cli("scaler_cluster"), "-n", "2", "--heartbeat-interval-seconds", "0.5", address)
+    wait_for_agents(cluster, 2)
+    with Client(address=address, timeout_seconds=TIMEOUT) as client:
+        assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
+        marker = tmp_path / "started"
+        busy = client.submit(touch_and_sleep, str(marker), 60)  # a processor in the middle of a task must stop too
+        wait_until(marker.exists, timeout=TIMEOUT, what="the long task to start")
+        processes = cluster.tree() + scheduler.tree()
+        assert len(processes) >= 6, processes  # scheduler, cluster, 2 agents, 2 processors
+
+        for program in (cluster, scheduler):
+            start_time = time.monotonic()
+            if to_group:
+                os.killpg(program.pid, sig)
+            else:
+                os.kill(program.pid, sig)
+            code = program.wait(15)
+            assert code == 0, f"{program.args[0]} exited with {code}:\n{program.output[-3000:]}"
+            assert time.monotonic() - start_time < 10
+        wait_until(lambda: not running(processes), timeout=10, what=f"no process left: {running(processes)}")
+        assert "Traceback" not in cluster.output + scheduler.output, cluster.output + scheduler.output
+        busy.cancel()
+
+
+def test_scheduler_sigterm_tells_the_cluster_and_everything_exits(programs: list[Program]) -> None:
+    address = free_address()
+    scheduler = start(programs, cli("scaler_scheduler"), address)
+    scheduler.wait_for_output("monitor address is")
+    cluster = start(programs, cli("scaler_cluster"), "-n", "2", address)
+    wait_for_agents(cluster, 2)
+    processes = cluster.tree()
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0
+    # the workers hear the scheduler stop and end; the cluster then ends on its own
+    cluster.wait(15)
+    wait_until(lambda: not running(processes), timeout=10, what="the workers to exit")
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("program", ["scaler_scheduler", "scaler_cluster", "scaler_worker"])
+@pytest.mark.parametrize("address", ["notanaddress", "127.0.0.1:8516", "tcp://127.0.0.1:99999", "tcp://127.0.0.1"])
+def test_a_malformed_address_is_a_usage_error(program: str, address: str) -> None:
+    result = run(cli(program), address)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "address" in result.stderr and address in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "program, args",
+    [
+        ("scaler_scheduler", ["--worker-timeout-seconds", "0"]),
+        ("scaler_scheduler", ["--event-loop", "nope"]),
+        ("scaler_cluster", ["-n", "0"]),
+        ("scaler_cluster", ["--heartbeat-interval-seconds", "-1"]),
+    ],
+)
+def test_bad_option_values_are_usage_errors(program: str, args: list[str]) -> None:
+    result = run(cli(program), *args, "tcp://127.0.0.1:8516")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_scheduler_on_a_port_in_use_exits_1_with_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        result = run(cli("scaler_scheduler"), address)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Address already in use" in output and address in output, output
+    assert "Traceback" not in output
+
+
+def test_scheduler_on_an_unknown_host_exits_1() -> None:
+    result = run(cli("scaler_scheduler"), "tcp://no-such-host.invalid:8516")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "no-such-host.invalid" in output and "Traceback" not in output, output
+
+
+def test_cluster_without_a_scheduler_gives_up_with_exit_code_1() -> None:
+    result = run(cli("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "1", free_address())
+    assert "Worker[0] ended (exit code 1)" in result.stdout, result.stdout
+    assert result.returncode == 1, result.stdout + result.stderr
