@@ -63,7 +63,7 @@ class Processor:
         self.resumes_owed = 0
         self.running = True
         self.user_code_since: float | None = None
-        self.busy = threading.Event()  # set while there is work: the watcher sleeps otherwise
+        self.last_started = 0.0  # when the latest task started: the watcher looks often only while work flows
         self.wake_read, self.wake_write = os.pipe()
         self.watching = False
         self._ids: list[int] = []
@@ -84,18 +84,15 @@ class Processor:
                 item = self._next_task()
                 if item is None:
                     self._flush()
-                    self.busy.clear()
                     with self.receive_lock:
                         # the watcher may have received tasks (or a Resume) after _next_task looked
                         message = None if self._runnable() else self.link.receive(PARENT_CHECK_SECONDS)
                     if message is None and self._runnable():
-                        self.busy.set()
                         continue
                     if message is None:
                         if os.getppid() != self.parent_pid:
                             return  # the agent is gone
                         continue
-                    self.busy.set()
                     self._on_message(pipe.decode(message))
                     continue
                 with self.receive_lock:
@@ -107,7 +104,6 @@ class Processor:
             return  # the agent is gone
         finally:
             self.running = False
-            self.busy.set()
             future_module.set_blocking_hook(None, None)
 
     def _runnable(self) -> bool:
@@ -122,7 +118,7 @@ class Processor:
 
     def _run(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
         _RUNNING.pack_into(self.running_task, 0, task[0])
-        self.user_code_since = time.monotonic()
+        self.user_code_since = self.last_started = time.monotonic()
         try:
             self._run_one(task, payloads)
         finally:
@@ -142,8 +138,9 @@ class Processor:
         """While user code runs for long, receive here: tasks can be discarded (balanced away, cancelled) and
         new ones queued meanwhile."""
         while self.running:
-            self.busy.wait()
-            time.sleep(WATCH_AFTER_SECONDS)
+            # Look every few milliseconds while tasks flow, ten times a second when idle: no signal per task.
+            active = time.monotonic() - self.last_started < 1.0
+            time.sleep(WATCH_AFTER_SECONDS if active else 0.1)
             since = self.user_code_since
             if since is None or time.monotonic() - since < WATCH_AFTER_SECONDS:
                 continue
