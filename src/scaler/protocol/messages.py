@@ -17,6 +17,7 @@ import capnp
 
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
+from scaler.protocol.fastpath import FastPath
 from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
 
@@ -68,6 +69,10 @@ ACCEPTED_BY_MONITOR = frozenset({"status"})
 capnp.remove_import_hook()
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
 _schema: Any = capnp.load(SCHEMA_PATH)
+try:
+    _fast: FastPath | None = FastPath(_schema)
+except LookupError:  # a schema this fast path does not know: pycapnp does everything
+    _fast = None
 
 
 class Payload(Protocol):
@@ -320,11 +325,54 @@ MESSAGE_NAMES: dict[type, str] = {
 # ---------------------------------------------------------------------------------------------------- encoding
 def encode(message: Message) -> list[Payload]:
     """The frames of `message`: its Cap'n Proto header, then its payload frames (not copied)."""
+    kind = type(message)
+    if _fast is not None:
+        if kind is TaskResults:
+            return _fast_results(_fast, message)  # type: ignore[arg-type]
+        if (kind is SubmitTasks or kind is DispatchTasks) and not message.keywords:  # type: ignore[union-attr]
+            return _fast_tasks(_fast, message)  # type: ignore[arg-type]
     root = _schema.Message.new_message()
     name = MESSAGE_NAMES[type(message)]
     body = root.init(name)
     payloads = _ENCODERS[name](body, message)
     return [root.to_bytes(), *payloads]
+
+
+def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
+    sizes, frames = pack_payloads(m.payloads)
+    slots = fast.task_slots
+    values: list[bytes | None] = [None] * fast.task_pointers
+    values[slots["taskIds"]] = pack_u64(m.task_ids)
+    values[slots["functionIds"]] = pack_u64(m.function_ids)
+    values[slots["flags"]] = bytes(m.flags)
+    values[slots["argCounts"]] = pack_u16(m.arg_counts)
+    values[slots["argRefs"]] = pack_u64(m.arg_refs)
+    values[slots["payloadSizes"]] = pack_u64(sizes)
+    name = "submitTasks" if type(m) is SubmitTasks else "dispatchTasks"
+    return [fast.write(fast.kinds[name], fast.task_pointers, values), *frames]
+
+
+def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
+    sizes, frames = pack_payloads(m.payloads)
+    slots = fast.result_slots
+    values: list[bytes | None] = [None] * fast.result_pointers
+    values[slots["taskIds"]] = pack_u64(m.task_ids)
+    values[slots["statuses"]] = bytes(m.statuses)
+    if m.durations_us is not None:
+        values[slots["durationsUs"]] = pack_u64(m.durations_us)
+    if m.peak_memory is not None:
+        values[slots["peakMemory"]] = pack_u64(m.peak_memory)
+    values[slots["payloadSizes"]] = pack_u64(sizes)
+    return [fast.write(fast.kinds["taskResults"], fast.result_pointers, values), *frames]
+
+
+class _FastView:
+    """Attribute access over fields read by the fast path, for the same decoders pycapnp readers go to."""
+
+    def __init__(self, names: dict[str, int], fields: list[bytes]) -> None:
+        for name, slot in names.items():
+            setattr(self, name, fields[slot])
+        self.keywords = ()
 
 
 def _enc_hello(b: Any, m: Hello) -> list[Payload]:
@@ -496,6 +544,17 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
         raise ProtocolError("empty message")
     header = bytes(frames[0])  # type: ignore[call-overload]
     payloads = frames[1:]
+    if _fast is not None:
+        read = _fast.read(header)
+        if read is not None:
+            kind, fields = read
+            name = _fast.names[kind]
+            if accept is not None and name not in accept:
+                raise UnexpectedMessage(f"a {name!r} message is not expected here")
+            slots = _fast.result_slots if name == "taskResults" else _fast.task_slots
+            if name == "taskResults" or not fields[_fast.task_slots["keywords"]]:
+                fast_message: Message = _DECODERS[name](_FastView(slots, fields), payloads)
+                return fast_message
     try:
         with _schema.Message.from_bytes(
             header,

@@ -8,8 +8,8 @@ message per peer for everything decided. A peer that cannot be delivered to is r
 from __future__ import annotations
 
 import asyncio
-import errno
 import dataclasses
+import errno
 import logging
 import os
 import signal
