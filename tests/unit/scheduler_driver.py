@@ -30,8 +30,15 @@ def tid(prefix: int, counter: int) -> int:
     return (prefix << ID_PREFIX_SHIFT) | counter
 
 
-def _columns(specs: Iterable[TaskSpec], flags: int = 0) -> tuple[list[int], list[int], bytes, list[int], list[int], list]:
-    ids, functions, counts, refs, payloads = [], [], [], [], []
+Columns = tuple[list[int], list[int], bytes, list[int], list[int], list[bytes]]
+
+
+def _columns(specs: Iterable[TaskSpec], flags: int = 0) -> Columns:
+    ids: list[int] = []
+    functions: list[int] = []
+    counts: list[int] = []
+    refs: list[int] = []
+    payloads: list[bytes] = []
     flag_column = bytearray()
     for task_id, function_id, args in specs:
         ids.append(task_id)

@@ -241,7 +241,8 @@ def test_task_referring_to_an_unknown_object_fails_at_once() -> None:
     [(peer, message)] = sends(d.recv(C, submit((t(1), F, [missing]))))
     assert peer == C and isinstance(message, TaskResults)
     assert (message.task_ids, message.statuses) == ([t(1)], bytes([TaskStatus.FAILED]))
-    assert message.payloads[0] == f"the task's argument refers to object or task {missing:#x}, which this client does not have".encode()
+    text = f"the task's argument refers to object or task {missing:#x}, which this client does not have"
+    assert message.payloads[0] == text.encode()
     [(_, message)] = sends(d.recv(C, submit((t(2), tid(P, 98), []))))
     assert b"the task's function refers to" in message.payloads[0]  # type: ignore[union-attr]
     assert d.core.tasks == {}
@@ -263,7 +264,9 @@ def test_put_objects_refuses_ids_of_other_sessions_and_ids_in_use() -> None:
     commands = d.recv(C, PutObjects([tid(9, 1), F, t(1), t(5)], [b"a", b"b", b"c", b"d"]))
     [(peer, error)] = sends(commands)
     assert peer == C and error == Error(
-        ErrorCode.BAD_REQUEST, "3 object ids are not this session's or already in use", [tid(9, 1), F, t(1)]
+        ErrorCode.BAD_REQUEST,
+        "3 object ids are not this session's, have counter 0 or are already in use",
+        [tid(9, 1), F, t(1)],
     )
     assert d.core.objects[F].payload == FN
     assert d.core.objects[t(5)].payload == b"d"
@@ -619,40 +622,41 @@ def test_the_core_is_usable_without_a_config() -> None:
     ]
 
 
-# ----------------------------------------------------------------------------------------------- known bugs
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _link pins some references, then fails the task and _release unpins all of them (refs < 0)",
-)
+# ----------------------------------------------------------------------------------------------- regressions
 def test_task_failing_on_a_missing_reference_leaves_object_references_balanced() -> None:
     d = with_function()
     data = tid(P, 4)
     d.put(C, (data, b"data"))
-    # references {F, data, missing}; iterated in set order, `missing` (counter 2) comes before F and data,
-    # so nothing was pinned yet when the task fails, yet _release unpins F and data
+    # references {F, data, missing}; in set order `missing` (counter 2) comes first: a task refused while being
+    # linked must not unpin what it never pinned (it once drove refs below zero)
     missing = tid(P, 2)
     d.recv(C, submit((t(8), F, [data, missing])))
     assert d.core.objects[F].refs == 0
     assert d.core.objects[data].refs == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a failed _link unpins objects it never pinned; a freed object still in use is dropped: KeyError",
-)
 def test_object_in_use_survives_a_failed_task_and_its_owner_freeing_it() -> None:
     core = SchedulerCore()
     core.handle(Received(0.0, C, Hello(PeerKind.CLIENT, "c")))
     data = tid(P, 4)
     core.handle(Received(0.0, C, PutObjects([F, data], [FN, b"data"])))
     core.handle(Received(0.0, C, submit((t(8), F, [data]))))  # queued, no worker yet: holds data
-    core.handle(Received(0.0, C, submit((t(9), F, [data, tid(P, 2)]))))  # fails, and wrongly unpins data
+    core.handle(Received(0.0, C, submit((t(9), F, [data, tid(P, 2)]))))  # refused: must leave data pinned
     core.handle(Received(0.0, C, FreeObjects([data])))  # the client lets go; t(8) still needs it
-    commands = core.handle(Received(0.0, W1, Hello(PeerKind.WORKER, "w", queue_capacity=1)))  # KeyError today
+    commands = core.handle(Received(0.0, W1, Hello(PeerKind.WORKER, "w", queue_capacity=1)))  # was a KeyError
     [(_, message)] = of_type(commands, DispatchTasks)
     assert message.task_ids == [t(8)]
+    core.validate()
 
 
+def test_task_ids_may_not_reuse_object_ids() -> None:
+    d = with_function()
+    [(_, error)] = sends(d.recv(C, submit((F, F, []))))
+    assert isinstance(error, Error) and error.ids == [F]
+    assert d.core.tasks == {}
+
+
+# ----------------------------------------------------------------------------------------------- known bugs
 @pytest.mark.xfail(
     strict=True,
     reason="BUG: validate() counts tasks per client identity, not per session: a re-hello trips it",

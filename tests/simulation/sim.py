@@ -1,0 +1,698 @@
+"""A deterministic simulation of one SchedulerCore with hundreds of workers and several clients.
+
+Everything runs on a fake clock in whole milliseconds, from one seeded random generator: the same seed replays
+the same run exactly. The scheduler is the real core; clients use the real ClientCore; workers are small models
+of an agent (a queue, a few slots, heartbeats, answers to cancel and balance requests).
+
+Faults are injected while the run lasts: workers killed mid-task (their connection closes), workers that hang
+(silent, found by heartbeat timeout only), workers that stall longer than the timeout and come back, workers
+that disconnect and rejoin, slow workers, tasks whose processor crashes, clients that vanish, cancels, and
+balance requests answered partially.
+
+Checked as it runs: validate() after every flush; a worker is never given a task twice, never beyond its
+capacity, always holds the objects its task needs, and is never told to free an object one of its tasks needs; a
+task never runs twice unless the worker of its earlier run was lost (or that run crashed); results go to the
+task's own client, at most once. Checked at the end: every task of a client that stayed ended exactly once, with
+a plausible outcome; nothing is left in the scheduler; workers still in a session hold no objects.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaler.core.client.session import (
+    CancelRequest,
+    ClientCore,
+    Closed,
+    Completed,
+    Connected,
+    FreeRequest,
+    NewObject,
+    NewTask,
+    Rejected,
+)
+from scaler.core.client.session import Send as ClientSend
+from scaler.core.scheduler import (
+    Command,
+    Event,
+    Received,
+    SchedulerConfig,
+    SchedulerCore,
+    Send,
+    Tick,
+    Undeliverable,
+)
+from scaler.core.scheduler.sessions import WorkerSession
+from scaler.protocol.messages import (
+    FLAG_SILENT,
+    ID_PREFIX_SHIFT,
+    BalanceRequest,
+    BalanceResponse,
+    CancelTasks,
+    Disconnect,
+    DispatchTasks,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    Hello,
+    Message,
+    PeerKind,
+    PutObjects,
+    TaskResults,
+    TaskStatus,
+    Welcome,
+)
+
+OK, RAISES, CRASHES, CRASHES_ONCE = 0, 1, 2, 3  # what a task does when run
+SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time are fed in one batch
+TICK_MS = 100
+
+
+class SimulationError(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    workers: int = 200
+    clients: int = 5
+    waves: int = 5  # per client
+    wave_size: tuple[int, int] = (50, 400)
+    fault_window_ms: int = 12_000  # faults happen before this time; afterwards the run settles
+    time_limit_ms: int = 180_000
+    kill_rate: float = 0.04  # fraction of workers for each fault kind
+    hang_rate: float = 0.03
+    stall_rate: float = 0.03
+    disconnect_rate: float = 0.04
+    slow_rate: float = 0.10
+    late_rate: float = 0.10  # workers that join during the run
+    vanish_clients: int = 1
+    # Whether a worker forgets the tasks it holds when a welcome opens a new session (see SimWorker.deliver).
+    worker_forgets_on_welcome: bool = True
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(
+            worker_timeout_seconds=3.0, client_timeout_seconds=8.0, max_task_retries=3, balance_interval_seconds=0.2
+        )
+    )
+
+
+@dataclass
+class Run:
+    peer: bytes
+    session: WorkerSession | None  # the scheduler's session the task was dispatched to
+    crashed: bool = False
+
+
+@dataclass
+class WorkTask:
+    task_id: int
+    function_id: int
+    refs: tuple[int, ...]
+    payload: bytes
+    session: WorkerSession | None
+    run: Run | None = None
+
+
+@dataclass
+class TaskInfo:
+    outcome: int
+    parents: tuple[int, ...]
+    silent: bool = False  # like a graph's intermediate node: its result is never sent to the client
+    cancel_requested: bool = False
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, trace: bool = False, core: type[SchedulerCore] = SchedulerCore) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.core = core(config.scheduler)
+        self.now = 0  # ms
+        self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+        self._link_clock: dict[tuple[bytes, bool], int] = {}  # FIFO per link and direction
+        self._to_scheduler: list[Event] = []  # what reached the scheduler since its last flush
+        self.peers: dict[bytes, SimWorker | SimClient] = {}
+        self.workers: list[SimWorker] = []
+        self.clients: list[SimClient] = []
+        self.runs: dict[int, list[Run]] = {}
+        self.crashed_once: set[int] = set()
+        self.client_by_prefix: dict[int, SimClient] = {}
+        self.flushes = 0
+        self.trace: list[str] | None = [] if trace else None
+        self.finished_at: int | None = None
+
+    # ------------------------------------------------------------------------------------------- clock
+    def at(self, when: int, action: Callable[..., None], *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, action, args))
+
+    def after(self, delay: int, action: Callable[..., None], *args: Any) -> None:
+        self.at(self.now + max(1, delay), action, *args)
+
+    def latency(self, peer: bytes, to_scheduler: bool) -> int:
+        when = self.now + 1 + self.rng.randrange(4)
+        if to_scheduler:
+            when = -(-when // SCHEDULER_BATCH_MS) * SCHEDULER_BATCH_MS
+        key = (peer, to_scheduler)
+        when = max(when, self._link_clock.get(key, 0))
+        self._link_clock[key] = when
+        return when
+
+    # ------------------------------------------------------------------------------------------- scheduler side
+    def send_to_scheduler(self, peer: bytes, message: Message) -> None:
+        self.at(self.latency(peer, True), self._arrive, peer, message)
+
+    def _arrive(self, peer: bytes, message: Message) -> None:
+        self._to_scheduler.append(Received(self.now / 1000, peer, message))
+
+    def _tick(self) -> None:
+        self._to_scheduler.append(Tick(self.now / 1000))
+        if self.finished_at is None:
+            self.after(TICK_MS, self._tick)
+
+    def _flush(self) -> None:
+        """Feed what arrived, flush once (like one wake-up of the shell), and deliver the commands."""
+        now = self.now / 1000
+        for event in self._to_scheduler:
+            self.core.feed(event)
+        self._to_scheduler.clear()
+        commands = self._flush_core()
+        while True:
+            unreachable = self._route(commands)
+            if not unreachable:
+                break
+            for peer in unreachable:
+                self.core.feed(Undeliverable(now, peer))
+            commands = self._flush_core()
+
+    def _flush_core(self) -> list[Command]:
+        commands = self.core.flush()
+        self.flushes += 1
+        self.core.validate()
+        return commands
+
+    def _route(self, commands: list[Command]) -> list[bytes]:
+        unreachable: list[bytes] = []
+        for command in commands:
+            if not isinstance(command, Send):
+                continue
+            peer, message = command.peer, command.message
+            if self.trace is not None:
+                self.trace.append(f"{self.now} {peer!r} {message!r}")
+            target = self.peers.get(peer)
+            if target is None:
+                continue
+            if target.closed:
+                if peer not in unreachable:
+                    unreachable.append(peer)
+                continue
+            if target.deaf:
+                continue
+            extra = None
+            if isinstance(message, DispatchTasks):
+                extra = self.core.workers.get(peer)
+                for task_id in message.task_ids:
+                    owner = self.client_by_prefix.get(task_id >> ID_PREFIX_SHIFT)
+                    if owner is not None and owner.results[task_id]:
+                        self.fail(f"task {task_id:#x} dispatched to {peer!r} after its client got its result")
+            elif isinstance(message, TaskResults) and isinstance(target, SimClient):
+                for task_id in message.task_ids:
+                    if task_id not in target.tasks:
+                        self.fail(f"result of task {task_id:#x} sent to client {peer!r}, which did not submit it")
+            self.at(self.latency(peer, False), target.deliver, message, extra)
+        return unreachable
+
+    # ------------------------------------------------------------------------------------------- running
+    def fail(self, text: str) -> None:
+        raise SimulationError(f"t={self.now}ms: {text}")
+
+    def setup(self) -> None:
+        c, rng = self.config, self.rng
+        for n in range(c.workers):
+            worker = SimWorker(self, f"w{n}".encode(), capacity=rng.randint(1, 8), slots=rng.choice((1, 1, 2)))
+            if rng.random() < c.slow_rate:
+                worker.speed = rng.choice((5, 10, 20))
+            start = rng.randrange(c.fault_window_ms) if rng.random() < c.late_rate else rng.randrange(300)
+            self.at(start, worker.start)
+            self._plan_worker_fault(worker)
+            self.workers.append(worker)
+        for n in range(c.clients):
+            client = SimClient(self, f"c{n}".encode())
+            self.at(rng.randrange(200), client.start)
+            self.clients.append(client)
+        for client in rng.sample(self.clients, min(c.vanish_clients, len(self.clients))):
+            self.at(rng.randrange(300, 3_000), client.vanish, rng.random() < 0.5)  # while its work is in flight
+        self.at(0, self._tick)
+
+    def _plan_worker_fault(self, worker: SimWorker) -> None:
+        c, rng = self.config, self.rng
+        roll = rng.random()
+        when = rng.randrange(500, c.fault_window_ms)
+        for rate, action, args in (
+            (c.kill_rate, worker.kill, ()),
+            (c.hang_rate, worker.hang, ()),
+            (c.stall_rate, worker.stall, (rng.randrange(4_000, 8_000),)),
+            (c.disconnect_rate, worker.disconnect, (rng.random() < 0.6,)),
+        ):
+            if roll < rate:
+                self.at(when, action, *args)
+                return
+            roll -= rate
+
+    def run(self) -> None:
+        self.setup()
+        events = self._events
+        while events:
+            now = events[0][0]
+            if now > self.config.time_limit_ms:
+                self.fail(f"not finished within {self.config.time_limit_ms}ms:\n" + self.stuck())
+            self.now = now
+            while events and events[0][0] == now:
+                _, _, action, args = heapq.heappop(events)
+                action(*args)
+            if self._to_scheduler:
+                self._flush()
+            if self.finished_at is None and self._finished():
+                self.finished_at = now
+                self.at(now + 2_000, lambda: None)  # let frees and late messages land, then stop
+            if self.finished_at is not None and now >= self.finished_at + 2_000:
+                break
+        self.final_checks()
+
+    def _finished(self) -> bool:
+        return (
+            all(c.state in ("done", "vanished") for c in self.clients) and not self.core.tasks and not self.core.clients
+        )
+
+    def stuck(self) -> str:
+        lines = [f"clients: {[(c.peer, c.state, len(c.open)) for c in self.clients]}"]
+        lines += [self.core.explain(t) for t in list(self.core.tasks)[:10]]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------------------------------- checks
+    def run_starts(self, worker: SimWorker, task: WorkTask) -> None:
+        runs = self.runs.setdefault(task.task_id, [])
+        mine_lost = self.core.workers.get(worker.peer) is not task.session
+        for earlier in runs:
+            earlier_lost = self.core.workers.get(earlier.peer) is not earlier.session
+            if not (earlier.crashed or earlier_lost or mine_lost):
+                self.fail(f"task {task.task_id:#x} runs on {worker.peer!r} while its run on {earlier.peer!r} is live")
+        task.run = Run(worker.peer, task.session)
+        runs.append(task.run)
+
+    def final_checks(self) -> None:
+        if self.core.tasks or self.core.clients or self.core.objects:
+            left = f"{len(self.core.tasks)} tasks, {len(self.core.objects)} objects"
+            self.fail(f"left in the scheduler: {left}\n" + self.stuck())
+        for client in self.clients:
+            client.check_outcomes()
+        for worker in self.workers:
+            in_session = worker.state == "connected" and worker.peer in self.core.workers  # not yet told it is lost
+            if in_session and worker.objects:
+                self.fail(f"worker {worker.peer!r} still holds objects {sorted(worker.objects)} nobody needs")
+
+    def summary(self) -> dict[str, int]:
+        ended: Counter[str] = Counter()
+        for client in self.clients:
+            for status in client.status.values():
+                ended[TaskStatus(status).name.lower()] += 1
+        return {
+            "tasks": sum(len(c.tasks) for c in self.clients),
+            "runs": sum(len(r) for r in self.runs.values()),
+            "flushes": self.flushes,
+            "sim_ms": self.now,
+            "workers_lost": sum(1 for w in self.workers if w.losses),
+            **ended,
+        }
+
+
+# ----------------------------------------------------------------------------------------------- workers
+class SimWorker:
+    def __init__(self, sim: Simulation, peer: bytes, capacity: int, slots: int) -> None:
+        self.sim = sim
+        self.peer = peer
+        self.capacity = capacity
+        self.slots = slots
+        self.speed = 1
+        self.state = "off"  # off, connecting, connected, stalled, closed, hung, gone
+        self.closed = False  # its socket is gone: the scheduler's sends fail
+        self.deaf = False  # it receives nothing (hung, or not started)
+        self.queue: deque[WorkTask] = deque()
+        self.running: dict[int, WorkTask] = {}
+        self.objects: dict[int, bytes] = {}
+        self.deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self.losses = 0
+        sim.peers[peer] = self
+
+    def send(self, message: Message) -> None:
+        self.sim.send_to_scheduler(self.peer, message)
+
+    def start(self) -> None:
+        self.state = "connecting"
+        self.send(Hello(PeerKind.WORKER, self.peer.decode(), queue_capacity=self.capacity))
+        self.sim.after(1 + self.sim.rng.randrange(1000), self.heartbeat)
+
+    def heartbeat(self) -> None:
+        if self._defer(self.heartbeat):
+            return
+        if self.state in ("closed", "hung", "gone"):
+            return
+        if self.state == "connected":
+            self.send(Heartbeat(queued=len(self.queue), running=len(self.running)))
+        self.sim.after(1000, self.heartbeat)
+
+    def _defer(self, action: Callable[..., None], *args: Any) -> bool:
+        if self.state == "stalled":
+            self.deferred.append((action, args))
+            return True
+        return False
+
+    # ------------------------------------------------------------------------------------------- messages
+    def deliver(self, message: Message, session: WorkerSession | None) -> None:
+        if self._defer(self.deliver, message, session):
+            return
+        if self.state in ("closed", "hung", "gone", "off"):
+            return
+        if isinstance(message, DispatchTasks):
+            self._on_dispatch(message, session)
+        elif isinstance(message, PutObjects):
+            self.objects.update(zip(message.object_ids, message.payloads, strict=True))  # type: ignore[arg-type]
+        elif isinstance(message, FreeObjects):
+            self._on_free(message.ids)
+        elif isinstance(message, CancelTasks):
+            self._on_cancel(message.ids)
+        elif isinstance(message, BalanceRequest):
+            self._on_balance(message.ids)
+        elif isinstance(message, Welcome):
+            # A welcome opens a new session, and a hello closes the previous one: its tasks went back to the
+            # scheduler's queue, and the scheduler believes the new session holds no object. (docs/protocol.md's
+            # checklist does not say so; see worker_forgets_on_welcome.)
+            if self.sim.config.worker_forgets_on_welcome:
+                self._drop_tasks()
+                self.objects.clear()
+            self.state = "connected"
+        elif isinstance(message, Error) and message.code == ErrorCode.NOT_CONNECTED:
+            self._reset()
+            self.state = "connecting"
+            self.send(Hello(PeerKind.WORKER, self.peer.decode(), queue_capacity=self.capacity))
+        elif isinstance(message, Error):
+            self.sim.fail(f"worker {self.peer!r} got an error: {message}")
+        self._run_next()
+
+    def _on_dispatch(self, message: DispatchTasks, session: WorkerSession | None) -> None:
+        position = pay = 0
+        for k, task_id in enumerate(message.task_ids):
+            refs = tuple(message.arg_refs[position : position + message.arg_counts[k]])
+            position += len(refs)
+            inline = refs.count(0)
+            payload = bytes(message.payloads[pay]) if inline else b""  # type: ignore[call-overload]
+            pay += inline
+            if task_id in self.running or any(t.task_id == task_id for t in self.queue):
+                self.sim.fail(f"task {task_id:#x} dispatched twice to {self.peer!r}")
+            self.queue.append(WorkTask(task_id, message.function_ids[k], refs, payload, session))
+        if len(self.queue) + len(self.running) > self.capacity:
+            self.sim.fail(f"worker {self.peer!r} holds {len(self.queue) + len(self.running)} > {self.capacity} tasks")
+
+    def _on_free(self, ids: list[int]) -> None:
+        for object_id in ids:
+            users = [t.task_id for t in (*self.queue, *self.running.values()) if _needs(t, object_id)]
+            if users:
+                self.sim.fail(f"object {object_id:#x} freed on {self.peer!r} while tasks {users} need it")
+            self.objects.pop(object_id, None)
+
+    def _on_cancel(self, ids: list[int]) -> None:
+        wanted = set(ids)
+        cancelled = [t for t in self.queue if t.task_id in wanted]
+        if cancelled:
+            self.queue = deque(t for t in self.queue if t.task_id not in wanted)
+            n = len(cancelled)
+            self.send(TaskResults([t.task_id for t in cancelled], bytes([TaskStatus.CANCELED] * n), [b""] * n))
+
+    def _on_balance(self, ids: list[int]) -> None:
+        """Answered partly: a real agent may have started some meanwhile. Like the Python agent, it may give back
+        more a little later, in a second response (tasks its processor had not started)."""
+        rng = self.sim.rng
+        given = self._give_back({t.task_id for t in self.queue if t.task_id in ids and rng.random() < 0.7})
+        self.send(BalanceResponse(given))
+        later = [t for t in ids if t not in given]
+        if later and rng.random() < 0.3:
+            self.sim.after(1 + rng.randrange(20), self._late_balance, later)
+
+    def _late_balance(self, ids: list[int]) -> None:
+        if self._defer(self._late_balance, ids) or self.state != "connected":
+            return
+        given = self._give_back(set(ids))
+        if given:
+            self.send(BalanceResponse(given))
+
+    def _give_back(self, wanted: set[int]) -> list[int]:
+        given = [t.task_id for t in self.queue if t.task_id in wanted]
+        self.queue = deque(t for t in self.queue if t.task_id not in wanted)
+        return given
+
+    # ------------------------------------------------------------------------------------------- running tasks
+    def _run_next(self) -> None:
+        while self.state == "connected" and self.queue and len(self.running) < self.slots:
+            task = self.queue.popleft()
+            for ref in (task.function_id, *task.refs):
+                if ref and ref not in self.objects:
+                    self.sim.fail(f"task {task.task_id:#x} starts on {self.peer!r} without object {ref:#x}")
+            self.sim.run_starts(self, task)
+            self.running[task.task_id] = task
+            duration, _ = _behaviour(task.payload)
+            self.sim.after(duration * self.speed, self.finish, task)
+
+    def finish(self, task: WorkTask) -> None:
+        if self._defer(self.finish, task):
+            return
+        if self.running.get(task.task_id) is not task:
+            return  # dropped meanwhile (session lost)
+        del self.running[task.task_id]
+        if self.state in ("closed", "hung", "gone"):
+            return
+        _, outcome = _behaviour(task.payload)
+        if outcome == CRASHES or (outcome == CRASHES_ONCE and task.task_id not in self.sim.crashed_once):
+            self.sim.crashed_once.add(task.task_id)
+            assert task.run is not None
+            task.run.crashed = True
+            self.send(TaskResults([task.task_id], bytes([TaskStatus.CRASHED]), [b"processor died"]))
+        elif outcome == RAISES:
+            self.send(TaskResults([task.task_id], bytes([TaskStatus.ERROR]), [b"raised:%x" % task.task_id]))
+        else:
+            self.send(TaskResults([task.task_id], bytes([TaskStatus.SUCCESS]), [b"ok:%x" % task.task_id]))
+        self._run_next()
+
+    def _reset(self) -> None:
+        self._drop_tasks()
+        self.objects.clear()
+        self.losses += 1
+
+    def _drop_tasks(self) -> None:
+        self.queue.clear()
+        self.running.clear()  # their results will never be sent
+
+    # ------------------------------------------------------------------------------------------- faults
+    def kill(self) -> None:
+        """The process dies mid-task: its connection closes."""
+        self.state, self.closed, self.deaf = "closed", True, True
+        self.losses += 1
+
+    def hang(self) -> None:
+        """The machine vanishes from the network: silence, found only by heartbeat timeout."""
+        self.state, self.deaf = "hung", True
+        self.losses += 1
+
+    def stall(self, duration: int) -> None:
+        """A pause longer than the timeout; then it carries on as if nothing happened."""
+        if self.state != "connected":
+            return
+        self.state = "stalled"
+        self.sim.after(duration, self.resume)
+
+    def resume(self) -> None:
+        self.state = "connected"
+        deferred, self.deferred = self.deferred, []
+        for action, args in deferred:
+            action(*args)
+        self._run_next()
+
+    def disconnect(self, rejoin: bool) -> None:
+        """Leaves politely; maybe comes back later under the same identity."""
+        if self.state not in ("connected", "connecting"):
+            return
+        self.send(Disconnect("maintenance"))
+        self._reset()
+        self.state = "gone"
+        if rejoin:
+            self.sim.after(1_000 + self.sim.rng.randrange(3_000), self.start)
+
+
+def _needs(task: WorkTask, object_id: int) -> bool:
+    return object_id == task.function_id or object_id in task.refs
+
+
+def _behaviour(payload: bytes) -> tuple[int, int]:
+    duration, outcome = payload.split(b":")
+    return int(duration), int(outcome)
+
+
+# ----------------------------------------------------------------------------------------------- clients
+class SimClient:
+    def __init__(self, sim: Simulation, peer: bytes) -> None:
+        self.sim = sim
+        self.peer = peer
+        self.core = ClientCore(peer.decode(), heartbeat_interval_seconds=0.5, timeout_seconds=30.0)
+        self.state = "off"  # off, connecting, connected, done, vanished
+        self.closed = False
+        self.deaf = False
+        self.tasks: dict[int, TaskInfo] = {}
+        self.open: set[int] = set()
+        self.results: Counter[int] = Counter()
+        self.status: dict[int, int] = {}
+        self.function_id = self.data_id = 0
+        self.data_freed = False
+        self.wave = 0
+        sim.peers[peer] = self
+
+    def _do(self, commands: list[Any]) -> None:
+        for command in commands:
+            if isinstance(command, ClientSend):
+                self.sim.send_to_scheduler(self.peer, command.message)
+            elif isinstance(command, Connected):
+                self._connected(command.id_prefix)
+            elif isinstance(command, Completed):
+                self._completed(command.results)
+            elif isinstance(command, Rejected):
+                self.sim.fail(f"client {self.peer!r} was refused: {command.text} {command.ids}")
+            elif isinstance(command, Closed) and self.state not in ("done", "vanished"):
+                self.sim.fail(f"client {self.peer!r} closed: {command.reason}")
+
+    def start(self) -> None:
+        self.state = "connecting"
+        self._do(self.core.start(self.sim.now / 1000))
+        self.sim.after(500, self.heartbeat)
+
+    def heartbeat(self) -> None:
+        if self.state in ("done", "vanished"):
+            return
+        self._do(self.core.tick(self.sim.now / 1000))
+        self.sim.after(500, self.heartbeat)
+
+    def deliver(self, message: Message, _: object) -> None:
+        if self.state in ("done", "vanished"):
+            return
+        self._do(self.core.received(self.sim.now / 1000, message))
+
+    def _connected(self, prefix: int) -> None:
+        self.state = "connected"
+        self.sim.client_by_prefix[prefix] = self
+        self.function_id, self.data_id = self.core.mint(2)
+        self._submit([NewObject(self.function_id, b"function", "f"), NewObject(self.data_id, b"data")])
+        self.sim.after(self.sim.rng.randrange(50, 500), self.submit_wave)
+
+    def _submit(self, requests: list[Any]) -> None:
+        for message in self.core.batch(requests):
+            self.sim.send_to_scheduler(self.peer, message)
+
+    def submit_wave(self) -> None:
+        if self.state != "connected":
+            return
+        rng = self.sim.rng
+        count = rng.randint(*self.sim.config.wave_size)
+        ids = self.core.mint(count)
+        requests: list[Any] = []
+        for task_id in ids:
+            roll = rng.random()
+            outcome = OK if roll < 0.88 else RAISES if roll < 0.94 else CRASHES if roll < 0.96 else CRASHES_ONCE
+            duration = rng.choice((5, 20, 50, 100, 200, 400))
+            refs: list[int] = [0]
+            parents: tuple[int, ...] = ()
+            if rng.random() < (0.02 if self.data_freed else 0.3):  # after the free: a user's mistake, refused
+                refs.append(self.data_id)
+            if requests and rng.random() < 0.25:  # a task waiting on an earlier one of this wave
+                parent = rng.choice(requests).task_id
+                refs.append(parent)
+                parents = (parent,)
+            silent = rng.random() < 0.1
+            flags = FLAG_SILENT if silent else 0
+            requests.append(
+                NewTask(task_id, self.function_id, flags, tuple(refs), None, (b"%d:%d" % (duration, outcome),))
+            )
+            self.tasks[task_id] = TaskInfo(outcome, parents, silent)
+            if not silent:
+                self.open.add(task_id)
+        self._submit(requests)
+        self.wave += 1
+        if rng.random() < 0.5:
+            self.sim.after(rng.randrange(10, 2_000), self.cancel_some)
+        if self.wave == 2 and not self.data_freed:
+            self.data_freed = True
+            self._submit([FreeRequest(self.data_id)])
+        if self.wave < self.sim.config.waves:
+            self.sim.after(rng.randrange(500, 3_000), self.submit_wave)
+
+    def cancel_some(self) -> None:
+        if self.state != "connected" or not self.open:
+            return
+        victims = self.sim.rng.sample(sorted(self.open), max(1, len(self.open) // 10))
+        for task_id in victims:
+            self.tasks[task_id].cancel_requested = True
+        self._submit([CancelRequest(task_id) for task_id in victims])
+
+    def _completed(self, results: TaskResults) -> None:
+        for task_id, status, payload in zip(results.task_ids, results.statuses, results.payloads, strict=True):
+            if task_id not in self.tasks:
+                self.sim.fail(f"client {self.peer!r} got a result for {task_id:#x}, not its task")
+            if self.tasks[task_id].silent:
+                self.sim.fail(f"client {self.peer!r} got the result of silent task {task_id:#x}")
+            self.results[task_id] += 1
+            if self.results[task_id] > 1:
+                self.sim.fail(f"task {task_id:#x} ended twice at its client")
+            self.status[task_id] = status
+            self.open.discard(task_id)
+            if status == TaskStatus.SUCCESS and payload != b"ok:%x" % task_id:
+                self.sim.fail(f"task {task_id:#x} succeeded with someone else's result {payload!r}")
+        if not self.open and self.wave >= self.sim.config.waves and self.state == "connected":
+            self.state = "done"
+            for command in self.core.disconnect("finished"):
+                if isinstance(command, ClientSend):
+                    self.sim.send_to_scheduler(self.peer, command.message)
+
+    def vanish(self, closed: bool) -> None:
+        """The client process dies (its connection closes) or goes silent (the scheduler times it out)."""
+        if self.state == "done":
+            return
+        self.state = "vanished"
+        self.closed, self.deaf = closed, True
+
+    def check_outcomes(self) -> None:
+        if self.state == "vanished":
+            return
+        for task_id, info in self.tasks.items():
+            if info.silent:
+                continue
+            if self.results[task_id] != 1:
+                self.sim.fail(f"task {task_id:#x} of {self.peer!r} ended {self.results[task_id]} times, not once")
+            status = self.status[task_id]
+            lineage = self._lineage(task_id)
+            if status == TaskStatus.CANCELED and not any(self.tasks[t].cancel_requested for t in lineage):
+                self.sim.fail(f"task {task_id:#x} was cancelled, but nobody asked")
+            if status == TaskStatus.ERROR and not any(self.tasks[t].outcome == RAISES for t in lineage):
+                self.sim.fail(f"task {task_id:#x} raised, but nothing in its lineage raises")
+            if status == TaskStatus.SUCCESS and info.outcome in (RAISES, CRASHES):
+                self.sim.fail(f"task {task_id:#x} succeeded, but it always {('raises', 'crashes')[info.outcome - 1]}")
+
+    def _lineage(self, task_id: int) -> list[int]:
+        out, todo = [], [task_id]
+        while todo:
+            current = todo.pop()
+            out.append(current)
+            todo.extend(self.tasks[current].parents)
+        return out

@@ -1,0 +1,107 @@
+"""Deterministic simulations of the scheduler core under faults (see sim.py for what runs and what is checked).
+
+Each seed is one whole run; a failure names its seed. To replay one: SCALER_SIM_SEEDS=1234 pytest tests/simulation
+(several: SCALER_SIM_SEEDS=1,2,3).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scaler.core.scheduler import SchedulerCore
+from scaler.core.scheduler.sessions import WorkerSession
+from scaler.protocol.messages import FLAG_SILENT, BalanceRequest, BalanceResponse, Payload, TaskStatus
+from tests.simulation.sim import SimConfig, Simulation
+
+SEEDS = [int(s) for s in os.environ.get("SCALER_SIM_SEEDS", "").split(",") if s] or [11, 23, 37, 41, 59]
+
+
+def simulate(config: SimConfig, **options: object) -> Simulation:
+    sim = Simulation(config, **options)  # type: ignore[arg-type]
+    try:
+        sim.run()
+    except AssertionError as exc:
+        seed = config.seed
+        raise AssertionError(
+            f"simulation failed with seed={seed} (replay: SCALER_SIM_SEEDS={seed} pytest tests/simulation)\n{exc}"
+        ) from exc
+    return sim
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda seed: f"seed={seed}")
+def test_scheduler_survives_faults(seed: int) -> None:
+    workers = 150 + seed * 37 % 151  # between 150 and 300 workers
+    sim = simulate(SimConfig(seed=seed, workers=workers))
+    summary = sim.summary()
+    print(f"seed={seed}: {summary}")
+    # the run did what it was meant to: lots of work, faults that cost workers, retries, moves and cancels
+    assert summary["tasks"] > 1000
+    assert summary["workers_lost"] >= 5
+    assert summary["runs"] > summary["tasks"]  # some tasks ran again after a loss or a crash
+    assert sim.core.sent["balanceRequest"] > 0 and sim.core.received["balanceResponse"] > 0
+    assert summary["canceled"] > 0 and summary["failed"] > 0 and summary["error"] > 0
+
+
+def test_every_kind_of_fault_happens_somewhere() -> None:
+    """Over the seeds, every fault of the plan strikes, and a vanished client gets cleaned up."""
+    states: set[str] = set()
+    vanished = 0
+    for seed in SEEDS[:3]:
+        sim = simulate(SimConfig(seed=seed, workers=150, waves=2, kill_rate=0.05, hang_rate=0.05, stall_rate=0.05))
+        states |= {w.state for w in sim.workers}
+        vanished += sum(c.state == "vanished" for c in sim.clients)
+        assert any(w.losses and w.state == "connected" for w in sim.workers)  # stalled or rejoined, and working
+    assert {"closed", "hung", "connected"} <= states
+    assert vanished >= 1
+
+
+def test_same_seed_same_run() -> None:
+    config = SimConfig(seed=5, workers=60, clients=3, waves=2, wave_size=(20, 80))
+    first = simulate(config, trace=True)
+    again = simulate(config, trace=True)
+    assert first.trace is not None and again.trace is not None
+    assert len(first.trace) > 500
+    assert first.trace == again.trace
+    other = simulate(SimConfig(seed=6, workers=60, clients=3, waves=2, wave_size=(20, 80)), trace=True)
+    assert other.trace != first.trace
+
+
+# ----------------------------------------------------------------------------------------------- the checks can fail
+class TrustsBalanceRequests(SchedulerCore):
+    """A broken scheduler: it takes back every task it asked for, not only those the worker gave."""
+
+    def _balance(self) -> None:
+        self.asked: dict[bytes, list[int]] = getattr(self, "asked", {})
+        before = len(self._out)
+        super()._balance()
+        for command in self._out[before:]:
+            if isinstance(command.message, BalanceRequest):  # type: ignore[union-attr]
+                self.asked[command.peer] = list(command.message.ids)  # type: ignore[union-attr]
+
+    def _on_balance_response(self, worker: WorkerSession, message: BalanceResponse) -> None:
+        super()._on_balance_response(worker, BalanceResponse(self.asked.pop(worker.identity, message.ids)))
+
+
+class AnswersTwice(SchedulerCore):
+    """A broken scheduler: the first error result it reports goes to the client twice."""
+
+    def _end(self, first: object, status: int, payload: Payload, *args: object, **kwargs: object) -> None:
+        super()._end(first, status, payload, *args, **kwargs)  # type: ignore[arg-type]
+        silent = first.flags & FLAG_SILENT  # type: ignore[attr-defined]
+        if status == TaskStatus.ERROR and not silent and not getattr(self, "doubled", False):
+            self.doubled = True
+            client = first.client  # type: ignore[attr-defined]
+            client.outbox.add(first.task_id, status, payload)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("core", "complaint"),
+    [(TrustsBalanceRequests, "runs on"), (AnswersTwice, "ended twice at its client")],
+    ids=["runs-twice", "answers-twice"],
+)
+def test_the_simulation_catches_a_broken_scheduler(core: type[SchedulerCore], complaint: str) -> None:
+    with pytest.raises(AssertionError, match=complaint) as failure:
+        simulate(SimConfig(seed=SEEDS[0], workers=150), core=core)
+    assert f"seed={SEEDS[0]}" in str(failure.value)

@@ -1,0 +1,509 @@
+"""AgentCore (the worker agent's state machine): state built only by feeding events, commands asserted exactly."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from scaler.core.scheduler.events import Log
+from scaler.core.worker import messages as pm
+from scaler.core.worker.agent import (
+    GONE,
+    QUEUED,
+    AgentCommand,
+    AgentConfig,
+    AgentCore,
+    AgentEvent,
+    FromProcessor,
+    FromScheduler,
+    KillIfRunning,
+    KillProcessor,
+    ProcessorExited,
+    Started,
+    StartProcessor,
+    Stop,
+    StopRequested,
+    Tick,
+    ToProcessor,
+    ToScheduler,
+)
+from scaler.protocol.messages import (
+    FLAG_PROFILING,
+    BalanceRequest,
+    BalanceResponse,
+    CancelTasks,
+    Disconnect,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    PeerKind,
+    PutObjects,
+    Refused,
+    Shutdown,
+    TaskResults,
+    TaskStatus,
+    Welcome,
+)
+from tests.unit.scheduler_driver import Driver, dispatch, ok, sends, submit, tid
+
+F = tid(1, 1)  # a function object
+X = tid(1, 2)  # a data object
+
+
+def t(n: int) -> int:
+    return tid(1, 10 + n)
+
+
+HELLO = Hello(PeerKind.WORKER, "w", "host", 42, 2000, 8)
+CONFIG = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8)
+
+
+class Agent:
+    """An AgentCore and a clock; `sched`, `proc` and friends feed one event and return the commands."""
+
+    def __init__(self, config: AgentConfig = CONFIG) -> None:
+        self.core = AgentCore(config)
+        self.now = 0.0
+
+    def __call__(self, event: AgentEvent) -> list[AgentCommand]:
+        commands = self.core.handle(event)
+        check(self.core)
+        return commands
+
+    def sched(self, message: object) -> list[AgentCommand]:
+        return self(FromScheduler(self.now, message))  # type: ignore[arg-type]
+
+    def proc(self, processor: int, message: pm.FromProcessor) -> list[AgentCommand]:
+        return self(FromProcessor(self.now, processor, message))
+
+    def done(self, processor: int, *task_ids: int, status: int = TaskStatus.SUCCESS) -> list[AgentCommand]:
+        n = len(task_ids)
+        return self.proc(processor, pm.Results(list(task_ids), bytes([status] * n), [100] * n, [0] * n, [b"r"] * n))
+
+
+def check(core: AgentCore) -> None:
+    """The agent's own bookkeeping agrees with itself: every task it holds is in exactly one place."""
+    queued = [task for task in core.queue if task.state == QUEUED]
+    assert core.queued == len(queued) == len({id(task) for task in queued})
+    windows = [task for slot in core.processors.values() for task in slot.window.values() if task.state != GONE]
+    assert {task.task_id for task in queued} | {task.task_id for task in windows} == set(core.tasks)
+    assert len(queued) + len(windows) == len(core.tasks)
+    for task_id, task in core.tasks.items():
+        assert task.task_id == task_id
+
+
+def connected(config: AgentConfig = CONFIG) -> Agent:
+    """An agent that said hello, was welcomed, and whose first processor (0) is ready."""
+    a = Agent(config)
+    assert a(Started(0.0)) == [ToScheduler(HELLO), StartProcessor(0)]
+    assert a.sched(Welcome(7, "sched")) == [Log(logging.INFO, "connected to scheduler sched")]
+    assert a.proc(0, pm.Ready(1000)) == []
+    assert a.core.connected
+    return a
+
+
+def with_tasks(n: int, config: AgentConfig = CONFIG) -> Agent:
+    """A connected agent holding function F and tasks t(1)..t(n); t(1) went to processor 0 alone (run times are
+    not known yet), the others wait in the queue."""
+    a = connected(config)
+    a.sched(PutObjects([F], [b"fn"]))
+    a.sched(dispatch(*((t(i), F, [b"a%d" % i]) for i in range(1, n + 1))))
+    return a
+
+
+def warmed(n: int) -> Agent:
+    """with_tasks(n), and t(1) done in 100 us: the window is wide now, t(2)..t(n) all went to processor 0."""
+    a = with_tasks(n)
+    assert a.done(0, t(1)) == [
+        ToProcessor(0, run(*(t(i) for i in range(2, n + 1)))),
+        ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"])),
+    ]
+    return a
+
+
+def run(*task_ids: int, objects: tuple[int, ...] = (), payloads: tuple[bytes, ...] = ()) -> pm.RunTasks:
+    tasks = [(i, F, 0, (0,), None) for i in task_ids]
+    return pm.RunTasks(list(objects), tasks, [*payloads, *(b"a%d" % (i - t(0)) for i in task_ids)])
+
+
+# ----------------------------------------------------------------------------------------------- session
+def test_start_says_hello_and_starts_a_processor() -> None:
+    a = Agent()
+    assert a(Started(0.0)) == [ToScheduler(HELLO), StartProcessor(0)]
+    assert not a.core.connected
+
+
+def test_tasks_wait_for_the_processor_then_the_first_goes_alone_objects_first() -> None:
+    a = Agent()
+    a(Started(0.0))
+    a.sched(Welcome(7, "sched"))
+    a.sched(PutObjects([F], [b"fn"]))
+    assert a.sched(dispatch(*((t(i), F, [b"a%d" % i]) for i in range(1, 7)))) == []  # processor still starting
+    # run times unknown: one task at a time, so the rest can still be balanced away
+    assert a.proc(0, pm.Ready(1000)) == [ToProcessor(0, run(t(1), objects=(F,), payloads=(b"fn",)))]
+    assert a.core.queued == 5
+
+
+def test_short_tasks_widen_the_window_and_results_are_coalesced() -> None:
+    a = warmed(6)  # t(1) took 100 us: t(2)..t(6) went at once
+    a.core.feed(FromProcessor(0.0, 0, pm.Results([t(2)], bytes([0]), [100], [0], [b"r2"])))
+    a.core.feed(FromProcessor(0.0, 0, pm.Results([t(3)], bytes([1]), [100], [0], [b"e3"])))
+    assert a.core.flush() == [ToScheduler(TaskResults([t(2), t(3)], bytes([0, 1]), [b"r2", b"e3"]))]
+    assert a.core.completed == 3
+
+
+def test_long_tasks_keep_the_window_at_one() -> None:
+    a = with_tasks(3)
+    commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1_000_000], [0], [b"r"]))
+    assert commands[0] == ToProcessor(0, run(t(2)))
+
+
+def test_profiled_tasks_report_duration_and_memory() -> None:
+    a = connected()
+    a.sched(PutObjects([F], [b"fn"]))
+    a.sched(dispatch((t(1), F, []), flags=FLAG_PROFILING))
+    commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1234], [5678], [b"r"]))
+    assert commands == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"], [1234], [5678]))]
+
+
+def test_duplicate_dispatch_is_ignored() -> None:
+    a = with_tasks(1)
+    assert a.sched(dispatch((t(1), F, [b"a1"]))) == []
+    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+
+
+def test_task_needing_an_object_the_worker_never_got_fails() -> None:
+    a = connected()
+    a.sched(PutObjects([F], [b"fn"]))
+    commands = a.sched(dispatch((t(1), F, [X])))
+    assert commands == [
+        ToProcessor(0, pm.RunTasks([F], [], [b"fn"])),  # F was found before X was missed; sent anyway
+        ToScheduler(
+            TaskResults([t(1)], bytes([TaskStatus.FAILED]), [f"object {X:#x} was not sent to this worker".encode()])
+        ),
+    ]
+
+
+def test_objects_are_sent_to_a_processor_once_and_dropped_where_held() -> None:
+    a = connected()
+    a.sched(PutObjects([F, X], [b"fn", b"x"]))
+    assert a.sched(dispatch((t(1), F, [X]))) == [
+        ToProcessor(0, pm.RunTasks([F, X], [(t(1), F, 0, (X,), None)], [b"fn", b"x"])),
+    ]
+    assert a.sched(dispatch((t(2), F, [X]))) == []  # the processor is busy with t(1)
+    assert a.done(0, t(1))[0] == ToProcessor(0, pm.RunTasks([], [(t(2), F, 0, (X,), None)], []))
+    assert a.sched(FreeObjects([X, tid(1, 99)])) == [ToProcessor(0, pm.DropObjects([X]))]
+    assert a.core.objects.keys() == {F}
+
+
+# ----------------------------------------------------------------------------------------------- scheduler requests
+def test_cancel_ends_queued_tasks_at_once_and_asks_the_processor_about_its_own() -> None:
+    a = with_tasks(5)  # t(1) is in processor 0, the others wait
+    assert a.sched(CancelTasks([t(5), t(1), t(99)])) == [
+        ToProcessor(0, pm.Discard([t(1)], confirm=True)),
+        ToScheduler(TaskResults([t(5)], bytes([TaskStatus.CANCELED]), [b""])),
+    ]
+    assert a.core.queued == 3
+    # t(1) had not started: the processor dropped it, so it ends cancelled, and the next task goes in
+    assert a.proc(0, pm.Discarded([t(1)], [t(1)])) == [
+        ToProcessor(0, run(t(2))),
+        ToScheduler(TaskResults([t(1)], bytes([TaskStatus.CANCELED]), [b""])),
+    ]
+
+
+def test_cancel_of_a_running_task_kills_its_processor() -> None:
+    a = with_tasks(2)
+    a.sched(CancelTasks([t(1)]))
+    assert a.proc(0, pm.Discarded([], [t(1)])) == [KillIfRunning(0, t(1))]  # it had started
+    assert a(ProcessorExited(1.0, 0, -9, running_task=t(1))) == [
+        StartProcessor(1),
+        ToScheduler(TaskResults([t(1)], bytes([TaskStatus.CANCELED]), [b""])),  # not "crashed": we killed it
+    ]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(2), objects=(F,), payloads=(b"fn",)))]
+
+
+def test_cancelled_task_that_finishes_first_reports_its_result() -> None:
+    a = with_tasks(1)
+    a.sched(CancelTasks([t(1)]))
+    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]  # the scheduler says cancelled
+    assert a.proc(0, pm.Discarded([], [t(1)])) == []  # nothing left to kill
+
+
+def test_balance_request_gives_back_queued_tasks_now_and_unstarted_ones_once_the_processor_confirms() -> None:
+    a = with_tasks(6)  # t(1) is in processor 0, the others wait
+    assert a.sched(BalanceRequest([t(6), t(1), t(5), t(99)])) == [
+        ToScheduler(BalanceResponse([t(6), t(5)])),
+        ToProcessor(0, pm.Discard([t(1)], confirm=True)),
+    ]
+    assert a.core.queued == 3
+    assert set(a.core.tasks) == {t(1), t(2), t(3), t(4)}
+    assert a.proc(0, pm.Discarded([t(1)], [t(1)])) == [
+        ToScheduler(BalanceResponse([t(1)])),
+        ToProcessor(0, run(t(2))),
+    ]
+    assert set(a.core.tasks) == {t(2), t(3), t(4)}
+
+
+def test_balance_request_for_a_started_task_gives_nothing_back() -> None:
+    a = with_tasks(1)
+    a.sched(BalanceRequest([t(1)]))
+    assert a.proc(0, pm.Discarded([], [t(1)])) == []
+    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+
+
+def test_heartbeat_every_interval_with_queue_and_processor_figures() -> None:
+    a = with_tasks(6)
+    beat = Heartbeat(cpu_percent=5.0, rss_bytes=100, queued=5, running=1, processor_cpu_percent=90.0, processors=1)
+    assert a(Tick(1.0, 5.0, 100, 90.0, 0)) == [ToScheduler(beat)]
+    assert a(Tick(2.0)) == []
+    a.now = 2.5
+    a.sched(HeartbeatEcho())
+    assert a.core.lag_us == 1_500_000
+    a.now = 2.7
+    a.sched(HeartbeatEcho())  # an echo nobody asked for (the scheduler probing the connection): no new lag
+    assert a.core.lag_us == 1_500_000
+    [command] = a(Tick(3.0))
+    assert isinstance(command, ToScheduler) and command.message.lag_us == 1_500_000  # type: ignore[union-attr]
+
+
+def test_heartbeats_often_enough_for_a_strict_scheduler() -> None:
+    a = Agent()
+    a(Started(0.0))
+    a.sched(Welcome(7, "sched", peer_timeout_ms=2000))  # workers silent for 2 s are declared lost
+    assert [c for c in a(Tick(0.0)) if isinstance(c, ToScheduler)] != []
+    assert a(Tick(0.4)) == []
+    assert a(Tick(0.5)) == [ToScheduler(Heartbeat(processors=1))]  # every 0.5 s, not the configured 2 s
+
+
+def test_scheduler_silent_too_long_stops_the_agent() -> None:
+    a = connected(AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, scheduler_timeout_seconds=30))
+    a(Tick(30.0))
+    commands = a(Tick(30.5))
+    assert commands[1:] == [KillProcessor(0), Stop("the scheduler has been silent for 30s", 1)]
+    assert a(Tick(40.0)) == []
+
+
+def test_shutdown_from_the_scheduler_stops_cleanly() -> None:
+    a = connected()
+    reason = "the scheduler is shutting down (bye)"
+    assert a.sched(Shutdown("bye")) == [Log(logging.INFO, f"stopping: {reason}"), KillProcessor(0), Stop(reason, 0)]
+    assert a.core.stopped and a.core.processors == {}
+
+
+def test_refused_hello_stops_with_an_error_code() -> None:
+    a = Agent()
+    a(Started(0.0))
+    commands = a.sched(Refused("too old"))
+    assert commands[-1] == Stop("the scheduler refused this worker: too old", 1)
+
+
+def test_stop_request_says_goodbye_to_the_scheduler() -> None:
+    a = connected()
+    commands = a(StopRequested(1.0, "SIGTERM"))
+    assert commands == [
+        ToScheduler(Disconnect("SIGTERM")),
+        Log(logging.INFO, "stopping: SIGTERM"),
+        KillProcessor(0),
+        Stop("SIGTERM", 0),
+    ]
+
+
+def test_session_lost_drops_queued_work_ignores_running_results_and_says_hello() -> None:
+    a = with_tasks(6)
+    commands = a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))
+    assert commands == [
+        Log(logging.WARNING, "the scheduler lost this worker's session; 5 queued tasks dropped"),
+        ToScheduler(HELLO),
+    ]
+    assert a.core.tasks == {} and not a.core.connected
+    assert a.done(0, t(1)) == []  # stale: the scheduler re-runs it elsewhere
+    a.sched(Welcome(8, "sched"))
+    # the new session gives t(1) again: it runs again
+    assert a.sched(dispatch((t(1), F, [b"a1"]))) == [ToProcessor(0, run(t(1)))]
+    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+
+
+def test_other_errors_are_logged() -> None:
+    a = connected()
+    assert a.sched(Error(ErrorCode.BAD_REQUEST, "nope")) == [
+        Log(logging.WARNING, "the scheduler refused a message: nope")
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- processors
+def test_processor_death_crashes_its_running_task_and_reruns_the_rest_on_a_new_one() -> None:
+    a = warmed(4)  # t(2)..t(4) are in processor 0; it dies running t(3) (t(2)'s result died with it)
+    text = "the processor running this task died (exit code -9)"
+    commands = a(ProcessorExited(1.0, 0, -9, running_task=t(3)))
+    assert commands == [
+        Log(logging.WARNING, f"task {t(3):#x}: {text}"),
+        StartProcessor(1),
+        ToScheduler(TaskResults([t(3)], bytes([TaskStatus.CRASHED]), [text.encode()])),
+    ]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(2), t(4), objects=(F,), payloads=(b"fn",)))]
+
+
+def test_processor_killed_between_tasks_crashes_none_of_them() -> None:
+    a = with_tasks(2)
+    assert a(ProcessorExited(1.0, 0, -9, running_task=0)) == [StartProcessor(1)]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(1), objects=(F,), payloads=(b"fn",)))]
+
+
+def test_processors_dying_while_starting_stop_the_agent_after_three() -> None:
+    a = Agent()
+    a(Started(0.0))
+    assert a(ProcessorExited(0.1, 0, 1))[-1] == StartProcessor(1)
+    assert a(ProcessorExited(0.2, 1, 1))[-1] == StartProcessor(2)
+    assert a(ProcessorExited(0.3, 2, 1))[-1] == Stop("processors keep dying while starting", 1)
+
+
+def test_blocked_processor_hands_its_queue_to_a_new_one_and_resumes_later() -> None:
+    a = warmed(5)  # t(2)..t(5) in processor 0
+    # t(2) runs and waits on nested tasks: t(3)..t(5) must not wait behind it
+    assert a.proc(0, pm.Blocked()) == [ToProcessor(0, pm.Discard([t(3), t(4), t(5)])), StartProcessor(1)]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(3), t(4), t(5), objects=(F,), payloads=(b"fn",)))]
+    [beat] = a(Tick(1.0))
+    assert beat == ToScheduler(Heartbeat(queued=0, running=4, processors=2, blocked_processors=1))
+    assert a.proc(0, pm.Unblocked()) == [ToProcessor(0, pm.Resume())]
+    assert a.done(0, t(2)) == [ToScheduler(TaskResults([t(2)], bytes([0]), [b"r"]))]
+    assert set(a.core.processors) == {0, 1}  # processor 0 stays as the one spare
+
+
+def test_a_second_spare_processor_is_retired() -> None:
+    a = with_tasks(1)
+    assert a.proc(0, pm.Blocked()) == []  # nothing else to run: no new processor yet
+    assert a.sched(dispatch((t(2), F, [b"a2"]))) == [StartProcessor(1)]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, pm.RunTasks([F], [(t(2), F, 0, (0,), None)], [b"fn", b"a2"]))]
+    a.proc(1, pm.Blocked())  # t(2) blocks too
+    assert a.sched(dispatch((t(3), F, [b"a3"]))) == [StartProcessor(2)]
+    a.proc(2, pm.Ready(1002))
+    a.proc(0, pm.Unblocked())
+    a.proc(1, pm.Unblocked())
+    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]  # 0 is kept as the spare
+    assert a.done(1, t(2)) == [
+        ToProcessor(1, pm.Exit("no longer needed")),  # one spare is enough
+        ToScheduler(TaskResults([t(2)], bytes([0]), [b"r"])),
+    ]
+    assert set(a.core.processors) == {0, 2}
+    assert a(ProcessorExited(1.0, 1, 0)) == []  # its exit is expected
+
+
+def test_all_processors_blocked_at_the_limit_makes_tasks_wait() -> None:
+    config = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, max_processors=1)
+    a = with_tasks(1, config)
+    a.proc(0, pm.Blocked())
+    commands = a.sched(dispatch((t(2), F, [b"a2"])))
+    assert commands == [Log(logging.WARNING, "1 processors are all blocked; tasks wait")]
+    assert a.core.queued == 1
+
+
+def test_events_after_stopping_are_ignored() -> None:
+    a = connected()
+    a.sched(Shutdown())
+    assert a.sched(dispatch((t(1), F, []))) == []
+    assert a(Tick(100.0)) == []
+
+
+# ----------------------------------------------------------------------------------------------- known bugs
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: _last_heartbeat starts at -1e18, so the first Tick before the welcome sends a second Hello",
+)
+def test_no_second_hello_while_the_first_awaits_its_welcome() -> None:
+    a = Agent()
+    a(Started(0.0))
+    # the shell ticks every 0.1 s; the scheduler answers a second hello by dropping the first session
+    assert a(Tick(0.1)) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: after NOT_CONNECTED the agent keeps every object; the new session never frees them (leak)",
+)
+def test_session_lost_forgets_objects_the_new_session_does_not_know_about() -> None:
+    a = connected()
+    a.sched(PutObjects([F, X], [b"fn", b"x"]))
+    a.sched(dispatch((t(1), F, [X])))
+    a.done(0, t(1))
+    a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))
+    # the scheduler discarded this worker as a holder of F and X, so it will never send FreeObjects for them
+    assert a.core.objects == {}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: the early second Hello makes the scheduler drop the first session; a finished task runs again",
+)
+def test_slow_welcome_does_not_make_a_healthy_worker_run_a_task_twice() -> None:
+    scheduler = Driver()
+    prefix = scheduler.client(b"c")
+    function = tid(prefix, 1)
+    scheduler.put(b"c", (function, b"fn"))
+    task = tid(prefix, 2)
+    scheduler.recv(b"c", submit((task, function, [b"x"])))
+
+    agent = Agent(AgentConfig(name="w", queue_capacity=4))
+    [hello, _] = agent(Started(0.0))
+    [second_hello] = agent(Tick(0.1))  # the scheduler is slow: no welcome yet
+    agent.proc(0, pm.Ready(1))
+    started: list[int] = []
+
+    def to_agent(message: object) -> list[AgentCommand]:
+        commands = agent.sched(message)
+        started.extend(t[0] for c in commands if isinstance(c, ToProcessor) for t in getattr(c.message, "tasks", []))
+        return commands
+
+    scheduler.now = 0.2
+    for _, message in sends(scheduler.recv(b"w", hello.message)):  # type: ignore[union-attr]
+        to_agent(message)  # welcome, the function, the task: it runs
+    [result] = agent.done(0, task)
+    again = sends(scheduler.recv(b"w", second_hello.message))  # type: ignore[union-attr]  # drops session 1
+    scheduler.recv(b"w", result.message)  # type: ignore[union-attr]  # ends the task (now of session 2)
+    for _, message in again:
+        to_agent(message)  # welcome 2, and the same task again
+    assert started == [task]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a processor dying outside a task (running_task=0) re-runs its window forever, with no budget",
+)
+def test_a_processor_that_keeps_dying_outside_any_task_is_given_up_on() -> None:
+    a = with_tasks(1)
+    reported = []
+    for n in range(20):  # e.g. killed for memory every time it receives t(1)'s huge argument
+        reported += [c for c in a(ProcessorExited(float(n), n, -9, running_task=0)) if isinstance(c, ToScheduler)]
+        a.proc(n + 1, pm.Ready(1000 + n))
+    assert reported, "t(1) is never reported: the scheduler's retry budget never applies"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: one hello per notConnected error; the agent keeps tasks of the session its next hello closed",
+)
+def test_two_lost_session_errors_do_not_leave_the_worker_holding_requeued_tasks() -> None:
+    # Found by the simulation, with workers that follow docs/protocol.md's checklist to the letter (see
+    # SimConfig.worker_forgets_on_welcome): a worker silent past its timeout has a heartbeat and a result in flight;
+    # both are answered notConnected, so it says hello twice. The scheduler dispatches to the first new session;
+    # the second hello closes that session and re-queues its task, which goes elsewhere.
+    scheduler = Driver()
+    prefix = scheduler.client(b"c")
+    function = tid(prefix, 1)
+    scheduler.put(b"c", (function, b"fn"))
+    scheduler.worker(b"other", capacity=1)
+    agent = with_tasks(1)  # an agent that had a session, now lost
+    error = Error(ErrorCode.NOT_CONNECTED, "no session")
+    hellos = [c.message for _ in range(2) for c in agent.sched(error) if isinstance(c, ToScheduler)]
+    scheduler.recv(b"c", submit((tid(prefix, 2), function, [b"x"]), (tid(prefix, 3), function, [b"y"])))
+    for _, message in sends(scheduler.recv(b"w", hellos[0])):  # session 1 gets t3 ("other" is busy with t2)
+        agent.sched(message)
+    scheduler.recv(b"other", ok(tid(prefix, 2)))  # "other" has room again
+    for _, message in sends(scheduler.recv(b"w", hellos[1])):  # session 1 closed: t3 re-queued, placed again
+        agent.sched(message)
+    assert tid(prefix, 3) in scheduler.core.workers[b"other"].assigned
+    # the agent may hold only what the scheduler gave its live session; today it keeps t3: t3 runs in two places
+    assert agent.core.tasks.keys() <= scheduler.core.workers[b"w"].assigned.keys()

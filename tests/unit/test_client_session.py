@@ -1,0 +1,197 @@
+"""ClientCore (a client's session state machine): opening, heartbeats, closing, id minting and batching."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaler.core.client.session import (
+    CancelRequest,
+    ClientCore,
+    Closed,
+    CloseKind,
+    Completed,
+    Connected,
+    FreeRequest,
+    NewObject,
+    NewTask,
+    Rejected,
+    Send,
+    SessionState,
+)
+from scaler.protocol.messages import (
+    ID_COUNTER_MASK,
+    ID_PREFIX_SHIFT,
+    CancelTasks,
+    Disconnect,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    PeerKind,
+    PutObjects,
+    Refused,
+    Shutdown,
+    ShutdownRequest,
+    SubmitTasks,
+    TaskResults,
+    Welcome,
+)
+
+
+def connected(prefix: int = 3) -> ClientCore:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=10.0)
+    core.start(0.0)
+    assert core.received(0.1, Welcome(prefix, "sched", protected=False)) == [Connected(prefix, "sched", False)]
+    return core
+
+
+# ----------------------------------------------------------------------------------------------- session
+def test_start_says_hello_with_the_heartbeat_interval() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=2.5, timeout_seconds=10.0)
+    assert core.start(0.0, hostname="h", pid=7) == [Send(Hello(PeerKind.CLIENT, "me", "h", 7, 2500))]
+    assert core.state == SessionState.CONNECTING
+
+
+def test_welcome_connects_and_gives_the_prefix() -> None:
+    core = connected(prefix=3)
+    assert core.state == SessionState.CONNECTED
+    assert core.id_prefix == 3
+
+
+def test_heartbeats_every_interval_once_connected() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=10.0)
+    core.start(0.0)
+    assert core.tick(1.5) == []  # not before the welcome
+    core.received(1.6, Welcome(1))
+    assert core.tick(1.9) == [Send(Heartbeat())]  # a whole interval since the start
+    assert core.tick(2.5) == []
+    assert core.tick(2.9) == [Send(Heartbeat())]
+    assert core.received(3.0, HeartbeatEcho()) == []
+
+
+def test_no_welcome_in_time_closes_as_unreachable() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=5.0)
+    core.start(10.0)
+    assert core.tick(15.0) == []
+    [closed] = core.tick(15.1)
+    assert isinstance(closed, Closed) and closed.kind == CloseKind.UNREACHABLE
+    assert "no scheduler answered within 5s" in closed.reason
+    assert core.tick(100.0) == [] and core.received(100.0, Welcome(1)) == []
+
+
+def test_scheduler_gone_silent_closes_as_unreachable() -> None:
+    core = connected()
+    core.received(4.0, HeartbeatEcho())
+    [closed] = core.tick(14.5)
+    assert closed == Closed(CloseKind.UNREACHABLE, "the scheduler has not answered for 10s (timeout_seconds=10)")
+    assert core.state == SessionState.CLOSED
+
+
+def test_refusal_shutdown_and_lost_session_close_the_session() -> None:
+    core = ClientCore("me", 1.0, 10.0)
+    core.start(0.0)
+    assert core.received(0.1, Refused("old")) == [Closed(CloseKind.REFUSED, "the scheduler refused this client: old")]
+    core = connected()
+    assert core.received(1.0, Shutdown("maintenance")) == [
+        Closed(CloseKind.SHUTDOWN, "the scheduler shut down (maintenance)")
+    ]
+    core = connected()
+    [closed] = core.received(1.0, Error(ErrorCode.NOT_CONNECTED, "no session"))
+    assert isinstance(closed, Closed) and closed.kind == CloseKind.UNREACHABLE
+
+
+def test_other_errors_are_rejections_with_their_ids() -> None:
+    core = connected()
+    assert core.received(1.0, Error(ErrorCode.BAD_REQUEST, "bad ids", [5, 6])) == [
+        Rejected(ErrorCode.BAD_REQUEST, "bad ids", [5, 6])
+    ]
+    assert core.state == SessionState.CONNECTED
+
+
+def test_results_are_handed_over_as_they_came() -> None:
+    core = connected()
+    results = TaskResults([1, 2], bytes([0, 1]), [b"a", b"b"])
+    assert core.received(1.0, results) == [Completed(results)]
+
+
+def test_disconnect_says_goodbye_only_when_connected() -> None:
+    core = connected()
+    assert core.disconnect("done") == [Send(Disconnect("done")), Closed(CloseKind.LOCAL, "done")]
+    assert core.disconnect() == []
+    core = ClientCore("me", 1.0, 10.0)
+    core.start(0.0)
+    assert core.disconnect() == [Closed(CloseKind.LOCAL, "the client disconnected")]
+
+
+def test_shutdown_request_only_when_connected() -> None:
+    core = ClientCore("me", 1.0, 10.0)
+    core.start(0.0)
+    assert core.request_shutdown("now") == []
+    core.received(0.1, Welcome(1))
+    assert core.request_shutdown("now") == [Send(ShutdownRequest("now"))]
+
+
+# ----------------------------------------------------------------------------------------------- ids
+def test_ids_carry_the_prefix_and_are_never_reused() -> None:
+    core = connected(prefix=3)
+    base = 3 << ID_PREFIX_SHIFT
+    assert list(core.mint(2)) == [base | 1, base | 2]
+    assert list(core.mint(1)) == [base | 3]
+    assert list(core.mint(0)) == []
+    assert list(core.mint(1)) == [base | 4]
+
+
+def test_ids_are_minted_only_in_a_connected_session() -> None:
+    core = ClientCore("me", 1.0, 10.0)
+    core.start(0.0)
+    with pytest.raises(RuntimeError, match="connected session"):
+        core.mint()
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: mint() lets the counter run past 2**40 - 1 into the prefix bits")
+def test_ids_never_spill_into_another_prefix() -> None:
+    core = connected(prefix=3)
+    core.mint(ID_COUNTER_MASK)  # every id of the session; cheap, a range
+    with pytest.raises(RuntimeError):
+        core.mint(1)  # today: (4 << 40) | 0, an id of the session with prefix 4
+
+
+# ----------------------------------------------------------------------------------------------- batching
+def test_consecutive_requests_of_one_kind_share_a_message_in_order() -> None:
+    requests = [
+        NewObject(1, b"fn", "f"),
+        NewObject(2, b"x"),
+        NewTask(3, 1, 0, (0, 2), None, (b"a",)),
+        NewTask(4, 1, 2, (), None, ()),
+        CancelRequest(3),
+        FreeRequest(2),
+        FreeRequest(1),
+        NewTask(5, 1, 0, (0,), None, (b"b",)),
+    ]
+    assert ClientCore.batch(requests) == [
+        PutObjects([1, 2], [b"fn", b"x"], ["f", ""]),
+        SubmitTasks([3, 4], [1, 1], bytes([0, 2]), [2, 0], [0, 2], None, [b"a"]),
+        CancelTasks([3]),
+        FreeObjects([2, 1]),
+        SubmitTasks([5], [1], bytes([0]), [1], [0], None, [b"b"]),
+    ]
+
+
+def test_keywords_are_padded_for_tasks_without_them_and_names_left_out_when_none() -> None:
+    requests = [NewTask(3, 1, 0, (0,), None, (b"a",)), NewTask(4, 1, 0, (0, 0), ("", "k"), (b"b", b"c"))]
+    [message] = ClientCore.batch(requests)
+    assert isinstance(message, SubmitTasks)
+    assert message.keywords == ["", "", "k"]
+    assert message.payloads == [b"a", b"b", b"c"]
+    assert ClientCore.batch([NewObject(1, b"x")]) == [PutObjects([1], [b"x"], None)]
+    assert ClientCore.batch([]) == []
+
+
+def test_heartbeats_often_enough_for_a_strict_scheduler() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=5.0, timeout_seconds=30.0)
+    core.start(0.0)
+    core.received(0.0, Welcome(1, peer_timeout_ms=2000))  # the scheduler drops clients silent for 2 s
+    assert core.tick(0.4) == []
+    assert core.tick(0.5) == [Send(Heartbeat())]  # a quarter of its timeout, not our 5 s
