@@ -657,20 +657,12 @@ def test_task_ids_may_not_reuse_object_ids() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- known bugs
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: validate() counts tasks per client identity, not per session: a re-hello trips it",
-)
 def test_client_saying_hello_again_keeps_the_core_valid() -> None:
     d = with_tasks(1)  # t(1) is assigned to W1
     d.recv(C, Hello(PeerKind.CLIENT, "c1"))  # old session's t(1) is cancelling; the new session has no task
     assert d.core.clients[C].task_count == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after a worker timeout, _retry_or_fail appendlefts each task: they re-queue in reverse order",
-)
 def test_tasks_of_a_lost_worker_keep_their_order_in_the_queue() -> None:
     d = with_tasks(3)
     d.gone(W1)  # counted loss; a Disconnect (uncounted) keeps the order, see above

@@ -86,7 +86,24 @@ def plan_graph(graph: dict[Hashable, Any], keys: Iterable[Hashable]) -> GraphPla
 
     for key, value in graph.items():
         add(key, value)
+    needed = _ancestors(nodes, wanted)  # like dask, run only what the keys asked for need
+    nodes = {k: n for k, n in nodes.items() if k in needed}
+    literals = {k: v for k, v in literals.items() if k in needed}
     return GraphPlan(literals, _topological(nodes, literals))
+
+
+def _ancestors(nodes: dict[Hashable, TaskNode], wanted: list[Hashable]) -> set[Hashable]:
+    seen: set[Hashable] = set()
+    stack = list(wanted)
+    while stack:
+        key = stack.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        node = nodes.get(key)
+        if node is not None:
+            stack.extend(a.key for a in node.args if isinstance(a, KeyArg))
+    return seen
 
 
 def _is_key(graph: dict[Hashable, Any], value: Any) -> bool:

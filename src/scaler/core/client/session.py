@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from scaler.protocol.messages import (
+    ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
     CancelTasks,
     Disconnect,
@@ -188,6 +189,8 @@ class ClientCore:
         if self.state != SessionState.CONNECTED:
             raise RuntimeError("ids are minted only in a connected session")
         first = self._counter + 1
+        if self._counter + count > ID_COUNTER_MASK:
+            raise RuntimeError("this session has used all its ids; connect a new client")
         self._counter += count
         base = self.id_prefix << ID_PREFIX_SHIFT
         return range(base | first, base | (first + count))

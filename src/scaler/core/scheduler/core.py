@@ -52,6 +52,9 @@ from scaler.protocol.messages import (
 )
 
 _EMPTY = b""
+# A worker's agent runs its tasks in order, at most this many handed to one processor at a time: when a worker is
+# lost, only that many of its oldest tasks (plus one per extra processor) can have started.
+STARTED_AT_MOST = 64
 _ZERO_LAYOUTS = [(0,) * n for n in range(64)]
 _ENDED_NAMES = ("success", "error", "canceled", "failed", "failed")  # by TaskStatus value (crashed ends failed)
 
@@ -250,17 +253,21 @@ class SchedulerCore:
             obj = self.objects.get(oid)
             if obj is not None:
                 obj.holders.discard(worker.identity)
+        # Only the oldest tasks it held can have started (its agent runs them in order, a window per processor):
+        # they count an attempt; the others never ran and go back untouched.
+        might_have_started = STARTED_AT_MOST + worker.heartbeat.processors if count_attempt else 0
         requeued = []
-        for task in tasks:
+        for position, task in enumerate(tasks):
             task.worker = None
             if task.state == TaskState.CANCELING:
                 self._end(task, TaskStatus.CANCELED, _EMPTY)
-            elif count_attempt:
-                self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})")
+            elif position < might_have_started:
+                if self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})"):
+                    requeued.append(task)
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
-        self.ready.extendleft(reversed(requeued))
+        self.ready.extendleft(reversed(requeued))  # in their original order, ahead of everything else
         self._out.append(
             Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue")
         )
@@ -382,7 +389,8 @@ class SchedulerCore:
                 self._end(task, TaskStatus.CANCELED, _EMPTY)
             elif status == TaskStatus.CRASHED:
                 reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
-                self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it")
+                if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it"):
+                    self.ready.appendleft(task)
             else:
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
@@ -390,15 +398,16 @@ class SchedulerCore:
         if not assigned:
             self._balance_due = True
 
-    def _retry_or_fail(self, task: Task, reason: str) -> None:
+    def _retry_or_fail(self, task: Task, reason: str) -> bool:
+        """Count an attempt; True if the task should run again (the caller queues it), False if it failed."""
         task.attempts += 1
         if task.attempts > self.config.max_task_retries:
             text = f"task {task.task_id:#x} was not completed: {reason}; it was tried {task.attempts} times, giving up"
             self._out.append(Log.warning(text))
             self._end(task, TaskStatus.FAILED, text.encode())
-        else:
-            self._move(task, TaskEvent.REQUEUE)
-            self.ready.appendleft(task)
+            return False
+        self._move(task, TaskEvent.REQUEUE)
+        return True
 
     def _on_balance_response(self, worker: WorkerSession, message: BalanceResponse) -> None:
         worker.balance_pending = False
@@ -440,7 +449,7 @@ class SchedulerCore:
             client.task_count -= 1
             client.completed += 1
             self.ended[_ENDED_NAMES[status]] += 1
-            if not task.flags & FLAG_SILENT and client.identity in self.clients:
+            if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak)
             if task.dependents:
                 alive = [d for d in task.dependents if d.state == TaskState.WAITING]
@@ -652,11 +661,11 @@ class SchedulerCore:
         """Check every invariant; raise InvariantError on the first broken one. For tests and simulations."""
         counts = [0] * len(STATE_NAMES)
         in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED}
-        per_client: Counter[bytes] = Counter()
+        per_client: Counter[int] = Counter()
         for task_id, task in self.tasks.items():
             _check(task.task_id == task_id, f"{task!r} filed under {task_id:#x}")
             counts[task.state] += 1
-            per_client[task.client.identity] += 1
+            per_client[id(task.client)] += 1
             if task.state in (TaskState.ASSIGNED, TaskState.CANCELING):
                 worker = task.worker
                 _check(worker is not None and self.workers.get(worker.identity) is worker, f"{task!r} has no worker")
@@ -674,7 +683,7 @@ class SchedulerCore:
             for task_id, task in worker.assigned.items():
                 _check(self.tasks.get(task_id) is task, f"{worker!r} holds unknown task {task_id:#x}")
         for client in self.clients.values():
-            _check(client.task_count == per_client[client.identity], f"{client!r} task count is off")
+            _check(client.task_count == per_client[id(client)], f"{client!r} task count is off")
         for obj in self.objects.values():
             _check(obj.refs >= 0, f"{obj!r} has negative references")
             _check(not obj.droppable, f"{obj!r} should have been dropped")

@@ -139,6 +139,8 @@ AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Kill
 
 # ---------------------------------------------------------------------------------------------- state
 QUEUED, IN_PROCESSOR, GONE = 0, 1, 2
+HELLO_RETRY_SECONDS = 10.0  # say hello again if no welcome came for this long (a second hello ends the first)
+DEATHS_WITHOUT_PROGRESS = 3  # a processor dying this often outside any task: blame the task it was given first
 STARTING, READY, BLOCKED = "starting", "ready", "blocked"
 
 
@@ -198,6 +200,8 @@ class AgentCore:
         self._last_heartbeat = -1e18
         self._heartbeat_sent_at = 0.0
         self._echo_awaited = False
+        self._hello_sent_at = 0.0
+        self._deaths_without_progress = 0
         self._canceling: set[int] = set()  # tasks in a processor asked to be discarded because they were cancelled
         self._giving_back: set[int] = set()  # tasks in a processor asked to be discarded, for the scheduler
         self._out: list[AgentCommand] = []
@@ -227,7 +231,7 @@ class AgentCore:
             self._on_processor_exit(event.processor, event.exit_code, event.running_task)
         elif isinstance(event, Started):
             self._last_heard = event.now
-            self._out.append(ToScheduler(self._hello()))
+            self._send_hello(event.now)
             self._start_processor()
         elif isinstance(event, StopRequested):
             self._out.append(ToScheduler(Disconnect(event.reason)))
@@ -277,6 +281,7 @@ class AgentCore:
                 self._echo_awaited = False
                 self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
         elif isinstance(message, Welcome):
+            self._forget_session()
             self.connected = True
             if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
                 self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
@@ -286,21 +291,41 @@ class AgentCore:
         elif isinstance(message, Refused):
             self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
         elif isinstance(message, Error):
-            self._on_error(message)
+            self._on_error(now, message)
 
-    def _on_error(self, message: Error) -> None:
+    def _on_error(self, now: float, message: Error) -> None:
         if message.code == ErrorCode.NOT_CONNECTED:
             # The scheduler lost our session (it restarted, or declared us dead): it re-runs our tasks elsewhere.
-            dropped = self.queued
-            self._drop_all_queued()
-            for task in self.tasks.values():
-                task.state = GONE  # results of tasks running now would be stale
-            self.tasks.clear()
-            self.connected = False
-            self._out.append(Log.warning(f"the scheduler lost this worker's session; {dropped} queued tasks dropped"))
-            self._out.append(ToScheduler(self._hello()))
+            # Several messages in flight bring several such errors: say hello once.
+            if self.connected:
+                self.connected = False
+                self._out.append(Log.warning("the scheduler lost this worker's session; saying hello again"))
+                self._forget_session()
+                self._send_hello(now)
         else:
             self._out.append(Log.warning(f"the scheduler refused a message: {message.message}"))
+
+    def _forget_session(self) -> None:
+        """A new session starts with nothing: whatever we held belonged to the old one (the scheduler re-queued
+        its tasks and forgot which objects we had)."""
+        dropped = self.queued
+        self._drop_all_queued()
+        for task in self.tasks.values():
+            task.state = GONE  # results of tasks running now would be stale
+        self.tasks.clear()
+        self._canceling.clear()
+        self._giving_back.clear()
+        self.objects.clear()
+        for slot in self.processors.values():
+            if slot.objects and slot.state != STARTING:
+                self._out.append(ToProcessor(slot.processor, pm.DropObjects(sorted(slot.objects))))
+            slot.objects.clear()
+        if dropped:
+            self._out.append(Log.warning(f"{dropped} queued tasks of the previous session dropped"))
+
+    def _send_hello(self, now: float) -> None:
+        self._hello_sent_at = now
+        self._out.append(ToScheduler(self._hello()))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
         refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
@@ -416,7 +441,8 @@ class AgentCore:
             self._last_heartbeat = now
             self._heartbeat_sent_at = now
             if not self.connected:
-                self._out.append(ToScheduler(self._hello()))
+                if now - self._hello_sent_at >= HELLO_RETRY_SECONDS:  # the first one may have been lost
+                    self._send_hello(now)
                 return
             heartbeat = Heartbeat(
                 cpu_percent=tick.cpu_percent,
@@ -466,6 +492,7 @@ class AgentCore:
             self._on_discarded(slot, message.removed, message.requested)
 
     def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
+        self._deaths_without_progress = 0
         for k, task_id in enumerate(message.task_ids):
             task = slot.window.pop(task_id, None)
             if task is None:
@@ -516,6 +543,12 @@ class AgentCore:
         if self.active == processor:
             self.active = None
         again = []
+        if not running_task and slot.window:
+            # It died between tasks (receiving one, say): harmless once, a loop if it always happens.
+            self._deaths_without_progress += 1
+            if self._deaths_without_progress >= DEATHS_WITHOUT_PROGRESS:
+                running_task = next(iter(slot.window))
+                self._deaths_without_progress = 0
         for task in slot.window.values():
             self._giving_back.discard(task.task_id)
             if task.task_id == running_task and task.state != GONE:
