@@ -20,6 +20,7 @@ _SIGN = 0x80000000
 _BYTE_LIST = 2  # list element size code for bytes
 _ROOT = (1 << 32) | (1 << 48)  # root struct pointer: offset 0, one data word, one pointer
 _ZEROS = [bytes(n) for n in range(8)]
+_PREFIXES: dict[int, struct.Struct] = {}
 
 
 def _member(schema: Any, name: str) -> int:
@@ -69,8 +70,10 @@ class FastPath:
             if padding:
                 pieces.append(_ZEROS[padding])
             position += (size + 7) >> 3
-        prefix = struct.pack(f"<II{head}Q", 0, position, _ROOT, kind, pointer_count << 48, *pointers)
-        return b"".join([prefix, *pieces])
+        layout = _PREFIXES.get(head)
+        if layout is None:
+            layout = _PREFIXES[head] = struct.Struct(f"<II{head}Q")
+        return b"".join([layout.pack(0, position, _ROOT, kind, pointer_count << 48, *pointers), *pieces])
 
     # ------------------------------------------------------------------------------------------- reading
     def read(self, header: bytes) -> tuple[int, list[bytes]] | None:

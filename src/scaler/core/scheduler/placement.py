@@ -13,13 +13,20 @@ def water_fill(loads: list[int], capacities: list[int], count: int) -> list[int]
     min(count, total spare room). Workers are levelled: nobody gets a task while another has two fewer.
     """
     n = len(loads)
+    rooms = [max(0, c - load) for c, load in zip(capacities, loads)]
+    room = sum(rooms)
+    if count >= room:  # everyone fills up: nothing to level
+        return rooms
+    if n == 1:
+        return [count]
 
     def filled(level: int) -> int:
-        return sum(max(0, min(capacities[i], level) - loads[i]) for i in range(n))
+        total = 0
+        for capacity, load in zip(capacities, loads):
+            if level > load:
+                total += (capacity if capacity < level else level) - load if capacity > load else 0
+        return total
 
-    count = min(count, filled(max(capacities, default=0)))
-    if count <= 0:
-        return [0] * n
     low, high = min(loads), max(capacities)  # the smallest level that takes `count` tasks
     while low < high:
         mid = (low + high) // 2
