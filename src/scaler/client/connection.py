@@ -33,7 +33,7 @@ from scaler.core.client.session import (
 )
 from scaler.errors import ConnectionFailedError, ProtectedModeError, TaskFailedError
 from scaler.io.processes import hostname
-from scaler.io.sockets import connect_dealer, context, recv_message, send_message
+from scaler.io.sockets import connect_dealer, context, has_input, recv_message, send_message
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_CLIENT, ErrorCode, Payload, TaskResults, TaskStatus
 from scaler.serializer import Serializer
@@ -256,11 +256,9 @@ class Connection:
             send_message(sock, message)
 
     def _receive(self, sock: zmq.Socket[Any]) -> None:
-        while True:
+        while has_input(sock):
             try:
-                message = recv_message(sock, zmq.NOBLOCK, ACCEPTED_BY_CLIENT)
-            except zmq.Again:
-                return
+                message = recv_message(sock, 0, ACCEPTED_BY_CLIENT)
             except ProtocolError as exc:
                 logger.warning("dropped a malformed message from the scheduler: %s", exc)
                 continue

@@ -19,7 +19,10 @@ from scaler.protocol.messages import Message, Payload, decode, encode
 COPY_BELOW = 64 * 1024  # frames smaller than this are copied (sending) or turned into bytes (receiving)
 _raw_send = zmq.backend.Socket.send
 _raw_recv = zmq.backend.Socket.recv
+_raw_get = zmq.backend.Socket.get
 _SNDMORE = int(zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 _context: zmq.Context[Any] | None = None
 _context_pid = 0
@@ -116,4 +119,5 @@ def socket_fd(sock: zmq.Socket[Any]) -> int:
 
 
 def has_input(sock: zmq.Socket[Any]) -> bool:
-    return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+    """Whether a message can be received now (reading ZMQ_EVENTS also re-arms the socket's FD)."""
+    return bool(int(_raw_get(sock, _EVENTS)) & _POLLIN)

@@ -128,10 +128,9 @@ class SchedulerServer:
         now = time.monotonic()
         fd_of = self._fd_of
         for _ in range(DRAIN_LIMIT):
-            try:
-                frames = recv_frames(router, zmq.NOBLOCK)
-            except zmq.Again:
+            if not has_input(router):
                 break
+            frames = recv_frames(router)
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
             try:

@@ -107,10 +107,9 @@ class WorkerAgent:
             return
         now = time.monotonic()
         for _ in range(DRAIN_LIMIT):
-            try:
-                frames = recv_frames(sock, zmq.NOBLOCK)
-            except zmq.Again:
+            if not has_input(sock):
                 break
+            frames = recv_frames(sock)
             try:
                 message = decode(small_to_bytes(frames), ACCEPTED_BY_WORKER)
             except ProtocolError as exc:
