@@ -109,7 +109,7 @@ def main() -> None:
             cell = f"{median:,.0f}" if median >= 100 else f"{median:,.3g}"
             if ours and peer != "ours":
                 ratio = ours / median if higher_better else median / ours
-                cell += f" (ours ×{ratio:,.1f})"
+                cell += f" (ours {ratio:,.1f}x)"
             cells.append(cell)
         print(f"| {workload} | {key} | " + " | ".join(cells) + " |")
 
