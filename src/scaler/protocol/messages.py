@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -167,6 +167,33 @@ class TaskBatch:
     arg_refs: list[int]
     keywords: list[str] | None
     payloads: list[Payload]
+
+    def split(self) -> Iterator[SplitTask]:
+        """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads).
+
+        Layouts of inline-only arguments are shared tuples (a million queued tasks share a handful)."""
+        refs_all, payloads, keywords = self.arg_refs, self.payloads, self.keywords
+        function_ids, flags, counts = self.function_ids, self.flags, self.arg_counts
+        arg_pos = pay_pos = 0
+        for k, task_id in enumerate(self.task_ids):
+            count = counts[k]
+            refs = tuple(refs_all[arg_pos : arg_pos + count])
+            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
+            arg_pos += count
+            if not any(refs):
+                inline = count
+                if count < len(_ZERO_LAYOUTS):
+                    refs = _ZERO_LAYOUTS[count]
+            else:
+                inline = refs.count(0)
+            if kws is not None and not any(kws):
+                kws = None
+            yield task_id, function_ids[k], flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
+            pay_pos += inline
+
+
+SplitTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None", tuple[Payload, ...]]
+_ZERO_LAYOUTS = [(0,) * n for n in range(64)]
 
 
 class SubmitTasks(TaskBatch):

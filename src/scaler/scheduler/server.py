@@ -51,7 +51,8 @@ logger = logging.getLogger(__name__)
 DRAIN_LIMIT = 64  # messages read per wake-up before the core flushes
 TICK_SECONDS = 0.05
 STATUS_SECONDS = 1.0
-PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
+PROBE_DELAYS = (0.05, 0.5)
+BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent  # a closed connection may take a moment to leave the router's table
 
 
 class SchedulerServer:
@@ -201,10 +202,13 @@ class SchedulerServer:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
+            # Read what is waiting first: a heartbeat stuck behind a backlog is not a silent peer.
+            for _ in range(BACKLOG_ROUNDS):
+                if self.router is None or not has_input(self.router):
+                    break
+                self._on_readable()
             self.core.feed(Tick(time.monotonic()))
             self._execute(self.core.flush())
-            if self.router is not None and has_input(self.router):
-                self._on_readable()
 
     async def _status_forever(self) -> None:
         while True:

@@ -55,7 +55,6 @@ _EMPTY = b""
 # A worker's agent runs its tasks in order, at most this many handed to one processor at a time: when a worker is
 # lost, only that many of its oldest tasks (plus one per extra processor) can have started.
 STARTED_AT_MOST = 64
-_ZERO_LAYOUTS = [(0,) * n for n in range(64)]
 _ENDED_NAMES = ("success", "error", "canceled", "failed", "failed")  # by TaskStatus value (crashed ends failed)
 
 
@@ -288,22 +287,9 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------------------------------- tasks
     def _on_submit(self, client: ClientSession, batch: SubmitTasks) -> None:
-        refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
-        arg_pos = pay_pos = 0
         bad_ids: list[int] = []
         shared_ids: dict[int, int] = {}
-        for k, task_id in enumerate(batch.task_ids):
-            count = batch.arg_counts[k]
-            refs = tuple(refs_all[arg_pos : arg_pos + count])
-            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
-            arg_pos += count
-            if not any(refs):
-                inline = count
-                refs = _ZERO_LAYOUTS[count] if count < len(_ZERO_LAYOUTS) else refs
-            else:
-                inline = refs.count(0)
-            pays = tuple(payloads[pay_pos : pay_pos + inline])
-            pay_pos += inline
+        for task_id, function_id, flags, refs, kws, pays in batch.split():
             if (
                 task_id >> ID_PREFIX_SHIFT != client.prefix
                 or not task_id & ID_COUNTER_MASK
@@ -312,11 +298,8 @@ class SchedulerCore:
             ):
                 bad_ids.append(task_id)
                 continue
-            if kws is not None and not any(kws):
-                kws = None
-            function_id = batch.function_ids[k]
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
-            task = Task(task_id, client, function_id, batch.flags[k], refs, kws, pays)
+            task = Task(task_id, client, function_id, flags, refs, kws, pays)
             self.tasks[task_id] = task
             self.state_counts[TaskState.WAITING] += 1
             client.task_count += 1

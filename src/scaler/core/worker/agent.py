@@ -328,20 +328,10 @@ class AgentCore:
         self._out.append(ToScheduler(self._hello()))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
-        refs_all, payloads, keywords = batch.arg_refs, batch.payloads, batch.keywords
-        arg_pos = pay_pos = 0
-        for k, task_id in enumerate(batch.task_ids):
-            count = batch.arg_counts[k]
-            refs = tuple(refs_all[arg_pos : arg_pos + count])
-            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
-            arg_pos += count
-            inline = refs.count(0)
-            task = AgentTask(
-                task_id, batch.function_ids[k], batch.flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
-            )
-            pay_pos += inline
+        for task_id, function_id, flags, refs, kws, payloads in batch.split():
             if task_id in self.tasks:
                 continue  # a duplicate dispatch: the scheduler already gave us this one
+            task = AgentTask(task_id, function_id, flags, refs, kws, payloads)
             self.tasks[task_id] = task
             self.queue.append(task)
             self.queued += 1
