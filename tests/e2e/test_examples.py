@@ -180,11 +180,26 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 def check_output(name: str, run: Run, example: Example) -> None:
     assert run.returncode == 0, f"{name} failed: {run.explain()}"
-    position = 0
+    # The cluster's log lines share stdout with the example's prints: an expectation ending with a newline is a
+    # whole line, others may be part of one; they must appear in this order.
+    lines = run.stdout.splitlines()
+    line, column = 0, 0
     for text in example.expected:
-        found = run.stdout.find(text, position)
-        assert found >= 0, f"{name}: expected {text!r} in its output (in order)\n{run.explain()}"
-        position = found + len(text)
+        whole = text.endswith("\n")
+        found = None
+        for i in range(line, len(lines)):
+            start = column if i == line else 0
+            if whole:
+                if start == 0 and lines[i] == text.strip():
+                    found = (i + 1, 0)
+            else:
+                at = lines[i].find(text, start)
+                if at >= 0:
+                    found = (i, at + len(text))
+            if found is not None:
+                break
+        assert found is not None, f"{name}: expected {text!r} in its output (in order)\n{run.explain()}"
+        line, column = found
     for text in example.stderr:
         assert text in run.stderr, f"{name}: expected {text!r} on stderr\n{run.explain()}"
     assert "Traceback" not in run.stderr, f"{name} printed a traceback\n{run.explain()}"

@@ -51,8 +51,8 @@ logger = logging.getLogger(__name__)
 DRAIN_LIMIT = 64  # messages read per wake-up before the core flushes
 TICK_SECONDS = 0.05
 STATUS_SECONDS = 1.0
-PROBE_DELAYS = (0.05, 0.5)
-BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent  # a closed connection may take a moment to leave the router's table
+PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
+BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent
 
 
 class SchedulerServer:
