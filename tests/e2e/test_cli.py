@@ -328,6 +328,9 @@ def test_scheduler_sigterm_tells_the_cluster_and_everything_exits(programs: list
     scheduler.wait_for_output("monitor address is")
     cluster = start(programs, cli("scaler_cluster"), "-n", "2", address)
     wait_for_agents(cluster, 2)
+    # both must have a session: a worker whose hello is still in flight is not told, and waits for its
+    # scheduler up to --death-timeout-seconds
+    wait_until(lambda: cluster.output.count("connected to scheduler") >= 2, timeout=TIMEOUT, what="2 sessions")
     processes = cluster.tree()
     os.kill(scheduler.pid, signal.SIGTERM)
     assert scheduler.wait() == 0
