@@ -160,20 +160,25 @@ class WorkerAgent:
         return cpu, rss, p_cpu, p_rss
 
     def _on_process_exit(self, processor: int) -> None:
-        channel = self.links.pop(processor, None)
-        if channel is not None:
-            channel.close()
-        process = self.processes.pop(processor, None)
+        process, task_id = self._forget(processor)
         if process is None:
             return
-        assert self._loop is not None
-        self._loop.remove_reader(process.sentinel)
         process.join(1)
+        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode, task_id))
+
+    def _forget(self, processor: int) -> tuple[multiprocessing.process.BaseProcess | None, int]:
+        """Drop our handles on a processor: (its process, the task it was running when we looked, 0 if none)."""
         running = self.running_slots.pop(processor, None)
         task_id = struct.unpack_from("<Q", running)[0] if running is not None else 0
         if running is not None:
             running.close()
-        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode, task_id))
+        channel = self.links.pop(processor, None)
+        if channel is not None:
+            channel.close()
+        process = self.processes.pop(processor, None)
+        if process is not None and self._loop is not None:
+            self._loop.remove_reader(process.sentinel)
+        return process, task_id
 
     # ------------------------------------------------------------------------------------------- commands
     def _handle(self, event: AgentEvent) -> None:
@@ -232,19 +237,10 @@ class WorkerAgent:
             process.kill()
 
     def _kill(self, processor: int) -> None:
-        running = self.running_slots.pop(processor, None)
-        if running is not None:
-            running.close()
-        channel = self.links.pop(processor, None)
-        if channel is not None:
-            channel.close()
-        process = self.processes.pop(processor, None)
-        if process is None:
-            return
-        if self._loop is not None:
-            self._loop.remove_reader(process.sentinel)
-        process.kill()
-        process.join(5)
+        process, _ = self._forget(processor)
+        if process is not None:
+            process.kill()
+            process.join(5)
 
     def _kill_all(self) -> None:
         for processor in list(self.processes):
