@@ -8,8 +8,6 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Callable
-from typing import Any
 
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
@@ -47,12 +45,6 @@ def setup_logging(level: str | int = "INFO", paths: tuple[str, ...] = ("/dev/std
 
 def hostname() -> str:
     return socket.gethostname()
-
-
-def install_stop_signals(on_signal: Callable[[int], Any]) -> None:
-    """Route SIGINT and SIGTERM to `on_signal` (synchronous Python handlers)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: on_signal(signum))
 
 
 def parse_address(address: str) -> tuple[str, str]:

@@ -75,6 +75,9 @@ class SchedulerCore:
         self.now = 0.0
         self._next_prefix = 1
         self._out: list[Command] = []
+        # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
+        self._dirty_workers: dict[WorkerSession, None] = {}
+        self._dirty_clients: dict[ClientSession, None] = {}
         self._balance_due = False
         self._last_balance = -math.inf
         self._stopped = False
@@ -356,6 +359,7 @@ class SchedulerCore:
             assert task.worker is not None
             self._move(task, TaskEvent.CANCEL_REMOTE)
             task.worker.cancel_outbox.append(task.task_id)
+            self._dirty_workers[task.worker] = None
 
     def _on_results(self, worker: WorkerSession, message: TaskResults) -> None:
         durations, peaks = message.durations_us, message.peak_memory
@@ -434,6 +438,7 @@ class SchedulerCore:
             self.ended[_ENDED_NAMES[status]] += 1
             if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak)
+                self._dirty_clients[client] = None
             if task.dependents:
                 alive = [d for d in task.dependents if d.state == TaskState.WAITING]
                 task.dependents = None
@@ -500,6 +505,7 @@ class SchedulerCore:
             if worker is not None:
                 worker.objects.discard(obj.object_id)
                 worker.free_outbox.append(obj.object_id)
+                self._dirty_workers[worker] = None
 
     # ------------------------------------------------------------------------------------------- placement
     def _place(self) -> None:
@@ -570,14 +576,21 @@ class SchedulerCore:
                 self._send(worker.identity, BalanceRequest(ids))
 
     def _flush_outboxes(self) -> None:
-        for worker in self.workers.values():
+        """Send what accumulated for the sessions that have something (not a walk over every session)."""
+        workers, self._dirty_workers = self._dirty_workers, {}
+        clients, self._dirty_clients = self._dirty_clients, {}
+        for worker in workers:
+            if self.workers.get(worker.identity) is not worker:
+                continue  # lost meanwhile: nothing to tell it
             if worker.cancel_outbox:
                 self._send(worker.identity, CancelTasks(worker.cancel_outbox))
                 worker.cancel_outbox = []
             if worker.free_outbox:
                 self._send(worker.identity, FreeObjects(worker.free_outbox))
                 worker.free_outbox = []
-        for client in self.clients.values():
+        for client in clients:
+            if self.clients.get(client.identity) is not client:
+                continue  # gone meanwhile
             results = client.outbox.take()
             if results is not None:
                 self._send(client.identity, results)
