@@ -322,6 +322,37 @@ def test_signals_stop_cluster_and_scheduler_cleanly(
         busy.cancel()
 
 
+def in_session(session_id: int) -> list[psutil.Process]:
+    """The live processes of a session: an orphan whose parent died keeps its session."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session_id and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.003, 0.01])
+def test_a_cluster_stopped_while_its_workers_start_leaves_no_process(programs: list[Program], delay: float) -> None:
+    """SIGTERM in the middle of the forks: every worker already forked must end too, none may be orphaned."""
+    for _ in range(2):
+        cluster = start(programs, cli("scaler_cluster"), "-n", "6", free_address())
+        cluster.wait_for_output("starting 6 workers")
+        time.sleep(delay)
+        os.kill(cluster.pid, signal.SIGTERM)
+        cluster.wait(15)
+        session = cluster.pid
+        try:
+            wait_until(lambda session=session: not in_session(session), timeout=10, what="the cluster's workers to end")
+        finally:
+            orphans = in_session(session)
+            for orphan in orphans:
+                orphan.kill()
+        assert not orphans
+
+
 def test_scheduler_sigterm_tells_the_cluster_and_everything_exits(programs: list[Program]) -> None:
     address = free_address()
     scheduler = start(programs, cli("scaler_scheduler"), address)

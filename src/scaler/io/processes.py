@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -15,14 +17,20 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask Linux to send us `sig` when our parent dies (best effort; a no-op elsewhere)."""
+    """Ask Linux to send us `sig` when our parent dies (best effort; a no-op elsewhere).
+
+    Call it first thing in a child started by multiprocessing. A parent that died between the fork and this call
+    never signals us: then we send ourselves `sig` at once rather than live on as an orphan."""
     if not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None and os.getppid() != parent.pid:
+        os.kill(os.getpid(), sig)
 
 
 def setup_logging(level: str | int = "INFO", paths: tuple[str, ...] = ("/dev/stdout",)) -> None:

@@ -42,9 +42,29 @@ def run_cluster(
         config.queue_capacity,
         event_loop,
     )
+    cluster_pid = os.getpid()
+    workers: list[multiprocessing.process.BaseProcess] = []
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        if os.getpid() != cluster_pid:  # a worker just forked, before it set its own handlers: die as asked
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stopping = True
+        logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
+        for process in workers:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    # Before the first fork: a signal that arrives while workers start must stop the ones already started.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     context = multiprocessing.get_context("fork")
-    workers = []
     for index in range(n_workers):
+        if stopping:
+            break
         worker_config = dataclasses.replace(config, name=f"{config.name}-{os.getpid()}-{index}")
         process = context.Process(
             target=_worker_main,
@@ -54,15 +74,10 @@ def run_cluster(
         process.start()
         workers.append(process)
         logger.info("Worker[%d] started (pid %d)", index, process.pid)
-
-    def stop(signum: int, frame: object) -> None:
-        logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
-        for process in workers:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    if stopping:  # a worker started after the signal was handled never heard of it
+        for started in workers:
+            if started.is_alive() and started.pid is not None:
+                os.kill(started.pid, signal.SIGTERM)
     remaining: dict[int, int] = {process.sentinel: index for index, process in enumerate(workers)}
     while remaining:
         for sentinel in multiprocessing.connection.wait(list(remaining)):
