@@ -399,3 +399,26 @@ def mutated_headers(draw: Any) -> list[bytes]:
 def test_fuzz_mutated_valid_headers(frames: list[bytes]) -> None:
     assume(frames[0] not in {bytes(f[0]) for f in GOLDEN.values()})  # type: ignore[call-overload]
     decode_or_protocol_error(frames)
+
+
+@pytest.mark.parametrize("name", ["submitTasks", "dispatchTasks", "taskResults"])
+def test_a_known_shape_cut_short_is_refused(name: str) -> None:
+    """The fast reader remembers where the fields of each shape lie; a shorter header of the same shape, even
+    with a segment size that agrees with its length, must not be read past its end."""
+    header, *payloads = GOLDEN[name]
+    m.decode([header, *payloads])  # remember this shape
+    for words in range(3, len(header) // 8 - 1):
+        short = struct.pack("<II", 0, words) + bytes(header)[8 : 8 + 8 * words]
+        rejects([short, *payloads])
+
+
+def test_the_fast_reader_forgets_shapes_beyond_its_bound() -> None:
+    """Hostile peers sending many shapes cost a bounded memory."""
+    fast = m._fast
+    assert fast is not None
+    for count in range(1, 5000):
+        message = m.TaskResults(
+            list(range(1, count % 300 + 2)), bytes(count % 300 + 1), [b"x" * (count % 7)] * (count % 300 + 1)
+        )
+        assert m.decode(m.encode(message)) == message
+    assert len(fast._spans) <= 4096

@@ -5,24 +5,31 @@ Pure functions over bytes; no I/O. A malformed column raises ProtocolError, neve
 
 from __future__ import annotations
 
+import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from scaler.protocol.errors import ProtocolError
 
 _LITTLE = sys.byteorder == "little"
 _U64_MAX = (1 << 64) - 1
+_U64 = struct.Struct("<Q")
+_U16 = struct.Struct("<H")
 
 
-def pack_u64(values: Iterable[int]) -> bytes:
+def pack_u64(values: Sequence[int]) -> bytes:
+    if len(values) == 1:  # the common single-task message
+        return _U64.pack(values[0])
     column = array("Q", values)
     if not _LITTLE:
         column.byteswap()
     return column.tobytes()
 
 
-def pack_u16(values: Iterable[int]) -> bytes:
+def pack_u16(values: Sequence[int]) -> bytes:
+    if len(values) == 1:
+        return _U16.pack(values[0])
     column = array("H", values)
     if not _LITTLE:
         column.byteswap()
@@ -44,12 +51,14 @@ def check_u8(data: bytes, count: int, what: str) -> bytes:
 
 
 def _unpack(code: str, size: int, data: bytes, count: int | None, what: str) -> list[int]:
-    if len(data) % size:
-        raise ProtocolError(f"{what}: {len(data)} bytes is not a whole number of {size}-byte values")
-    if count is not None and len(data) != count * size:
-        raise ProtocolError(f"{what}: {len(data) // size} values for {count} items")
+    length = len(data)
+    if length % size:
+        raise ProtocolError(f"{what}: {length} bytes is not a whole number of {size}-byte values")
+    if count is not None and length != count * size:
+        raise ProtocolError(f"{what}: {length // size} values for {count} items")
+    if _LITTLE:
+        return memoryview(data).cast(code).tolist()  # type: ignore[call-overload,no-any-return]
     column = array(code)
     column.frombytes(data)
-    if not _LITTLE:
-        column.byteswap()
+    column.byteswap()
     return column.tolist()

@@ -12,15 +12,11 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-_SEGMENTS = struct.Struct("<II")
-_U64 = struct.Struct("<Q")
-_U16 = struct.Struct("<H")
-_LOW = 0xFFFFFFFF
-_SIGN = 0x80000000
-_BYTE_LIST = 2  # list element size code for bytes
+_HEAD = struct.Struct("<IIQQQ")  # segment table (one segment), root pointer, Message's data word, member pointer
 _ROOT = (1 << 32) | (1 << 48)  # root struct pointer: offset 0, one data word, one pointer
+_POINTERS_AT = 32  # byte offset of the member struct's pointers: 8 (segment table) + 3 words
 _ZEROS = [bytes(n) for n in range(8)]
-_PREFIXES: dict[int, struct.Struct] = {}
+_SPAN_CACHE = 4096  # message shapes remembered (a hostile peer can only make us forget them)
 
 
 def _member(schema: Any, name: str) -> int:
@@ -32,6 +28,8 @@ def _member(schema: Any, name: str) -> int:
 
 def _slots(schema: Any, struct_name: str) -> tuple[int, dict[str, int]]:
     node = getattr(schema, struct_name).schema.node.struct
+    if node.dataWordCount != 0:
+        raise LookupError(f"{struct_name} has data words")
     return int(node.pointerCount), {f.name: int(f.slot.offset) for f in node.fields}
 
 
@@ -44,82 +42,90 @@ class FastPath:
         self.names = {kind: name for name, kind in self.kinds.items()}
         self.task_pointers, self.task_slots = _slots(schema, "TaskBatch")
         self.result_pointers, self.result_slots = _slots(schema, "ResultBatch")
-        self.pointers = {
-            self.kinds["submitTasks"]: self.task_pointers,
-            self.kinds["dispatchTasks"]: self.task_pointers,
-            self.kinds["taskResults"]: self.result_pointers,
-        }
+        # kind -> (pointer count, the member pointer pycapnp writes: offset 0, no data words, that many pointers,
+        # the struct that reads the pointers as (signed low half, high half) pairs: small numbers, cheap to test)
+        self.layouts: dict[int, tuple[int, int, struct.Struct]] = {}
+        for name, kind in self.kinds.items():
+            count = self.result_pointers if name == "taskResults" else self.task_pointers
+            self.layouts[kind] = (count, count << 48, struct.Struct("<" + "iI" * count))
+        self._heads: dict[int, struct.Struct] = {}
+        self._spans: dict[bytes, tuple[int, list[tuple[int, int]]]] = {}
 
     # ------------------------------------------------------------------------------------------- writing
     def write(self, kind: int, pointer_count: int, values: list[bytes | None]) -> bytes:
         """A Message whose `kind` member is a struct of `pointer_count` pointers; values[slot] are its Data
         fields (None: not set), allocated in slot order as pycapnp does."""
-        head = 3 + pointer_count
-        position = head
+        position = 3 + pointer_count  # the word where the next field's bytes go
+        word = 4  # the word just after the pointer being written (pointer i sits at word 3 + i)
         pointers = []
         pieces = []
-        for slot, value in enumerate(values):
+        for value in values:
             if value is None:
                 pointers.append(0)
-                continue
-            size = len(value)
-            offset = position - (4 + slot)  # from the end of the pointer (word 3 + slot) to the bytes
-            pointers.append(((offset << 2) | 1) & _LOW | (((size << 3) | _BYTE_LIST) << 32))
-            pieces.append(value)
-            padding = -size & 7
-            if padding:
-                pieces.append(_ZEROS[padding])
-            position += (size + 7) >> 3
-        layout = _PREFIXES.get(head)
+            else:
+                size = len(value)
+                pointers.append((((position - word) << 2) | 1) | (((size << 3) | 2) << 32))
+                pieces.append(value)
+                padding = -size & 7
+                if padding:
+                    pieces.append(_ZEROS[padding])
+                position += (size + 7) >> 3
+            word += 1
+        layout = self._heads.get(pointer_count)
         if layout is None:
-            layout = _PREFIXES[head] = struct.Struct(f"<II{head}Q")
-        return b"".join([layout.pack(0, position, _ROOT, kind, pointer_count << 48, *pointers), *pieces])
+            layout = self._heads[pointer_count] = struct.Struct(f"<IIQQQ{pointer_count}Q")
+        pieces.insert(0, layout.pack(0, position, _ROOT, kind, pointer_count << 48, *pointers))
+        return b"".join(pieces)
 
     # ------------------------------------------------------------------------------------------- reading
     def read(self, header: bytes) -> tuple[int, list[bytes]] | None:
         """(member discriminant, the member struct's Data fields by slot; null ones as b"") or None."""
-        try:
-            segments, words = _SEGMENTS.unpack_from(header, 0)
-            if segments != 0 or 8 + 8 * words > len(header) or words < 3:
-                return None
-            root = _struct(_U64.unpack_from(header, 8)[0], 0, words)
-            if root is None or root[1] < 1 or root[3] < 1:
-                return None
-            kind = _U16.unpack_from(header, 8 + 8 * root[0])[0]
-            count = self.pointers.get(kind)
-            if count is None:
-                return None
-            member = _struct(_U64.unpack_from(header, 8 + 8 * root[2])[0], root[2], words)
-            if member is None:
-                return None
-            first, available = member[2], min(member[3], count)
-            fields = []
-            for slot, pointer in enumerate(struct.unpack_from(f"<{available}Q", header, 8 + 8 * first)):
-                if not pointer:
-                    fields.append(b"")
-                    continue
-                low = pointer & _LOW
-                if low & 3 != 1 or (pointer >> 32) & 7 != _BYTE_LIST:
-                    return None
-                offset = (low ^ _SIGN) - _SIGN  # the low half is a signed 32-bit number
-                begin = first + slot + 1 + (offset >> 2)
-                size = pointer >> 35
-                if begin < 0 or 8 * begin + size > 8 * words:
-                    return None
-                fields.append(header[8 + 8 * begin : 8 + 8 * begin + size])
-            fields.extend([b""] * (count - available))  # an older, shorter struct: missing fields are null
-            return kind, fields
-        except (struct.error, IndexError, ValueError):
+        size = len(header)
+        if size < _POINTERS_AT:
             return None
+        segments, words, root, data, member = _HEAD.unpack_from(header)
+        if segments or root != _ROOT or size != 8 + 8 * words:
+            return None
+        kind = data & 0xFFFF
+        layout = self.layouts.get(kind)
+        if layout is None or member != layout[1] or size < _POINTERS_AT + 8 * layout[0]:
+            return None
+        # Messages of the same shape (field sizes) have the same pointer words: their field positions are
+        # worked out once.
+        pointers = header[_POINTERS_AT : _POINTERS_AT + 8 * layout[0]]
+        spans = self._spans.get(pointers)
+        if spans is None:
+            spans = self._locate(layout, header)
+            if spans is None:
+                return None
+            if len(self._spans) >= _SPAN_CACHE:
+                self._spans.clear()
+            self._spans[pointers] = spans
+        if spans[0] > size:
+            return None
+        return kind, [header[begin:end] for begin, end in spans[1]]
 
-
-def _struct(pointer: int, word: int, words: int) -> tuple[int, int, int, int] | None:
-    """(data start word, data words, pointer start word, pointer words) of the struct pointer at `word`."""
-    low = pointer & _LOW
-    if low & 3 != 0 or pointer == 0:
-        return None
-    start = word + 1 + (((low ^ _SIGN) - _SIGN) >> 2)
-    data_words, pointer_words = (pointer >> 32) & 0xFFFF, pointer >> 48
-    if start < 0 or start + data_words + pointer_words > words:
-        return None
-    return start, data_words, start + data_words, pointer_words
+    def _locate(
+        self, layout: tuple[int, int, struct.Struct], header: bytes
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        """(the end of the last field, each field's (begin, end) byte positions) or None if not plain bytes."""
+        first = 8 + 8 * (3 + layout[0])  # fields' bytes lie after the pointers
+        word = 4  # the word just after pointer i is 4 + i
+        spans = []
+        last = 0
+        halves = layout[2].unpack_from(header, _POINTERS_AT)
+        for low, high in zip(halves[::2], halves[1::2]):
+            if low or high:
+                # a list pointer (low bits 01) of bytes (element size 2); its offset in words is the rest of low
+                if low & 3 != 1 or high & 7 != 2:
+                    return None
+                begin = 8 * (word + (low >> 2)) + 8
+                end = begin + (high >> 3)
+                if begin < first:
+                    return None
+                spans.append((begin, end))
+                last = max(last, end)
+            else:
+                spans.append((0, 0))
+            word += 1
+        return last, spans

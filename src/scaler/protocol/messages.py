@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import capnp
 
@@ -22,6 +23,7 @@ from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
 
 PROTOCOL_VERSION = 1
+_LITTLE_ENDIAN = sys.byteorder == "little"
 ID_PREFIX_SHIFT = 40
 ID_COUNTER_MASK = (1 << ID_PREFIX_SHIFT) - 1
 MAX_ID_PREFIX = (1 << 24) - 1
@@ -73,6 +75,17 @@ try:
     _fast: FastPath | None = FastPath(_schema)
 except LookupError:  # a schema this fast path does not know: pycapnp does everything
     _fast = None
+if _fast is not None:
+    _SUBMIT_KIND, _DISPATCH_KIND, _RESULTS_KIND = (
+        _fast.kinds[name] for name in ("submitTasks", "dispatchTasks", "taskResults")
+    )
+    _T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_KEYWORDS, _T_SIZES = (
+        _fast.task_slots[name]
+        for name in ("taskIds", "functionIds", "flags", "argCounts", "argRefs", "keywords", "payloadSizes")
+    )
+    _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS = (
+        _fast.result_slots[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory")
+    )
 
 
 class Payload(Protocol):
@@ -194,6 +207,9 @@ class TaskBatch:
 
 SplitTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None", tuple[Payload, ...]]
 _ZERO_LAYOUTS = [(0,) * n for n in range(64)]
+
+
+_Batch = TypeVar("_Batch", bound=TaskBatch)
 
 
 class SubmitTasks(TaskBatch):
@@ -367,39 +383,29 @@ def encode(message: Message) -> list[Payload]:
 
 def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
-    slots = fast.task_slots
     values: list[bytes | None] = [None] * fast.task_pointers
-    values[slots["taskIds"]] = pack_u64(m.task_ids)
-    values[slots["functionIds"]] = pack_u64(m.function_ids)
-    values[slots["flags"]] = bytes(m.flags)
-    values[slots["argCounts"]] = pack_u16(m.arg_counts)
-    values[slots["argRefs"]] = pack_u64(m.arg_refs)
-    values[slots["payloadSizes"]] = pack_u64(sizes)
-    name = "submitTasks" if type(m) is SubmitTasks else "dispatchTasks"
-    return [fast.write(fast.kinds[name], fast.task_pointers, values), *frames]
+    values[_T_IDS] = pack_u64(m.task_ids)
+    values[_T_FUNCTIONS] = pack_u64(m.function_ids)
+    values[_T_FLAGS] = bytes(m.flags)
+    values[_T_COUNTS] = pack_u16(m.arg_counts)
+    values[_T_REFS] = pack_u64(m.arg_refs)
+    values[_T_SIZES] = pack_u64(sizes)
+    frames.insert(0, fast.write(_SUBMIT_KIND if type(m) is SubmitTasks else _DISPATCH_KIND, fast.task_pointers, values))
+    return frames
 
 
 def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
-    slots = fast.result_slots
     values: list[bytes | None] = [None] * fast.result_pointers
-    values[slots["taskIds"]] = pack_u64(m.task_ids)
-    values[slots["statuses"]] = bytes(m.statuses)
+    values[_R_IDS] = pack_u64(m.task_ids)
+    values[_R_STATUSES] = bytes(m.statuses)
     if m.durations_us is not None:
-        values[slots["durationsUs"]] = pack_u64(m.durations_us)
+        values[_R_DURATIONS] = pack_u64(m.durations_us)
     if m.peak_memory is not None:
-        values[slots["peakMemory"]] = pack_u64(m.peak_memory)
-    values[slots["payloadSizes"]] = pack_u64(sizes)
-    return [fast.write(fast.kinds["taskResults"], fast.result_pointers, values), *frames]
-
-
-class _FastView:
-    """Attribute access over fields read by the fast path, for the same decoders pycapnp readers go to."""
-
-    def __init__(self, names: dict[str, int], fields: list[bytes]) -> None:
-        for name, slot in names.items():
-            setattr(self, name, fields[slot])
-        self.keywords = ()
+        values[_R_PEAKS] = pack_u64(m.peak_memory)
+    values[_R_SIZES] = pack_u64(sizes)
+    frames.insert(0, fast.write(_RESULTS_KIND, fast.result_pointers, values))
+    return frames
 
 
 def _enc_hello(b: Any, m: Hello) -> list[Payload]:
@@ -578,10 +584,28 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
             name = _fast.names[kind]
             if accept is not None and name not in accept:
                 raise UnexpectedMessage(f"a {name!r} message is not expected here")
-            slots = _fast.result_slots if name == "taskResults" else _fast.task_slots
-            if name == "taskResults" or not fields[_fast.task_slots["keywords"]]:
-                fast_message: Message = _DECODERS[name](_FastView(slots, fields), payloads)
-                return fast_message
+            if kind == _RESULTS_KIND:
+                return _results(
+                    fields[_R_IDS],
+                    fields[_R_STATUSES],
+                    fields[_R_SIZES],
+                    payloads,
+                    fields[_R_DURATIONS],
+                    fields[_R_PEAKS],
+                )
+            if not fields[_T_KEYWORDS]:  # keywords are a list of texts: pycapnp reads those
+                batch_class: type[SubmitTasks | DispatchTasks] = SubmitTasks if kind == _SUBMIT_KIND else DispatchTasks
+                return _task_batch(
+                    batch_class,
+                    fields[_T_IDS],
+                    fields[_T_FUNCTIONS],
+                    fields[_T_FLAGS],
+                    fields[_T_COUNTS],
+                    fields[_T_REFS],
+                    None,
+                    fields[_T_SIZES],
+                    payloads,
+                )
     try:
         with _schema.Message.from_bytes(
             header,
@@ -660,39 +684,95 @@ def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
     return HeartbeatEcho(sent_at_us=b.sentAtUs)
 
 
-def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[TaskBatch]) -> TaskBatch:
-    task_ids = unpack_u64(b.taskIds, None, "taskIds")
+def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:
+    keywords = list(b.keywords) if len(b.keywords) else None
+    return _task_batch(cls, b.taskIds, b.functionIds, b.flags, b.argCounts, b.argRefs, keywords, b.payloadSizes, p)
+
+
+def _task_batch(
+    cls: type[_Batch],
+    ids_column: bytes,
+    functions_column: bytes,
+    flags: bytes,
+    counts_column: bytes,
+    refs_column: bytes,
+    keywords: list[str] | None,
+    sizes_column: bytes,
+    frames: Sequence[Payload],
+) -> _Batch:
+    if _LITTLE_ENDIAN:  # the columns as they are, checked after (the common, fast way)
+        try:
+            task_ids = memoryview(ids_column).cast("Q").tolist()
+            function_ids = memoryview(functions_column).cast("Q").tolist()
+            arg_counts = memoryview(counts_column).cast("H").tolist()
+            arg_refs = memoryview(refs_column).cast("Q").tolist()
+            sizes = memoryview(sizes_column).cast("Q").tolist()
+        except TypeError:  # a column that is not a whole number of values: say which
+            pass
+        else:
+            n = len(task_ids)
+            if (
+                len(function_ids) == n
+                and len(flags) == n
+                and len(arg_counts) == n
+                and sum(arg_counts) == len(arg_refs)
+                and (keywords is None or len(keywords) == len(arg_refs))
+            ):
+                payloads = unpack_payloads(sizes, frames)
+                if arg_refs.count(0) == len(payloads):
+                    return cls(task_ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
+    # Slowly, each check in turn, to say what is wrong (or on a big-endian machine).
+    task_ids = unpack_u64(ids_column, None, "taskIds")
     n = len(task_ids)
-    function_ids = unpack_u64(b.functionIds, n, "functionIds")
-    flags = check_u8(b.flags, n, "flags")
-    arg_counts = unpack_u16(b.argCounts, n, "argCounts")
-    arg_refs = unpack_u64(b.argRefs, None, "argRefs")
+    function_ids = unpack_u64(functions_column, n, "functionIds")
+    check_u8(flags, n, "flags")
+    arg_counts = unpack_u16(counts_column, n, "argCounts")
+    arg_refs = unpack_u64(refs_column, None, "argRefs")
     if sum(arg_counts) != len(arg_refs):
         raise ProtocolError(f"argRefs: {len(arg_refs)} values but argCounts add up to {sum(arg_counts)}")
-    keywords: list[str] | None = None
-    if len(b.keywords):
-        keywords = list(b.keywords)
-        if len(keywords) != len(arg_refs):
-            raise ProtocolError(f"keywords: {len(keywords)} values for {len(arg_refs)} arguments")
-    payloads = _payloads(b, p, "tasks")
-    inline = arg_refs.count(0)
-    if inline != len(payloads):
-        raise ProtocolError(f"{inline} inline arguments but {len(payloads)} payloads")
-    return cls(task_ids, function_ids, flags, arg_counts, arg_refs, keywords, payloads)
+    if keywords is not None and len(keywords) != len(arg_refs):
+        raise ProtocolError(f"keywords: {len(keywords)} values for {len(arg_refs)} arguments")
+    payloads = unpack_payloads(unpack_u64(sizes_column, None, "tasks.payloadSizes"), frames)
+    if arg_refs.count(0) != len(payloads):
+        raise ProtocolError(f"{arg_refs.count(0)} inline arguments but {len(payloads)} payloads")
+    return cls(task_ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
 
 
 def _dec_results(b: Any, p: Sequence[Payload]) -> TaskResults:
-    task_ids = unpack_u64(b.taskIds, None, "taskIds")
+    return _results(b.taskIds, b.statuses, b.payloadSizes, p, b.durationsUs, b.peakMemory)
+
+
+def _results(
+    ids_column: bytes,
+    statuses: bytes,
+    sizes_column: bytes,
+    frames: Sequence[Payload],
+    durations_column: bytes,
+    peaks_column: bytes,
+) -> TaskResults:
+    if _LITTLE_ENDIAN and not durations_column and not peaks_column:  # the common, fast way
+        try:
+            task_ids = memoryview(ids_column).cast("Q").tolist()
+            sizes = memoryview(sizes_column).cast("Q").tolist()
+        except TypeError:
+            pass
+        else:
+            n = len(task_ids)
+            if len(statuses) == n and (not n or max(statuses) <= TaskStatus.FAILED):
+                payloads = unpack_payloads(sizes, frames)
+                if len(payloads) == n:
+                    return TaskResults(task_ids, bytes(statuses), payloads)
+    task_ids = unpack_u64(ids_column, None, "taskIds")
     n = len(task_ids)
-    statuses = check_u8(b.statuses, n, "statuses")
-    payloads = _payloads(b, p, "results")
+    check_u8(statuses, n, "statuses")
+    payloads = unpack_payloads(unpack_u64(sizes_column, None, "results.payloadSizes"), frames)
     if len(payloads) != n:
         raise ProtocolError(f"{n} results but {len(payloads)} payloads")
-    if max(statuses, default=0) > TaskStatus.FAILED:
+    if n and max(statuses) > TaskStatus.FAILED:
         raise ProtocolError("statuses: unknown status value")
-    durations = unpack_u64(b.durationsUs, n, "durationsUs") if len(b.durationsUs) else None
-    peaks = unpack_u64(b.peakMemory, n, "peakMemory") if len(b.peakMemory) else None
-    return TaskResults(task_ids, statuses, payloads, durations, peaks)
+    durations = unpack_u64(durations_column, n, "durationsUs") if len(durations_column) else None
+    peaks = unpack_u64(peaks_column, n, "peakMemory") if len(peaks_column) else None
+    return TaskResults(task_ids, bytes(statuses), payloads, durations, peaks)
 
 
 def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, Sequence[Payload]], IdMessage]:

@@ -75,6 +75,7 @@ class SchedulerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
         self.disconnects: zmq.Socket[Any] | None = None
+        self._burst = True  # whether more messages were waiting at the last look
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -128,10 +129,16 @@ class SchedulerServer:
         core = self.core
         now = time.monotonic()
         fd_of = self._fd_of
-        for _ in range(DRAIN_LIMIT):
-            if not has_input(router):
+        # Asking ZeroMQ whether input waits costs a system call, so: one message is read without asking (the
+        # FD said something came), and more only while a burst lasts (the last look found more waiting).
+        burst = self._burst
+        for count in range(DRAIN_LIMIT):
+            if count and (not burst or not has_input(router)):
                 break
-            frames = recv_frames(router)
+            try:
+                frames = recv_frames(router, zmq.NOBLOCK)
+            except zmq.Again:
+                break
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
             try:
@@ -143,7 +150,12 @@ class SchedulerServer:
             else:
                 core.feed(Received(now, peer, message))
         self._execute(core.flush())
-        if has_input(router) and self._loop is not None:
+        self._recheck()
+
+    def _recheck(self) -> None:
+        """Sending may have taken the FD's edge: look once more, or a message could wait for the next tick."""
+        self._burst = self.router is not None and has_input(self.router)
+        if self._burst and self._loop is not None:
             self._loop.call_soon(self._on_readable)
 
     def _on_disconnect_events(self) -> None:
@@ -174,6 +186,7 @@ class SchedulerServer:
                 raise
             self.core.feed(Undeliverable(time.monotonic(), peer))
             self._execute(self.core.flush())
+        self._recheck()
 
     def _execute(self, commands: list[Command]) -> None:
         router = self.router
@@ -206,9 +219,11 @@ class SchedulerServer:
             for _ in range(BACKLOG_ROUNDS):
                 if self.router is None or not has_input(self.router):
                     break
+                self._burst = True
                 self._on_readable()
             self.core.feed(Tick(time.monotonic()))
             self._execute(self.core.flush())
+            self._recheck()
 
     async def _status_forever(self) -> None:
         while True:

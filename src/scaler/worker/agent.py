@@ -74,6 +74,7 @@ class WorkerAgent:
         self._stopped: asyncio.Future[int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mp = multiprocessing.get_context("fork")
+        self._burst = True  # whether more messages were waiting at the last look
 
     async def run(self) -> int:
         self._loop = loop = asyncio.get_running_loop()
@@ -106,10 +107,14 @@ class WorkerAgent:
         if sock is None or self.core.stopped:
             return
         now = time.monotonic()
-        for _ in range(DRAIN_LIMIT):
-            if not has_input(sock):
+        burst = self._burst  # as in the scheduler: ask ZeroMQ for more input only while a burst lasts
+        for count in range(DRAIN_LIMIT):
+            if count and (not burst or not has_input(sock)):
                 break
-            frames = recv_frames(sock)
+            try:
+                frames = recv_frames(sock, zmq.NOBLOCK)
+            except zmq.Again:
+                break
             try:
                 message = decode(small_to_bytes(frames), ACCEPTED_BY_WORKER)
             except ProtocolError as exc:
@@ -132,7 +137,8 @@ class WorkerAgent:
         """ZeroMQ's FD is edge-triggered: after sending, look again for input that arrived meanwhile."""
         if self._loop is None or self.core.stopped:
             return
-        if self.scheduler is not None and has_input(self.scheduler):
+        self._burst = self.scheduler is not None and has_input(self.scheduler)
+        if self._burst:
             self._loop.call_soon(self._on_scheduler_readable)
 
     async def _tick_forever(self) -> None:
@@ -145,7 +151,6 @@ class WorkerAgent:
                 stats = self._stats()
                 last_stats = now
             self._handle(Tick(now, *stats))
-            self._recheck()
 
     def _stats(self) -> tuple[float, int, float, int]:
         cpu, rss = self.me.cpu_percent(), self.me.memory_info().rss
@@ -184,6 +189,7 @@ class WorkerAgent:
     def _handle(self, event: AgentEvent) -> None:
         self.core.feed(event)
         self._execute(self.core.flush())
+        self._recheck()
 
     def _execute(self, commands: list[AgentCommand]) -> None:
         for command in commands:
