@@ -256,12 +256,18 @@ class Connection:
             send_message(sock, message)
 
     def _receive(self, sock: zmq.Socket[Any]) -> None:
-        while has_input(sock):
+        """Read what waits (the poll said something does: the first read does not ask ZeroMQ first)."""
+        first = True
+        while first or has_input(sock):
             try:
-                message = recv_message(sock, 0, ACCEPTED_BY_CLIENT)
+                message = recv_message(sock, zmq.NOBLOCK if first else 0, ACCEPTED_BY_CLIENT)
+            except zmq.Again:
+                return
             except ProtocolError as exc:
                 logger.warning("dropped a malformed message from the scheduler: %s", exc)
                 continue
+            finally:
+                first = False
             self._execute(sock, self.core.received(time.monotonic(), message))
             if self.core.state == SessionState.CLOSED:
                 return

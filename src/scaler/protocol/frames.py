@@ -15,6 +15,9 @@ PACK_UP_TO = 1024 * 1024  # a frame of packed small payloads is cut at about thi
 
 def pack(payloads: Sequence[Any]) -> tuple[list[int], list[Any]]:
     """(sizes, frames) for `payloads` (bytes-like objects, zmq.Frames)."""
+    if len(payloads) == 1:  # the common single-task message: its payload is its frame
+        size = len(payloads[0])
+        return [size], [payloads[0]] if size else []
     sizes = [len(p) for p in payloads]
     frames: list[Any] = []
     run: list[Any] = []
@@ -38,6 +41,8 @@ def pack(payloads: Sequence[Any]) -> tuple[list[int], list[Any]]:
 
 def unpack(sizes: Sequence[int], frames: Sequence[Any]) -> list[Any]:
     """The payloads whose sizes are `sizes`, cut out of `frames`. A payload filling a frame is the frame itself."""
+    if len(sizes) == 1 and len(frames) == 1 and sizes[0] and sizes[0] == len(frames[0]):
+        return [frames[0]]  # the common single-task message
     out: list[Any] = []
     index = position = 0
     count = len(frames)

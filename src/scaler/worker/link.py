@@ -211,8 +211,9 @@ class AsyncLink:
     def _readable(self) -> None:
         messages: list[list[bytearray]] = []
         while not self.closed:
+            buffer = self.reader.get_buffer()
             try:
-                count = self.sock.recv_into(self.reader.get_buffer())
+                count = self.sock.recv_into(buffer)
             except BlockingIOError:
                 break
             except OSError:
@@ -221,6 +222,8 @@ class AsyncLink:
                 self.close()
                 break
             messages += self.reader.buffer_updated(count)
+            if count < len(buffer):  # the socket had no more: do not ask again (that would raise)
+                break
         if messages:
             self.on_messages(messages)
 

@@ -79,6 +79,7 @@ class Processor:
         self._send(pm.Ready(os.getpid()))
         future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking)
         threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True).start()
+        fresh = False  # tasks were just received: nothing else (a Discard) can be waiting behind them yet
         try:
             while self.running:
                 item = self._next_task()
@@ -94,9 +95,12 @@ class Processor:
                             return  # the agent is gone
                         continue
                     self._on_message(pipe.decode(message))
+                    fresh = True
                     continue
-                with self.receive_lock:
-                    self._drain()
+                if not fresh or self.link.pending:  # look for messages that came while the last task ran
+                    with self.receive_lock:
+                        self._drain()
+                fresh = False
                 self._run(*item)
                 self._maybe_flush()
             self._flush()

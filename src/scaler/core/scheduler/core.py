@@ -121,7 +121,13 @@ class SchedulerCore:
     def flush(self) -> list[Command]:
         if not self._stopped:
             self._place()
-            if self._balance_due and self.state_counts[TaskState.QUEUED] == 0:
+            counts = self.state_counts
+            # Balancing moves queued tasks from a busy worker to an idle one: it needs two tasks out at least.
+            if (
+                self._balance_due
+                and counts[TaskState.QUEUED] == 0
+                and counts[TaskState.ASSIGNED] + counts[TaskState.CANCELING] >= 2
+            ):
                 self._balance()
             self._flush_outboxes()
         out, self._out = self._out, []
@@ -515,6 +521,9 @@ class SchedulerCore:
         open_workers = [w for w in self.workers.values() if len(w.assigned) < w.capacity]
         if not open_workers:
             return
+        if queued == 1:  # the common lone task: the least loaded worker (the first of them), as water_fill would
+            self._dispatch(min(open_workers, key=_load), 1)
+            return
         loads = [len(w.assigned) for w in open_workers]
         shares = water_fill(loads, [w.capacity for w in open_workers], queued)
         for worker, share in zip(open_workers, shares, strict=False):
@@ -688,3 +697,7 @@ class SchedulerCore:
 def _check(condition: bool, text: str) -> None:
     if not condition:
         raise InvariantError(text)
+
+
+def _load(worker: WorkerSession) -> int:
+    return len(worker.assigned)
