@@ -189,3 +189,27 @@ def test_uvloop_cluster_serves_submit_map_graph_and_nesting() -> None:
 def test_an_unknown_event_loop_is_refused() -> None:
     with pytest.raises(ValueError):
         SchedulerClusterCombo(address=free_address(), n_workers=1, event_loop="no-such-loop")
+
+
+def _collector_settings() -> tuple[tuple[int, int, int], int]:
+    import gc
+
+    return gc.get_threshold(), gc.get_freeze_count()
+
+
+def test_user_code_runs_with_the_interpreters_own_garbage_collector_settings() -> None:
+    """The agent tunes its collector for its own short-lived objects; the processors it forks must not keep that."""
+    import gc
+
+    from scaler import Client, SchedulerClusterCombo
+    from tests.helpers import free_address
+
+    address = free_address()
+    cluster = SchedulerClusterCombo(address=address, n_workers=1, logging_level="WARNING")
+    try:
+        with Client(address=address, timeout_seconds=20) as client:
+            thresholds, frozen = client.submit(_collector_settings).result(timeout=20)
+    finally:
+        cluster.shutdown()
+    assert thresholds == gc.get_threshold()
+    assert frozen == 0

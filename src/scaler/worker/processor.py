@@ -7,6 +7,7 @@ remaining work to another processor. If user code crashes this process, the agen
 
 from __future__ import annotations
 
+import gc
 import logging
 import mmap
 import os
@@ -21,6 +22,7 @@ from typing import Any
 
 from scaler.client import future as future_module
 from scaler.core.worker import messages as pm
+from scaler.io.loop import DEFAULT_GC_THRESHOLDS
 from scaler.io.processes import die_with_parent
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
@@ -45,6 +47,8 @@ def run_processor(link: socket.socket, running: mmap.mmap, processor: int, paren
     signal.set_wakeup_fd(-1)  # the agent's event loop owns that pipe, not us
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    gc.unfreeze()  # user code runs here: the collector as Python sets it, not as the agent tuned it
+    gc.set_threshold(*DEFAULT_GC_THRESHOLDS)
     Processor(BlockingLink(link), running, processor, parent_pid).run()
 
 
