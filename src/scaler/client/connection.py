@@ -238,7 +238,7 @@ class Connection:
                         self._wake_pending = False
                         self._forward(sock)
                         sent = True
-                    elif self.core.state != SessionState.CLOSED:
+                    elif self._session_open():  # _forward may have closed it
                         self._receive(sock)
                 now = time.monotonic()
                 if now >= next_tick:
@@ -253,6 +253,9 @@ class Connection:
             os.close(self._wake_read)
             os.close(self._wake_write)
             self.closed.set()
+
+    def _session_open(self) -> bool:
+        return self.core.state != SessionState.CLOSED
 
     def _forward(self, sock: zmq.Socket[Any]) -> None:
         while self._control:
