@@ -5,6 +5,9 @@ The bytes are standard Cap'n Proto (single segment, the layout pycapnp itself wr
 byte equality); the field positions come from the loaded schema. Anything unusual (several segments, far
 pointers, keywords, a layout this reader does not expect) returns None, and the caller uses pycapnp instead,
 which decodes it or says why it is malformed. Pure; no I/O.
+
+Messages of one shape (the same field sizes, hence the same pointer words) have their fields at the same places:
+the reader works the places out once per shape and remembers a bounded number of shapes.
 """
 
 from __future__ import annotations
