@@ -121,3 +121,19 @@ def socket_fd(sock: zmq.Socket[Any]) -> int:
 def has_input(sock: zmq.Socket[Any]) -> bool:
     """Whether a message can be received now (reading ZMQ_EVENTS also re-arms the socket's FD)."""
     return bool(int(_raw_get(sock, _EVENTS)) & _POLLIN)
+
+
+def read_waiting(sock: zmq.Socket[Any], burst: bool, limit: int) -> list[list[zmq.Frame]]:
+    """The messages waiting on a socket whose FD fired, for an event loop's reader.
+
+    Asking ZeroMQ whether input waits (has_input) costs a system call, so the first message is read without asking
+    (nothing, if the FD fired for something else); more are read, up to `limit`, only in a `burst` (when the caller's
+    last look, after its own sends, found more waiting)."""
+    try:
+        messages = [recv_frames(sock, zmq.NOBLOCK)]
+    except zmq.Again:
+        return []
+    if burst:
+        while len(messages) < limit and has_input(sock):
+            messages.append(recv_frames(sock))
+    return messages

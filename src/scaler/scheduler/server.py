@@ -38,7 +38,7 @@ from scaler.io.sockets import (
     bind_router,
     context,
     has_input,
-    recv_frames,
+    read_waiting,
     send_frames,
     small_to_bytes,
     socket_fd,
@@ -129,16 +129,7 @@ class SchedulerServer:
         core = self.core
         now = time.monotonic()
         fd_of = self._fd_of
-        # Asking ZeroMQ whether input waits costs a system call, so: one message is read without asking (the
-        # FD said something came), and more only while a burst lasts (the last look found more waiting).
-        burst = self._burst
-        for count in range(DRAIN_LIMIT):
-            if count and (not burst or not has_input(router)):
-                break
-            try:
-                frames = recv_frames(router, zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
             try:

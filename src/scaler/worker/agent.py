@@ -43,7 +43,7 @@ from scaler.io.sockets import (
     connect_dealer,
     context,
     has_input,
-    recv_frames,
+    read_waiting,
     send_message,
     small_to_bytes,
     socket_fd,
@@ -107,14 +107,7 @@ class WorkerAgent:
         if sock is None or self.core.stopped:
             return
         now = time.monotonic()
-        burst = self._burst  # as in the scheduler: ask ZeroMQ for more input only while a burst lasts
-        for count in range(DRAIN_LIMIT):
-            if count and (not burst or not has_input(sock)):
-                break
-            try:
-                frames = recv_frames(sock, zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        for frames in read_waiting(sock, self._burst, DRAIN_LIMIT):
             try:
                 message = decode(small_to_bytes(frames), ACCEPTED_BY_WORKER)
             except ProtocolError as exc:
