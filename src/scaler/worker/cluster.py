@@ -54,9 +54,7 @@ def run_cluster(
             return
         stopping = True
         logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
-        for process in workers:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
+        _terminate(workers)
 
     # Before the first fork: a signal that arrives while workers start must stop the ones already started.
     signal.signal(signal.SIGINT, stop)
@@ -75,9 +73,7 @@ def run_cluster(
         workers.append(process)
         logger.info("Worker[%d] started (pid %d)", index, process.pid)
     if stopping:  # a worker started after the signal was handled never heard of it
-        for started in workers:
-            if started.is_alive() and started.pid is not None:
-                os.kill(started.pid, signal.SIGTERM)
+        _terminate(workers)
     remaining: dict[int, int] = {process.sentinel: index for index, process in enumerate(workers)}
     while remaining:
         for sentinel in multiprocessing.connection.wait(list(remaining)):
@@ -90,3 +86,9 @@ def run_cluster(
         return 1
     logger.info("ClusterProcess: all workers ended")
     return 0
+
+
+def _terminate(workers: list[multiprocessing.process.BaseProcess]) -> None:
+    for process in workers:
+        if process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
