@@ -15,11 +15,17 @@ from scaler.io.processes import die_with_parent, hostname, setup_logging
 from scaler.worker.agent import run_worker
 
 logger = logging.getLogger(__name__)
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _worker_main(
     address: str, config: AgentConfig, event_loop: str, log_level: str, log_paths: tuple[str, ...]
 ) -> None:
+    # Forked with SIGINT/SIGTERM blocked (see run_cluster): drop the cluster's handlers first, then let a signal
+    # that is already pending act with its default action.
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
     config = dataclasses.replace(config, pid=os.getpid(), hostname=config.hostname or hostname())
@@ -42,16 +48,11 @@ def run_cluster(
         config.queue_capacity,
         event_loop,
     )
-    cluster_pid = os.getpid()
     workers: list[multiprocessing.process.BaseProcess] = []
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
-        if os.getpid() != cluster_pid:  # a worker just forked, before it set its own handlers: die as asked
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
         stopping = True
         logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
         _terminate(workers)
@@ -69,8 +70,15 @@ def run_cluster(
             args=(address, worker_config, event_loop, log_level, log_paths),
             name=f"scaler-worker-{index}",
         )
-        process.start()
-        workers.append(process)
+        # A signal that reaches a child between fork() and Python's after-fork reset is dropped by CPython, so
+        # the child would never stop. Blocked around the fork, it stays pending in both processes instead: the
+        # cluster handles it once the worker is in `workers`, the worker once it unblocks in _worker_main.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+            workers.append(process)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         logger.info("Worker[%d] started (pid %d)", index, process.pid)
     if stopping:  # a worker started after the signal was handled never heard of it
         _terminate(workers)
