@@ -13,6 +13,7 @@ the reader works the places out once per shape and remembers a bounded number of
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 _HEAD = struct.Struct("<IIQQQ")  # segment table (one segment), root pointer, Message's data word, member pointer
@@ -51,37 +52,36 @@ class FastPath:
         for name, kind in self.kinds.items():
             count = self.result_pointers if name == "taskResults" else self.task_pointers
             self.layouts[kind] = (count, count << 48, struct.Struct("<" + "iI" * count))
-        self._heads: dict[int, struct.Struct] = {}
-        self._spans: dict[bytes, tuple[int, list[tuple[int, int]]]] = {}
+        self._spans: dict[bytes, tuple[int, Callable[[bytes], tuple[bytes, ...]]]] = {}
 
     # ------------------------------------------------------------------------------------------- writing
     def write(self, kind: int, pointer_count: int, values: list[bytes | None]) -> bytes:
         """A Message whose `kind` member is a struct of `pointer_count` pointers; values[slot] are its Data
         fields (None: not set), allocated in slot order as pycapnp does."""
+        template = self.template(kind, pointer_count, [None if value is None else len(value) for value in values])
+        return template % tuple(value for value in values if value is not None)
+
+    def template(self, kind: int, pointer_count: int, sizes: list[int | None]) -> bytes:
+        """The bytes %-format of such a Message whose fields have these sizes (None: not set): `template %
+        fields`, the set fields in slot order, is the message. Everything but the fields' bytes depends only on
+        the sizes, so callers keep templates by size and a message costs one formatting."""
         position = 3 + pointer_count  # the word where the next field's bytes go
         word = 4  # the word just after the pointer being written (pointer i sits at word 3 + i)
         pointers = []
         pieces = []
-        for value in values:
-            if value is None:
+        for size in sizes:
+            if size is None:
                 pointers.append(0)
             else:
-                size = len(value)
                 pointers.append((((position - word) << 2) | 1) | (((size << 3) | 2) << 32))
-                pieces.append(value)
-                padding = -size & 7
-                if padding:
-                    pieces.append(_ZEROS[padding])
+                pieces.append(b"%b" + _ZEROS[-size & 7])
                 position += (size + 7) >> 3
             word += 1
-        layout = self._heads.get(pointer_count)
-        if layout is None:
-            layout = self._heads[pointer_count] = struct.Struct(f"<IIQQQ{pointer_count}Q")
-        pieces.insert(0, layout.pack(0, position, _ROOT, kind, pointer_count << 48, *pointers))
-        return b"".join(pieces)
+        head = struct.pack(f"<IIQQQ{pointer_count}Q", 0, position, _ROOT, kind, pointer_count << 48, *pointers)
+        return head.replace(b"%", b"%%") + b"".join(pieces)
 
     # ------------------------------------------------------------------------------------------- reading
-    def read(self, header: bytes) -> tuple[int, list[bytes]] | None:
+    def read(self, header: bytes) -> tuple[int, tuple[bytes, ...]] | None:
         """(member discriminant, the member struct's Data fields by slot; null ones as b"") or None."""
         size = len(header)
         if size < _POINTERS_AT:
@@ -94,19 +94,41 @@ class FastPath:
         if layout is None or member != layout[1] or size < _POINTERS_AT + 8 * layout[0]:
             return None
         # Messages of the same shape (field sizes) have the same pointer words: their field positions are
-        # worked out once.
+        # worked out once, into one struct that cuts every field out.
         pointers = header[_POINTERS_AT : _POINTERS_AT + 8 * layout[0]]
-        spans = self._spans.get(pointers)
-        if spans is None:
-            spans = self._locate(layout, header)
-            if spans is None:
+        shape = self._spans.get(pointers)
+        if shape is None:
+            shape = self._shape(layout, header)
+            if shape is None:
                 return None
             if len(self._spans) >= _SPAN_CACHE:
                 self._spans.clear()
-            self._spans[pointers] = spans
-        if spans[0] > size:
+            self._spans[pointers] = shape
+        if shape[0] > size:
             return None
-        return kind, [header[begin:end] for begin, end in spans[1]]
+        return kind, shape[1](header)
+
+    def _shape(
+        self, layout: tuple[int, int, struct.Struct], header: bytes
+    ) -> tuple[int, Callable[[bytes], tuple[bytes, ...]]] | None:
+        """(the end of the last field, a function cutting the fields out of such a message) or None if they
+        are not all plain bytes."""
+        spans = self._locate(layout, header)
+        if spans is None:
+            return None
+        last, places = spans
+        # Fields laid out in slot order (as pycapnp and our writer do): one struct.unpack_from ("0s" for a null
+        # field). Any other order: slices.
+        code, at = ["<"], 0
+        for begin, end in places:
+            if begin == end:
+                code.append("0s")
+                continue
+            if begin < at:
+                return last, lambda header: tuple([header[begin:end] for begin, end in places])
+            code.append(f"{begin - at}x{end - begin}s")
+            at = end
+        return last, struct.Struct("".join(code)).unpack_from
 
     def _locate(
         self, layout: tuple[int, int, struct.Struct], header: bytes

@@ -86,6 +86,11 @@ if _fast is not None:
     _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS = (
         _fast.result_slots[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory")
     )
+    # The fields the fast writers set, in the order they pass them: it must be slot order.
+    _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES)
+    _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES)
+    if list(_T_WRITTEN) != sorted(_T_WRITTEN) or list(_R_WRITTEN) != sorted(_R_WRITTEN):
+        _fast = None
 
 
 class Payload(Protocol):
@@ -381,30 +386,66 @@ def encode(message: Message) -> list[Payload]:
     return [root.to_bytes(), *payloads]
 
 
+_templates: dict[tuple[int, ...], bytes] = {}  # message templates by kind and field sizes (see FastPath.template)
+_TEMPLATE_CACHE = 4096
+
+
+def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...]) -> bytes:
+    """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set)."""
+    sizes: list[int | None] = [None] * pointer_count
+    for slot, size in zip(slots, key[1:], strict=True):
+        sizes[slot] = None if size < 0 else size
+    if len(_templates) >= _TEMPLATE_CACHE:
+        _templates.clear()
+    template = _templates[key] = fast.template(key[0], pointer_count, sizes)
+    return template
+
+
 def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
-    values: list[bytes | None] = [None] * fast.task_pointers
-    values[_T_IDS] = pack_u64(m.task_ids)
-    values[_T_FUNCTIONS] = pack_u64(m.function_ids)
-    values[_T_FLAGS] = bytes(m.flags)
-    values[_T_COUNTS] = pack_u16(m.arg_counts)
-    values[_T_REFS] = pack_u64(m.arg_refs)
-    values[_T_SIZES] = pack_u64(sizes)
-    frames.insert(0, fast.write(_SUBMIT_KIND if type(m) is SubmitTasks else _DISPATCH_KIND, fast.task_pointers, values))
+    fields = (
+        pack_u64(m.task_ids),
+        pack_u64(m.function_ids),
+        bytes(m.flags),
+        pack_u16(m.arg_counts),
+        pack_u64(m.arg_refs),
+        pack_u64(sizes),
+    )
+    ids, functions, flags, counts, refs, sizes_column = fields
+    key = (
+        _SUBMIT_KIND if type(m) is SubmitTasks else _DISPATCH_KIND,
+        len(ids),
+        len(functions),
+        len(flags),
+        len(counts),
+        len(refs),
+        len(sizes_column),
+    )
+    template = _templates.get(key) or _template(fast, key, fast.task_pointers, _T_WRITTEN)
+    frames.insert(0, template % fields)
     return frames
 
 
 def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
-    values: list[bytes | None] = [None] * fast.result_pointers
-    values[_R_IDS] = pack_u64(m.task_ids)
-    values[_R_STATUSES] = bytes(m.statuses)
-    if m.durations_us is not None:
-        values[_R_DURATIONS] = pack_u64(m.durations_us)
-    if m.peak_memory is not None:
-        values[_R_PEAKS] = pack_u64(m.peak_memory)
-    values[_R_SIZES] = pack_u64(sizes)
-    frames.insert(0, fast.write(_RESULTS_KIND, fast.result_pointers, values))
+    ids, statuses, sizes_column = pack_u64(m.task_ids), bytes(m.statuses), pack_u64(sizes)
+    if m.durations_us is None and m.peak_memory is None:  # the common case
+        key: tuple[int, ...] = (_RESULTS_KIND, len(ids), len(statuses), -1, -1, len(sizes_column))
+        fields: tuple[bytes, ...] = (ids, statuses, sizes_column)
+    else:
+        durations = None if m.durations_us is None else pack_u64(m.durations_us)
+        peaks = None if m.peak_memory is None else pack_u64(m.peak_memory)
+        key = (
+            _RESULTS_KIND,
+            len(ids),
+            len(statuses),
+            -1 if durations is None else len(durations),
+            -1 if peaks is None else len(peaks),
+            len(sizes_column),
+        )
+        fields = tuple(field for field in (ids, statuses, durations, peaks, sizes_column) if field is not None)
+    template = _templates.get(key) or _template(fast, key, fast.result_pointers, _R_WRITTEN)
+    frames.insert(0, template % fields)
     return frames
 
 
