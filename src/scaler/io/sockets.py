@@ -108,9 +108,11 @@ def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = N
 
 def send_frames(sock: zmq.Socket[Any], frames: list[Any]) -> None:
     """Send frames (bytes, memoryviews, zmq.Frames) as one message, without copying the big ones."""
-    last = len(frames) - 1
-    for index, frame in enumerate(frames):
-        _raw_send(sock, frame, _SNDMORE if index < last else 0, len(frame) < COPY_BELOW, False)
+    last = frames[-1]
+    for index in range(len(frames) - 1):
+        frame = frames[index]
+        _raw_send(sock, frame, _SNDMORE, len(frame) < COPY_BELOW, False)
+    _raw_send(sock, last, 0, len(last) < COPY_BELOW, False)
 
 
 def socket_fd(sock: zmq.Socket[Any]) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 _COUNT = struct.Struct("<I")
+_ONE = struct.Struct("<IQ")  # the header of a one-frame message (the common case)
 _MAX_FRAMES = 1 << 20
 _SCRATCH = 256 * 1024
 _IOV_MAX = 512
@@ -25,6 +26,8 @@ _IOV_MAX = 512
 
 def pack(frames: Sequence[Any]) -> list[Any]:
     """The buffers to write, in order, for one message made of `frames`."""
+    if len(frames) == 1:
+        return [_ONE.pack(1, len(frames[0])), frames[0]]
     header = _COUNT.pack(len(frames)) + struct.pack(f"<{len(frames)}Q", *(len(f) for f in frames))
     return [header, *frames]
 
@@ -75,6 +78,17 @@ class FrameReader:
         messages = []
         position = 0
         scratch, filled = self._scratch, self._filled
+        # Whole one-frame messages at the start of the scratch space (the common case): no partial state.
+        while not self._lengths and filled - position >= _ONE.size:
+            count, length = _ONE.unpack_from(scratch, position)
+            end = position + _ONE.size + length
+            if count != 1 or end > filled:
+                break
+            messages.append([scratch[position + _ONE.size : end]])
+            position = end
+        if position == filled and not self._lengths:  # all of it consumed, nothing partial
+            self._filled = 0
+            return messages
         while True:
             if not self._lengths:
                 if filled - position < _COUNT.size:
@@ -125,8 +139,8 @@ class BlockingLink:
         self.pending: list[list[bytearray]] = []
 
     def send(self, frames: Sequence[Any]) -> None:
-        buffers = deque(memoryview(b).cast("B") for b in pack(frames))
-        while True:
+        buffers = _write_now(self.sock, pack(frames))
+        while buffers:
             try:
                 _send_some(self.sock, buffers)
                 return
@@ -136,13 +150,14 @@ class BlockingLink:
     def receive(self, timeout: float | None) -> list[bytearray] | None:
         """The next message; None if nothing came within `timeout` (0: do not wait). Raises EOFError."""
         while not self.pending:
+            if timeout != 0:  # a caller that may wait expects nothing yet: wait first (no failed read)
+                readable, _, _ = select.select([self.sock.fileno()], [], [], timeout)
+                if not readable:
+                    return None
             try:
                 count = self.sock.recv_into(self.reader.get_buffer())
             except BlockingIOError:
                 if timeout == 0:
-                    return None
-                readable, _, _ = select.select([self.sock.fileno()], [], [], timeout)
-                if not readable:
                     return None
                 continue
             if not count:
@@ -151,18 +166,32 @@ class BlockingLink:
         return self.pending.pop(0)
 
 
+def _write_now(sock: socket.socket, buffers: list[Any]) -> deque[memoryview]:
+    """Write what the socket takes of `buffers` at once; returns the rest (empty: all written)."""
+    try:
+        sent = sock.sendmsg(buffers) if len(buffers) <= _IOV_MAX else 0
+    except BlockingIOError:
+        sent = 0
+    rest: deque[memoryview] = deque()
+    for buffer in buffers:
+        size = len(buffer)
+        if sent >= size:
+            sent -= size
+            continue
+        view = memoryview(buffer).cast("B")
+        rest.append(view[sent:] if sent else view)
+        sent = 0
+    return rest
+
+
 def _send_some(sock: socket.socket, buffers: deque[memoryview]) -> None:
     """Write from the front of `buffers` until done or the socket is full (raises BlockingIOError)."""
     while buffers:
         sent = sock.sendmsg(list(itertools.islice(buffers, _IOV_MAX)))
-        while sent:
-            head = buffers[0]
-            if sent >= len(head):
-                sent -= len(head)
-                buffers.popleft()
-            else:
-                buffers[0] = head[sent:]
-                sent = 0
+        while buffers and sent >= len(buffers[0]):  # empty buffers go too, even when nothing was sent
+            sent -= len(buffers.popleft())
+        if sent:
+            buffers[0] = buffers[0][sent:]
 
 
 class AsyncLink:
@@ -187,16 +216,16 @@ class AsyncLink:
     def send(self, frames: Sequence[Any]) -> None:
         if self.closed:
             return
-        waiting = bool(self.out)
-        self.out.extend(memoryview(b).cast("B") for b in pack(frames))
-        if waiting:
+        if self.out:  # waiting for the socket to drain: queue behind
+            self.out.extend(memoryview(b).cast("B") for b in pack(frames))
             return
         try:
-            _send_some(self.sock, self.out)
-        except BlockingIOError:
-            self.loop.add_writer(self.sock.fileno(), self._writable)
+            self.out = _write_now(self.sock, pack(frames))
         except OSError:
             self.close()
+            return
+        if self.out:
+            self.loop.add_writer(self.sock.fileno(), self._writable)
 
     def _writable(self) -> None:
         try:
