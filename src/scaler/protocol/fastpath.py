@@ -55,16 +55,11 @@ class FastPath:
         self._spans: dict[bytes, tuple[int, Callable[[bytes], tuple[bytes, ...]]]] = {}
 
     # ------------------------------------------------------------------------------------------- writing
-    def write(self, kind: int, pointer_count: int, values: list[bytes | None]) -> bytes:
-        """A Message whose `kind` member is a struct of `pointer_count` pointers; values[slot] are its Data
-        fields (None: not set), allocated in slot order as pycapnp does."""
-        template = self.template(kind, pointer_count, [None if value is None else len(value) for value in values])
-        return template % tuple(value for value in values if value is not None)
-
     def template(self, kind: int, pointer_count: int, sizes: list[int | None]) -> bytes:
-        """The bytes %-format of such a Message whose fields have these sizes (None: not set): `template %
-        fields`, the set fields in slot order, is the message. Everything but the fields' bytes depends only on
-        the sizes, so callers keep templates by size and a message costs one formatting."""
+        """The bytes %-format of a Message whose `kind` member is a struct of `pointer_count` pointers to Data
+        fields of these sizes (None: not set), allocated in slot order as pycapnp does: `template % fields`, the
+        set fields in slot order, is the message. Everything but the fields' bytes depends only on the sizes, so
+        callers keep templates by size and a message costs one formatting."""
         position = 3 + pointer_count  # the word where the next field's bytes go
         word = 4  # the word just after the pointer being written (pointer i sits at word 3 + i)
         pointers = []
