@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -42,3 +43,15 @@ def kill_tree(processes: list[psutil.Process]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(processes, timeout=5)
+
+
+def session_members(session_id: int) -> list[psutil.Process]:
+    """The live processes of a session (a program and everything it started; an orphan keeps its session)."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session_id and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return members

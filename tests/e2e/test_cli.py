@@ -21,7 +21,7 @@ import pytest
 
 from scaler import Client
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
-from tests.helpers import free_address, free_port, wait_until
+from tests.helpers import free_address, free_port, session_members, wait_until
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,18 +322,6 @@ def test_signals_stop_cluster_and_scheduler_cleanly(
         busy.cancel()
 
 
-def in_session(session_id: int) -> list[psutil.Process]:
-    """The live processes of a session: an orphan whose parent died keeps its session."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == session_id and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-    return found
-
-
 @pytest.mark.parametrize("delay", [0.0, 0.003, 0.01])
 def test_a_cluster_stopped_while_its_workers_start_leaves_no_process(programs: list[Program], delay: float) -> None:
     """SIGTERM in the middle of the forks: every worker already forked must end too, none may be orphaned."""
@@ -345,9 +333,11 @@ def test_a_cluster_stopped_while_its_workers_start_leaves_no_process(programs: l
         cluster.wait(15)
         session = cluster.pid
         try:
-            wait_until(lambda session=session: not in_session(session), timeout=10, what="the cluster's workers to end")
+            wait_until(
+                lambda session=session: not session_members(session), timeout=10, what="the cluster's workers to end"
+            )
         finally:
-            orphans = in_session(session)
+            orphans = session_members(session)
             for orphan in orphans:
                 orphan.kill()
         assert not orphans

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import free_address, free_port, wait_until
+from tests.helpers import free_address, free_port, session_members, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -134,18 +134,6 @@ def run_example(name: str, port: int, workdir: Path, timeout: float, args: tuple
         _kill_session(process)
         pytest.fail(f"{name} left processes running after it exited: {left}\n{Run(0, stdout, stderr).explain()}")
     return Run(process.returncode, stdout, stderr)
-
-
-def session_members(sid: int) -> list[psutil.Process]:
-    """Live processes of the session `sid` (an example and everything it started)."""
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (OSError, psutil.Error):
-            continue
-    return members
 
 
 def _kill_session(process: subprocess.Popen[str]) -> None:
