@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -183,6 +184,19 @@ def test_uvloop_cluster_serves_submit_map_graph_and_nesting() -> None:
             assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
             assert client.map(square, [(i,) for i in range(500)]) == [i * i for i in range(500)]
             assert client.get({"a": 2, "b": (square, "a")}, keys=["b"]) == {"b": 4}
+            assert client.submit(fibonacci, client, 6).result(timeout=TIMEOUT) == 8
+
+
+def test_an_ipc_address_serves_like_a_tcp_one(tmp_path: Path) -> None:
+    """README: on one machine, an ipc:// address works wherever a tcp:// one does (nested clients included)."""
+    from tests.integration.test_client_api import fibonacci
+
+    address = f"ipc://{tmp_path}/scheduler.sock"
+    with SchedulerClusterCombo(address=address, n_workers=2, **FAST) as combo:
+        assert combo.monitor_address == f"{address}_monitor"
+        with Client(address=address, timeout_seconds=TIMEOUT) as client:
+            assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
+            assert client.map(square, [(i,) for i in range(500)]) == [i * i for i in range(500)]
             assert client.submit(fibonacci, client, 6).result(timeout=TIMEOUT) == 8
 
 
