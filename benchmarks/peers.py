@@ -7,6 +7,9 @@ usage:
   python benchmarks/peers.py [--peers ours,scaler19,scaler29,dask,ray,pool] [--workloads submit,map,latency,startup]
                              [--tasks 100000] [--repeat 3] [--n 2] [--out benchmarks/results/peers.jsonl]
 
+Each run's line also gives the host's steal over that run: of the time this machine's vCPUs had work to do, the
+share the hypervisor gave to someone else (Linux /proc/stat). High steal marks a noisy sitting.
+
 "ours" is this checkout, run with the interpreter running this script; the others come from the venvs made by
 ../shared/bench/setup_venvs.sh under $PEERS_DIR (default /tmp/peers). Results are JSON lines (one per run);
 ../shared/bench/summarize.py FILE prints the full tables.
@@ -48,6 +51,23 @@ METRIC = {
 SLOW_TASKS = {"scaler19": 10_000, "scaler29": 10_000, "dask": 10_000}
 
 
+def cpu_times() -> list[int] | None:
+    """The machine's cumulative CPU time by kind (user, nice, system, idle, iowait, irq, softirq, steal, ...)."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def steal_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    spent = [b - a for a, b in zip(before, after)]
+    wanted = sum(spent[:8]) - spent[3] - spent[4]  # all but idle and iowait (guest time is inside user and nice)
+    return spent[7] / wanted if wanted > 0 else None
+
+
 def run_one(peer: str, workload: str, tasks: int, n: int, out: str, timeout: float) -> dict[str, object] | None:
     python, name = PEERS[peer]
     if not os.path.exists(python):
@@ -86,14 +106,17 @@ def main() -> None:
     for _ in range(args.repeat):
         for workload in args.workloads.split(","):
             for peer in peers:
+                before = cpu_times()
                 record = run_one(peer, workload, args.tasks, args.n, args.out, args.timeout)
+                steal = steal_share(before, cpu_times())
                 if record is None or not record.get("ok"):
                     continue
                 key, _ = METRIC[workload]
                 value = record.get(key)
                 if isinstance(value, (int, float)):
                     results[(workload, peer)].append(float(value))
-                    print(f"{peer:9s} {workload:8s} {key} = {value:,.1f}", flush=True)
+                    noise = "" if steal is None else f"  (host steal {steal:.1%})"
+                    print(f"{peer:9s} {workload:8s} {key} = {value:,.1f}{noise}", flush=True)
     print("\n| workload | metric | " + " | ".join(peers) + " |")
     print("|---|---|" + "---|" * len(peers))
     for workload in args.workloads.split(","):
