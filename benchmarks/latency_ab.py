@@ -37,35 +37,6 @@ from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-ONE_RUN = r"""
-import os, socket, statistics, sys, tempfile, time
-sys.path.insert(0, sys.argv[1])
-from scaler import Client, SchedulerClusterCombo
-
-def noop(x):
-    return x
-
-if __name__ == "__main__":
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    address = f"tcp://127.0.0.1:{port}"
-    if sys.argv[3] == "ipc":
-        address = f"ipc://{tempfile.gettempdir()}/scaler-latency-ab-{os.getpid()}.sock"
-    cluster = SchedulerClusterCombo(address=address, n_workers=2, logging_level="WARNING", event_loop=sys.argv[4])
-    try:
-        with Client(address=address) as client:
-            for i in range(200):
-                client.submit(noop, i).result(timeout=30)
-            times = []
-            for i in range(int(sys.argv[2])):
-                start = time.perf_counter_ns()
-                client.submit(noop, i).result(timeout=30)
-                times.append(time.perf_counter_ns() - start)
-    finally:
-        cluster.shutdown()
-    print(statistics.median(times) / 1000)
-"""
-
-
 DRIVER = r"""
 import os, socket, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
@@ -77,9 +48,9 @@ def noop(x):
 if __name__ == "__main__":
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
     address = f"tcp://127.0.0.1:{port}"
-    if sys.argv[3] == "ipc":
+    if sys.argv[2] == "ipc":
         address = f"ipc://{tempfile.gettempdir()}/scaler-latency-ab-{os.getpid()}.sock"
-    cluster = SchedulerClusterCombo(address=address, n_workers=2, logging_level="WARNING", event_loop=sys.argv[4])
+    cluster = SchedulerClusterCombo(address=address, n_workers=2, logging_level="WARNING", event_loop=sys.argv[3])
     try:
         with Client(address=address) as client:
             for i in range(200):
@@ -148,21 +119,23 @@ def main() -> None:
         if args.interleave:
             interleave(args, trees, cpus, setup, work)
             return
-        script = os.path.join(work, "one_run.py")
+        script = os.path.join(work, "driver.py")
         with open(script, "w") as f:
-            f.write(ONE_RUN)
+            f.write(DRIVER)
         medians: dict[str, list[float]] = {"A": [], "B": []}
         for round_number in range(args.rounds):
             for name in ("A", "B") if round_number % 2 == 0 else ("B", "A"):
                 out = subprocess.run(
-                    [sys.executable, script, trees[name], str(args.round_trips), *setup[name]],
+                    [sys.executable, script, trees[name], *setup[name]],
                     preexec_fn=_restrict(cpus[name]),
+                    input=f"{args.round_trips}\n0\n",
                     capture_output=True,
                     text=True,
                     timeout=300,
                     check=True,
                 )
-                medians[name].append(float(out.stdout.strip().splitlines()[-1]))
+                times = [int(t) for t in out.stdout.strip().splitlines()[-1].split()]
+                medians[name].append(statistics.median(times) / 1000)
             print(f"round {round_number + 1}: A {medians['A'][-1]:,.0f} µs, B {medians['B'][-1]:,.0f} µs", flush=True)
     ratios = [b / a for a, b in zip(medians["A"], medians["B"])]
     print(f"A ({args.ref_a}{_on(cpus['A'])}): median {statistics.median(medians['A']):,.0f} µs")
@@ -184,7 +157,7 @@ def interleave(
     try:
         for name in ("A", "B"):
             drivers[name] = subprocess.Popen(
-                [sys.executable, script, trees[name], "0", *setup[name]],
+                [sys.executable, script, trees[name], *setup[name]],
                 preexec_fn=_restrict(cpus[name]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
