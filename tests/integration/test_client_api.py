@@ -484,6 +484,39 @@ def test_submit_from_several_threads(client: Client) -> None:
         assert values == [(k * 100 + i) ** 2 for i in range(50)]
 
 
+class SlowToPickle:
+    """An argument whose pickling takes a while: the window in which another thread submits the same function."""
+
+    def __init__(self, value: int, pause: threading.Event | None = None) -> None:
+        self.value = value
+        self.pause = pause
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        if self.pause is not None:
+            self.pause.set()  # the other thread may go now: our function is in the client's cache, not yet sent
+            time.sleep(0.5)
+        return (SlowToPickle, (self.value,))
+
+
+def value_of(x: SlowToPickle | int) -> int:
+    return x.value if isinstance(x, SlowToPickle) else x
+
+
+def test_a_function_first_sent_by_one_thread_is_usable_at_once_by_another(client: Client) -> None:
+    """Thread A submits a new function with an argument that is slow to pickle; thread B submits the same
+    function meanwhile. B's task must not reach the scheduler before the function does."""
+    function = lambda x: value_of(x)  # noqa: E731 (a fresh function object: never sent by this client)
+    pickling = threading.Event()
+    first: list[ScalerFuture] = []
+    a = threading.Thread(target=lambda: first.append(client.submit(function, SlowToPickle(1, pickling))))
+    a.start()
+    assert pickling.wait(TIMEOUT)
+    second = client.submit(function, 2)
+    a.join(TIMEOUT)
+    assert second.result(timeout=TIMEOUT) == 2
+    assert first[0].result(timeout=TIMEOUT) == 1
+
+
 def test_disconnect_cancels_the_pending_futures(cluster: object) -> None:
     c = Client(address=cluster.address, timeout_seconds=TIMEOUT)  # type: ignore[attr-defined]
     pending = [c.submit(sleep_and_return, 2, i) for i in range(4)]

@@ -70,7 +70,9 @@ class Client:
         self._serializer: Serializer = serializer  # type: ignore[assignment]
         self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
         self._objects: set[int] = set()
-        self._lock = threading.Lock()
+        # Reentrant: a function's weakref callback (_forget_function) may run in whatever thread the garbage
+        # collector interrupts, this one included while it holds the lock.
+        self._lock = threading.RLock()
         self._closed_by_user = False
         name = f"client-{os.getpid()}-{threading.current_thread().name}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout)
@@ -109,14 +111,13 @@ class Client:
         connection = self._live()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, not {type(fn).__name__}")
-        requests: list[Request] = []
-        function_id = self._function_object(fn, requests)
+        function_id = self._function_object(fn)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
         future = ScalerFuture(task_id, _label(fn), self._cancel)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
-        requests.append(NewTask(task_id, function_id, FLAG_PROFILING if profiling else 0, refs, keywords, payloads))
-        connection.submit(requests)
+        flags = FLAG_PROFILING if profiling else 0
+        connection.submit_one(NewTask(task_id, function_id, flags, refs, keywords, payloads))
         return future
 
     def map(self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]]) -> list[Any]:
@@ -137,8 +138,7 @@ class Client:
                     f"map() takes an iterable of argument tuples, like [(1,), (2,)]; item {index} is a "
                     f"{type(item).__name__}: {item!r:.60}"
                 )
-        requests: list[Request] = []
-        function_id = self._function_object(fn, requests)
+        function_id = self._function_object(fn)
         flags = 0  # map returns values, not futures: there is nowhere to read profiling from
         ids = connection.mint(len(items))
         tasks = []
@@ -147,7 +147,6 @@ class Client:
             tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads))
         collector = Collector(len(items))
         connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
-        connection.submit(requests)
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
         self._wait(collector.done)
@@ -195,7 +194,7 @@ class Client:
         flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
         tasks: list[Request] = []
         for node in plan.tasks:
-            function_id = self._function_object(node.function, requests)
+            function_id = self._function_object(node.function)
             refs: list[int] = []
             payloads: list[Payload] = []
             for position, arg in enumerate(node.args):
@@ -306,25 +305,30 @@ class Client:
         if task_ids and not self._connection.closed.is_set():
             self._connection.submit([CancelRequest(i) for i in task_ids])
 
-    def _function_object(self, fn: Callable[..., Any], requests: list[Request]) -> int:
-        """The object id of fn, sending it first if this client has not yet."""
-        entry = self._functions.get(id(fn))
-        if entry is not None:
-            holder, object_id = entry
-            if (holder() if isinstance(holder, weakref.ref) else holder) is fn:
-                return object_id
+    def _function_object(self, fn: Callable[..., Any]) -> int:
+        """The object id of fn, handing it to the connection first if this client has not yet.
+
+        The function is handed over before other threads can find it here: the connection sends requests in the
+        order it got them, so every task that uses the function, from any thread, follows the function."""
+        key = id(fn)
+        entry = self._functions.get(key)
+        if entry is not None and _alive(entry[0]) is fn:
+            return entry[1]
         try:
             payload = pack_function(self._serializer, fn)
         except Exception as exc:
             raise TypeError(f"the function {_label(fn)} could not be serialized: {exc}") from exc
-        object_id = self._connection.mint(1)[0]
-        requests.append(NewObject(object_id, payload, _label(fn)))
-        key = id(fn)
-        try:
-            holder = weakref.ref(fn, lambda _, key=key, oid=object_id: self._forget_function(key, oid))  # type: ignore[misc]
-        except TypeError:  # builtins cannot be weakly referenced; they live forever anyway
-            holder = fn
         with self._lock:
+            entry = self._functions.get(key)
+            if entry is not None and _alive(entry[0]) is fn:  # another thread sent it meanwhile
+                return entry[1]
+            object_id = self._connection.mint(1)[0]
+            holder: weakref.ref[Any] | Callable[..., Any]
+            try:
+                holder = weakref.ref(fn, lambda _, key=key, oid=object_id: self._forget_function(key, oid))  # type: ignore[misc]
+            except TypeError:  # builtins cannot be weakly referenced; they live forever anyway
+                holder = fn
+            self._connection.submit_one(NewObject(object_id, payload, _label(fn)))
             self._functions[key] = (holder, object_id)
         return object_id
 
@@ -371,6 +375,11 @@ class Client:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"the serializer returned {type(payload).__name__} for {what}; it must return bytes")
         return payload
+
+
+def _alive(holder: weakref.ref[Any] | Callable[..., Any]) -> Any:
+    """What a function cache entry holds: the function, or None once a weakly held one is gone."""
+    return holder() if isinstance(holder, weakref.ref) else holder
 
 
 def _label(fn: Any) -> str:
