@@ -253,6 +253,20 @@ def test_cancel_a_queued_task(client: Client) -> None:
     assert client.submit(square, 5).result(timeout=TIMEOUT) == 25
 
 
+def test_wait_and_as_completed_see_cancelled_futures(client: Client) -> None:
+    """concurrent.futures.wait and as_completed hear of a cancel() at once, as they do for an executor's futures."""
+    futures = [client.submit(sleep_and_return, 0.2, i) for i in range(8)]
+    cancelled = [f for f in futures[2:] if f.cancel()]
+    assert cancelled
+    for f in cancelled:
+        assert f.cancel()  # cancelling twice is fine too
+    done, not_done = concurrent.futures.wait(cancelled, timeout=5)
+    assert not not_done and done == set(cancelled)
+    assert set(concurrent.futures.as_completed(futures, timeout=TIMEOUT)) == set(futures)
+    finished = [f for f in futures if not f.cancelled()]
+    assert all(f.result() == futures.index(f) for f in finished)
+
+
 def test_cancel_of_a_finished_future_returns_false(client: Client) -> None:
     future = client.submit(square, 3)
     assert future.result(timeout=TIMEOUT) == 9
@@ -521,7 +535,8 @@ def test_disconnect_cancels_the_pending_futures(cluster: object) -> None:
     c = Client(address=cluster.address, timeout_seconds=TIMEOUT)  # type: ignore[attr-defined]
     pending = [c.submit(sleep_and_return, 2, i) for i in range(4)]
     c.disconnect()
-    concurrent.futures.wait(pending, timeout=TIMEOUT)
+    _, not_done = concurrent.futures.wait(pending, timeout=TIMEOUT)
+    assert not not_done  # cancelled futures are announced to wait() too, not only done()
     assert all(f.done() for f in pending)
     # disconnect() is documented as "unfinished tasks are cancelled": the futures say so, not "connection failed"
     assert all(f.cancelled() for f in pending), [repr(f.exception()) for f in pending if not f.cancelled()]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from scaler.serializer import Serializer
 
 _UNDECODED = object()
+_CANCELLED = "CANCELLED"  # concurrent.futures' state of a future cancelled but not yet announced to its waiters
 
 # Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting.
 _block_enter: Callable[[], bool] | None = None
@@ -82,7 +83,16 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
             pass
 
     def _cancel_quietly(self) -> None:
-        concurrent.futures.Future.cancel(self)
+        if concurrent.futures.Future.cancel(self):
+            self._notify_cancelled()
+
+    def _notify_cancelled(self) -> None:
+        """Tell concurrent.futures.wait and as_completed too. Future.cancel() wakes only result() and callbacks;
+        the waiters of wait/as_completed hear of a cancellation from set_running_or_notify_cancel(), which an
+        executor calls when it takes the work item up, and which without this nobody would call here."""
+        with self._condition:  # reentrant: set_running_or_notify_cancel takes it again
+            if self._state == _CANCELLED:
+                self.set_running_or_notify_cancel()
 
     # ------------------------------------------------------------------------------------------- user side
     def result(self, timeout: float | None = None) -> Any:
@@ -120,8 +130,10 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
-        if cancelled and self._on_cancel is not None:
-            self._on_cancel(self.task_id)
+        if cancelled:
+            self._notify_cancelled()
+            if self._on_cancel is not None:
+                self._on_cancel(self.task_id)
         return cancelled
 
     def profiling_info(self) -> ProfilingInfo:
