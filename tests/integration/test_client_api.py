@@ -217,6 +217,29 @@ def test_add_done_callback_is_called_with_the_future(client: Client) -> None:
     assert late == [49]
 
 
+def test_waiting_inside_a_done_callback_raises_instead_of_hanging(client: Client) -> None:
+    """Callbacks run in the client's I/O thread: a wait there could never end, so it is refused."""
+    slow = client.submit(sleep_and_return, 1.0, "slow")
+    seen: list[BaseException] = []
+    called = threading.Event()
+
+    def callback(_: object) -> None:
+        for wait in (slow.result, slow.exception, lambda: client.map(square, [(1,)])):
+            try:
+                wait()
+            except BaseException as exc:
+                seen.append(exc)
+        called.set()
+
+    trigger = client.submit(sleep_and_return, 0.2, "trigger")
+    trigger.add_done_callback(callback)  # registered long before the task ends: the callback runs in the I/O thread
+    assert called.wait(TIMEOUT)
+    assert [type(e) for e in seen] == [RuntimeError] * 3, seen
+    assert "done-callback" in str(seen[0])
+    assert slow.result(timeout=TIMEOUT) == "slow"  # and the client kept working
+    assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
+
+
 def test_done_before_and_after(client: Client) -> None:
     future = client.submit(sleep_and_return, 0.5, "x")
     assert not future.done()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
-from scaler.client.future import BlockingSection, ScalerFuture
+from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
@@ -288,12 +288,16 @@ class Client:
         return connection
 
     def _wait(self, event: threading.Event) -> None:
+        if not event.is_set():
+            check_may_wait("map()")
         with BlockingSection(not event.is_set()):
             while not event.wait(0.1):
                 pass
 
     def _wait_futures(self, futures: list[ScalerFuture]) -> None:
         pending = [f for f in futures if not f.done()]
+        if pending:
+            check_may_wait("get()")
         with BlockingSection(bool(pending)):
             concurrent.futures.wait(pending)
 

@@ -24,6 +24,21 @@ _block_enter: Callable[[], bool] | None = None
 _block_exit: Callable[[], None] | None = None
 
 
+# Thread idents of the clients' I/O threads. Done-callbacks run there: a wait there could never end, because the
+# thread that would end it is the one waiting.
+_io_threads: set[int] = set()
+
+
+def check_may_wait(what: str) -> None:
+    """Raise RuntimeError instead of waiting forever in a client's I/O thread (that is, in a done-callback)."""
+    if threading.get_ident() in _io_threads:
+        raise RuntimeError(
+            f"{what} would wait inside a done-callback, which runs in the client's I/O thread: no result of this "
+            "client could arrive meanwhile. Wait outside the callback (submit from it and keep the future, or "
+            "use concurrent.futures.wait elsewhere)."
+        )
+
+
 def set_blocking_hook(enter: Callable[[], bool] | None, exit: Callable[[], None] | None) -> None:
     global _block_enter, _block_exit
     _block_enter, _block_exit = enter, exit
@@ -96,6 +111,8 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     # ------------------------------------------------------------------------------------------- user side
     def result(self, timeout: float | None = None) -> Any:
+        if not self.done():
+            check_may_wait("result() of an unfinished future")
         with BlockingSection(not self.done()):
             value = super().result(timeout)
         if value is _UNDECODED:
@@ -103,6 +120,8 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         return value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self.done():
+            check_may_wait("exception() of an unfinished future")
         with BlockingSection(not self.done()):
             exc = super().exception(timeout)
         if exc is None and self._result is _UNDECODED:
