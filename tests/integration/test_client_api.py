@@ -240,6 +240,40 @@ def test_waiting_inside_a_done_callback_raises_instead_of_hanging(client: Client
     assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
 
 
+def test_a_forked_child_gets_clear_errors_from_its_parents_client(client: Client) -> None:
+    """A client (and its futures) copied into a forked process cannot work there: it says so instead of hanging,
+    and the parent's client is untouched, even by the child's disconnect()."""
+    slow = client.submit(sleep_and_return, 1.0, "slow")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what each use raised, then leave without running any cleanup
+        outcome = []
+        for use in (lambda: client.submit(square, 2), lambda: slow.result(), client.disconnect):
+            try:
+                use()
+                outcome.append("ok")
+            except BaseException as exc:
+                outcome.append(type(exc).__name__)
+        os.write(write_end, ",".join(outcome).encode())
+        os._exit(0)
+    os.close(write_end)
+    reaped = False
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not reaped:
+            reaped = os.waitpid(pid, os.WNOHANG) != (0, 0)
+            assert reaped or time.monotonic() < deadline, "the forked child is stuck"
+            time.sleep(0.05)
+        assert os.read(read_end, 1000).decode() == "ClientClosedError,RuntimeError,ok"
+    finally:
+        os.close(read_end)
+        if not reaped:  # only a child we have not reaped is still ours to kill
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert slow.result(timeout=TIMEOUT) == "slow"
+    assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
+
+
 def test_done_before_and_after(client: Client) -> None:
     future = client.submit(sleep_and_return, 0.5, "x")
     assert not future.done()

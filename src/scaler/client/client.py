@@ -74,6 +74,7 @@ class Client:
         # collector interrupts, this one included while it holds the lock.
         self._lock = threading.RLock()
         self._closed_by_user = False
+        self._pid = os.getpid()
         name = f"client-{os.getpid()}-{threading.current_thread().name}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout)
         self._connection.start()
@@ -269,7 +270,8 @@ class Client:
     def disconnect(self) -> None:
         """Close the session: unfinished tasks are cancelled, objects freed. Safe to call twice."""
         self._closed_by_user = True
-        self._connection.close("the client disconnected")
+        if os.getpid() == self._pid:  # in a forked copy there is nothing of ours to close (the parent's is not)
+            self._connection.close("the client disconnected")
 
     def shutdown(self) -> None:
         """Stop the scheduler and its workers. Refused (ProtectedModeError) when the scheduler is protected."""
@@ -280,6 +282,11 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- helpers
     def _live(self) -> Connection:
+        if os.getpid() != self._pid:
+            raise ClientClosedError(
+                f"this client was created in process {self._pid} and this process is a fork of it: the client's "
+                "I/O thread did not come along. Create a new Client here, or pass the client to tasks as an argument."
+            )
         connection = self._connection
         if connection.closed.is_set():
             if self._closed_by_user or connection.close_kind in (CloseKind.LOCAL, None):

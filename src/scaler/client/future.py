@@ -4,6 +4,7 @@ thread, and which can tell how the task ran (profiling_info)."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +30,14 @@ _block_exit: Callable[[], None] | None = None
 _io_threads: set[int] = set()
 
 
-def check_may_wait(what: str) -> None:
-    """Raise RuntimeError instead of waiting forever in a client's I/O thread (that is, in a done-callback)."""
+def check_may_wait(what: str, pid: int | None = None) -> None:
+    """Raise RuntimeError instead of waiting forever: in a client's I/O thread (that is, in a done-callback), or
+    for a future of the process this one was forked from (`pid`: where the future was made)."""
+    if pid is not None and pid != os.getpid():
+        raise RuntimeError(
+            f"{what} would wait for a task of process {pid}, and this process is a fork of it: the results go "
+            "there, not here. Wait in the process that submitted, or create a new Client here."
+        )
     if threading.get_ident() in _io_threads:
         raise RuntimeError(
             f"{what} would wait inside a done-callback, which runs in the client's I/O thread: no result of this "
@@ -78,6 +85,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._payload: Payload | None = None
         self._profiling: ProfilingInfo | None = None
         self._decode_lock = threading.Lock()
+        self._pid = os.getpid()
 
     # ------------------------------------------------------------------------------------------- I/O side
     def _deliver(self, serializer: Serializer, payload: Payload, profiling: ProfilingInfo | None) -> None:
@@ -112,7 +120,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     # ------------------------------------------------------------------------------------------- user side
     def result(self, timeout: float | None = None) -> Any:
         if not self.done():
-            check_may_wait("result() of an unfinished future")
+            check_may_wait("result() of an unfinished future", self._pid)
         with BlockingSection(not self.done()):
             value = super().result(timeout)
         if value is _UNDECODED:
@@ -121,7 +129,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
-            check_may_wait("exception() of an unfinished future")
+            check_may_wait("exception() of an unfinished future", self._pid)
         with BlockingSection(not self.done()):
             exc = super().exception(timeout)
         if exc is None and self._result is _UNDECODED:
