@@ -240,6 +240,25 @@ def test_waiting_inside_a_done_callback_raises_instead_of_hanging(client: Client
     assert client.submit(square, 3).result(timeout=TIMEOUT) == 9
 
 
+def test_a_done_callback_may_wait_on_another_clients_future(client: Client, cluster: object) -> None:
+    """Only the client whose I/O thread runs the callback is stuck there; another client's results still come."""
+    with Client(address=cluster.address, timeout_seconds=TIMEOUT) as other:  # type: ignore[attr-defined]
+        theirs = other.submit(sleep_and_return, 0.5, "theirs")
+        got: list[object] = []
+        called = threading.Event()
+
+        def callback(_: object) -> None:
+            try:
+                got.append(theirs.result(timeout=TIMEOUT))
+            except BaseException as exc:
+                got.append(exc)
+            called.set()
+
+        client.submit(sleep_and_return, 0.2, "trigger").add_done_callback(callback)
+        assert called.wait(TIMEOUT)
+        assert got == ["theirs"]
+
+
 def test_a_forked_child_gets_clear_errors_from_its_parents_client(client: Client) -> None:
     """A client (and its futures) copied into a forked process cannot work there: it says so instead of hanging,
     and the parent's client is untouched, even by the child's disconnect()."""

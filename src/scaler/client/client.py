@@ -115,7 +115,7 @@ class Client:
         function_id = self._function_object(fn)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
-        future = ScalerFuture(task_id, _label(fn), self._cancel)
+        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = FLAG_PROFILING if profiling else 0
         connection.submit_one(NewTask(task_id, function_id, flags, refs, keywords, payloads))
@@ -210,7 +210,7 @@ class Client:
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
             tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
             if node.key in wanted:
-                future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel)
+                future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
                 futures[node.key] = future
                 sinks.append((task_id, FutureSink(future, self._serializer, bool(flags_base))))
         connection.register(sinks)
@@ -296,7 +296,7 @@ class Client:
 
     def _wait(self, event: threading.Event) -> None:
         if not event.is_set():
-            check_may_wait("map()")
+            check_may_wait("map()", self._pid, self._connection.io_thread)
         with BlockingSection(not event.is_set()):
             while not event.wait(0.1):
                 pass
@@ -304,7 +304,7 @@ class Client:
     def _wait_futures(self, futures: list[ScalerFuture]) -> None:
         pending = [f for f in futures if not f.done()]
         if pending:
-            check_may_wait("get()")
+            check_may_wait("get()", self._pid, self._connection.io_thread)
         with BlockingSection(bool(pending)):
             concurrent.futures.wait(pending)
 

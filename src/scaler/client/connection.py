@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 import zmq
 
-from scaler.client import future as future_module
 from scaler.client.future import ProfilingInfo, ScalerFuture
 from scaler.core.client.session import (
     ClientCommand,
@@ -157,6 +156,11 @@ class Connection:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def io_thread(self) -> int | None:
+        """The ident of the I/O thread (None before start): results, and done-callbacks, run there."""
+        return self._thread.ident
+
     def wait_connected(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self.connected.is_set():
@@ -218,7 +222,6 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------- I/O thread
     def _run(self) -> None:
-        future_module._io_threads.add(threading.get_ident())
         sock = connect_dealer(self.address, self.identity, context())
         # A plain poll on the socket's FD and the wake pipe: cheaper than zmq.Poller. The FD only tells that
         # something changed, so input is looked for after every use of the socket, before sleeping again.
@@ -251,7 +254,6 @@ class Connection:
             logger.exception("client I/O thread failed")
             self._on_closed(Closed(CloseKind.UNREACHABLE, f"the client's I/O thread failed: {exc!r}"))
         finally:
-            future_module._io_threads.discard(threading.get_ident())
             sock.close(linger=2000)
             os.close(self._wake_read)
             os.close(self._wake_write)

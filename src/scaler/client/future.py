@@ -25,20 +25,16 @@ _block_enter: Callable[[], bool] | None = None
 _block_exit: Callable[[], None] | None = None
 
 
-# Thread idents of the clients' I/O threads. Done-callbacks run there: a wait there could never end, because the
-# thread that would end it is the one waiting.
-_io_threads: set[int] = set()
-
-
-def check_may_wait(what: str, pid: int | None = None) -> None:
-    """Raise RuntimeError instead of waiting forever: in a client's I/O thread (that is, in a done-callback), or
-    for a future of the process this one was forked from (`pid`: where the future was made)."""
-    if pid is not None and pid != os.getpid():
+def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
+    """Raise RuntimeError where waiting would never end: for a task of the process this one was forked from (`pid`:
+    where the wait's task was submitted), or in the I/O thread of the client that would end the wait (`io_thread`),
+    which is where done-callbacks run."""
+    if pid != os.getpid():
         raise RuntimeError(
             f"{what} would wait for a task of process {pid}, and this process is a fork of it: the results go "
             "there, not here. Wait in the process that submitted, or create a new Client here."
         )
-    if threading.get_ident() in _io_threads:
+    if io_thread is not None and threading.get_ident() == io_thread:
         raise RuntimeError(
             f"{what} would wait inside a done-callback, which runs in the client's I/O thread: no result of this "
             "client could arrive meanwhile. Wait outside the callback (submit from it and keep the future, or "
@@ -76,7 +72,14 @@ class ProfilingInfo:
 class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     """The future of one task. Works with concurrent.futures.wait/as_completed, callbacks and cancel()."""
 
-    def __init__(self, task_id: int, label: str, on_cancel: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        task_id: int,
+        label: str,
+        on_cancel: Callable[[int], None] | None = None,
+        io_thread: int | None = None,
+    ) -> None:
+        """io_thread: the ident of the I/O thread that will end this future (a wait there is refused)."""
         super().__init__()
         self.task_id = task_id
         self._label = label
@@ -86,6 +89,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._profiling: ProfilingInfo | None = None
         self._decode_lock = threading.Lock()
         self._pid = os.getpid()
+        self._io_thread = io_thread
 
     # ------------------------------------------------------------------------------------------- I/O side
     def _deliver(self, serializer: Serializer, payload: Payload, profiling: ProfilingInfo | None) -> None:
@@ -120,7 +124,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     # ------------------------------------------------------------------------------------------- user side
     def result(self, timeout: float | None = None) -> Any:
         if not self.done():
-            check_may_wait("result() of an unfinished future", self._pid)
+            check_may_wait("result() of an unfinished future", self._pid, self._io_thread)
         with BlockingSection(not self.done()):
             value = super().result(timeout)
         if value is _UNDECODED:
@@ -129,7 +133,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
-            check_may_wait("exception() of an unfinished future", self._pid)
+            check_may_wait("exception() of an unfinished future", self._pid, self._io_thread)
         with BlockingSection(not self.done()):
             exc = super().exception(timeout)
         if exc is None and self._result is _UNDECODED:
