@@ -398,8 +398,27 @@ def test_all_processors_blocked_at_the_limit_makes_tasks_wait() -> None:
     a = with_tasks(1, config)
     a.proc(0, pm.Blocked())
     commands = a.sched(dispatch((t(2), F, [b"a2"])))
-    assert commands == [Log(logging.WARNING, "1 processors are all blocked; tasks wait")]
+    assert commands == [
+        Log(
+            logging.WARNING,
+            "all 1 processors are busy, most of them blocked in nested waits; 1 tasks wait for one to finish "
+            "(nested tasks deeper than this can wait forever)",
+        )
+    ]
     assert a.core.queued == 1
+    assert a.sched(dispatch((t(3), F, [b"a3"]))) == []  # said once, not at every message
+    assert a.core.queued == 2
+    a.proc(0, pm.Unblocked())
+    running = [(t(2), F, 0, (0,), None), (t(3), F, 0, (0,), None)]
+    assert a.done(0, t(1))[0] == ToProcessor(0, pm.RunTasks([], running, [b"a2", b"a3"]))
+    commands = a.proc(0, pm.Blocked())  # a new episode: t(2) blocks, t(3) goes back to the queue
+    assert [c for c in commands if isinstance(c, Log)] == [
+        Log(
+            logging.WARNING,
+            "all 1 processors are busy, most of them blocked in nested waits; 1 tasks wait for one to finish "
+            "(nested tasks deeper than this can wait forever)",
+        )
+    ]
 
 
 def test_events_after_stopping_are_ignored() -> None:

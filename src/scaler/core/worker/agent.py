@@ -202,6 +202,7 @@ class AgentCore:
         self._echo_awaited = False
         self._hello_sent_at = 0.0
         self._deaths_without_progress = 0
+        self._said_all_blocked = False  # the "all processors blocked" warning is given once per episode
         self._canceling: set[int] = set()  # tasks in a processor asked to be discarded because they were cancelled
         self._giving_back: set[int] = set()  # tasks in a processor asked to be discarded, for the scheduler
         self._out: list[AgentCommand] = []
@@ -573,16 +574,24 @@ class AgentCore:
 
     def _pick_active(self) -> ProcessorSlot | None:
         if self.active is not None:
+            self._said_all_blocked = False
             return self.processors[self.active]
         for slot in self.processors.values():
             if slot.state == READY and not slot.window:
                 self.active = slot.processor
+                self._said_all_blocked = False
                 return slot
         if any(s.state == STARTING for s in self.processors.values()):
             return None
         if len(self.processors) >= self.config.max_processors:
-            if self.queued:
-                self._out.append(Log.warning(f"{len(self.processors)} processors are all blocked; tasks wait"))
+            if self.queued and not self._said_all_blocked:
+                self._said_all_blocked = True
+                self._out.append(
+                    Log.warning(
+                        f"all {len(self.processors)} processors are busy, most of them blocked in nested waits; "
+                        f"{self.queued} tasks wait for one to finish (nested tasks deeper than this can wait forever)"
+                    )
+                )
             return None
         self._start_processor()
         return None
