@@ -2,7 +2,8 @@
 
 Each thread draws operations from its own seeded random stream for a few seconds: submit of a function made on the
 spot, map, send_object, cancel of half a batch, a graph, as_completed, and functions created by one thread and used
-by the others at once. The order in which they meet differs from run to run; what must hold does not.
+by the others at once. The order in which they meet differs from run to run; what must hold does not. A second
+run does the same while processors are killed (kill -9) under it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from scaler import Client
+import psutil
+
+from scaler import Client, SchedulerClusterCombo
+from tests.helpers import free_address
 
 TIMEOUT = 30
 SECONDS = 6
@@ -77,8 +81,9 @@ def run_mixed_operations(client: Client, seed: int, until: float, shared: list[C
             assert client.submit(shared[0], 10).result(timeout=TIMEOUT) == 9
 
 
-def test_threads_sharing_a_client_get_every_result_right(client: Client) -> None:
-    until = time.monotonic() + SECONDS
+def run_threads(client: Client, seconds: float, during: Callable[[], None] | None = None) -> None:
+    """THREADS threads doing mixed operations on `client` for `seconds`; `during` runs meanwhile, here."""
+    until = time.monotonic() + seconds
     shared: list[Callable[[int], int]] = [lambda z: z - 1]
     errors: list[BaseException] = []
 
@@ -91,7 +96,43 @@ def test_threads_sharing_a_client_get_every_result_right(client: Client) -> None
     threads = [threading.Thread(target=thread_main, args=(seed,)) for seed in range(THREADS)]
     for thread in threads:
         thread.start()
+    if during is not None:
+        during()
     for thread in threads:
-        thread.join(SECONDS + 2 * TIMEOUT)
+        thread.join(seconds + 2 * TIMEOUT)
     assert not [t for t in threads if t.is_alive()], "a thread is stuck"
     assert not errors, errors[:3]
+
+
+def test_threads_sharing_a_client_get_every_result_right(client: Client) -> None:
+    run_threads(client, SECONDS)
+
+
+def test_threads_sharing_a_client_get_every_result_right_while_processors_die() -> None:
+    """Every second a random processor of this test's own cluster is killed: the tasks it ran run again (retries
+    are set high enough that none runs out), and every thread still gets every result right."""
+    with SchedulerClusterCombo(
+        address=free_address(),
+        n_workers=2,
+        max_task_retries=50,
+        heartbeat_interval_seconds=0.5,
+        worker_timeout_seconds=3,
+        logging_level="ERROR",
+    ) as combo:
+        cluster = psutil.Process(combo._cluster.pid)
+        killed = []
+
+        def kill_processors() -> None:
+            rng = random.Random(7)
+            until = time.monotonic() + SECONDS
+            while time.monotonic() < until:
+                time.sleep(1.0)
+                processors = [p for agent in cluster.children() for p in agent.children()]
+                if processors:
+                    victim = rng.choice(processors)
+                    victim.kill()
+                    killed.append(victim.pid)
+
+        with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+            run_threads(client, SECONDS, during=kill_processors)
+        assert len(killed) >= SECONDS // 2
