@@ -138,8 +138,8 @@ def main() -> None:
                 medians[name].append(statistics.median(times) / 1000)
             print(f"round {round_number + 1}: A {medians['A'][-1]:,.0f} µs, B {medians['B'][-1]:,.0f} µs", flush=True)
     ratios = [b / a for a, b in zip(medians["A"], medians["B"])]
-    print(f"A ({args.ref_a}{_on(cpus['A'])}): median {statistics.median(medians['A']):,.0f} µs")
-    print(f"B ({args.ref_b}{_on(cpus['B'])}): median {statistics.median(medians['B']):,.0f} µs")
+    for name, ref in (("A", args.ref_a), ("B", args.ref_b)):
+        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}): median {statistics.median(medians[name]):,.0f} µs")
     print(f"B/A, median of the paired ratios: {statistics.median(ratios):.3f}")
 
 
@@ -194,8 +194,14 @@ def interleave(
             except (OSError, subprocess.TimeoutExpired):
                 driver.kill()
     for name, ref in (("A", args.ref_a), ("B", args.ref_b)):
-        print(f"{name} ({ref}{_on(cpus[name])}): median {statistics.median(samples[name]) / 1000:,.0f} µs")
+        median = statistics.median(samples[name]) / 1000
+        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}): median {median:,.0f} µs")
     print(f"B/A, median of the paired per-block ratios: {statistics.median(ratios):.3f} over {args.blocks} blocks")
+
+
+def _with(setup: tuple[str, str]) -> str:
+    transport, loop = setup
+    return "".join(f", {word}" for word in (transport, loop) if word not in ("tcp", "builtin"))
 
 
 def _on(cpus: set[int] | None) -> str:
