@@ -14,6 +14,7 @@ import pytest
 
 from scaler import Client, ObjectReference, ProfilingInfo, ScalerFuture
 from scaler.errors import ClientClosedError, ProtectedModeError
+from tests.helpers import wait_until
 
 TIMEOUT = 20  # seconds any single wait in this module may take
 
@@ -547,6 +548,25 @@ def test_clear_cancels_pending_tasks_and_keeps_the_client_usable(client: Client)
             pass
     assert any(f.cancelled() for f in pending)
     assert client.submit(square, 13).result(timeout=TIMEOUT) == 169
+
+
+def test_clear_from_another_thread_ends_a_waiting_get(client: Client) -> None:
+    """get() waits with no timeout of its own: a clear() that cancels its tasks must end that wait."""
+    outcome: list[object] = []
+
+    def run_get() -> None:
+        try:
+            outcome.append(client.get({"a": (sleep_and_return, 2, 1), "b": (sleep_and_return, 2, 2)}, keys=["a", "b"]))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    getter = threading.Thread(target=run_get, daemon=True)  # a regression must fail this test, not hang the run
+    getter.start()
+    wait_until(lambda: len(client._connection.sinks) == 2, timeout=TIMEOUT, what="the graph's tasks to be submitted")
+    client.clear()
+    getter.join(TIMEOUT)
+    assert not getter.is_alive(), "get() kept waiting on cancelled tasks"
+    assert len(outcome) == 1 and isinstance(outcome[0], concurrent.futures.CancelledError), outcome
 
 
 def test_two_clients_share_the_cluster(cluster: object) -> None:
