@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures._base import CANCELLED
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from scaler.serializer import Serializer
 
 _UNDECODED = object()
-_CANCELLED = "CANCELLED"  # concurrent.futures' state of a future cancelled but not yet announced to its waiters
 
 # Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting.
 _block_enter: Callable[[], bool] | None = None
@@ -118,7 +118,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         the waiters of wait/as_completed hear of a cancellation from set_running_or_notify_cancel(), which an
         executor calls when it takes the work item up, and which without this nobody would call here."""
         with self._condition:  # reentrant: set_running_or_notify_cancel takes it again
-            if self._state == _CANCELLED:
+            if self._state == CANCELLED:  # cancelled, not yet announced to its waiters
                 self.set_running_or_notify_cancel()
 
     # ------------------------------------------------------------------------------------------- user side
