@@ -6,6 +6,7 @@ peers so that drifting machine load hurts them alike, then prints the medians an
 usage:
   python benchmarks/peers.py [--peers ours,scaler19,scaler29,dask,ray,pool] [--workloads submit,map,latency,startup]
                              [--tasks 100000] [--repeat 3] [--n 2] [--out benchmarks/results/peers.jsonl]
+                             [--cpu-sets all,0]
 
 Each run's line also gives the host's steal over that run: of the time this machine's vCPUs had work to do, the
 share the hypervisor gave to someone else (Linux /proc/stat). High steal marks a noisy sitting.
@@ -13,6 +14,12 @@ share the hypervisor gave to someone else (Linux /proc/stat). High steal marks a
 "ours" is this checkout, run with the interpreter running this script; the others come from the venvs made by
 ../shared/bench/setup_venvs.sh under $PEERS_DIR (default /tmp/peers). Results are JSON lines (one per run);
 ../shared/bench/summarize.py FILE prints the full tables.
+
+--cpu-sets runs every peer once per CPU set in each round: "all" (the default: the machine's scheduler places every
+process) or CPUs such as "0" or "0-1", given to the run's whole process tree (sched_setaffinity before it starts,
+inherited by everything it starts, like `taskset`). Results are then labelled peer@cpus. "all,0" shows what waking
+a thread on another CPU costs each peer: on a small VM where an idle vCPU must be woken through the hypervisor,
+that cost, not the peer's own work, can be most of a round trip.
 """
 
 from __future__ import annotations
@@ -68,7 +75,31 @@ def steal_share(before: list[int] | None, after: list[int] | None) -> float | No
     return spent[7] / wanted if wanted > 0 else None
 
 
-def run_one(peer: str, workload: str, tasks: int, n: int, out: str, timeout: float) -> dict[str, object] | None:
+def parse_cpus(text: str) -> set[int] | None:
+    """None for "all", else the CPUs of "N" or "N-M" (on the command line a comma separates sets)."""
+    if text == "all":
+        return None
+    first, _, last = text.partition("-")
+    try:
+        cpus = set(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise SystemExit(f'--cpu-sets: {text!r} is neither "all" nor CPUs like "0" or "0-1"') from None
+    usable = os.sched_getaffinity(0)
+    if not cpus <= usable:
+        raise SystemExit(f"--cpu-sets: {text} names CPUs this process may not use (it may use {sorted(usable)})")
+    return cpus
+
+
+def run_one(
+    peer: str,
+    workload: str,
+    tasks: int,
+    n: int,
+    out: str,
+    timeout: float,
+    cpus: set[int] | None = None,
+    label: str | None = None,
+) -> dict[str, object] | None:
     python, name = PEERS[peer]
     if not os.path.exists(python):
         print(f"skip {peer}: {python} missing (run ../shared/bench/setup_venvs.sh)", file=sys.stderr)
@@ -76,9 +107,14 @@ def run_one(peer: str, workload: str, tasks: int, n: int, out: str, timeout: flo
     if workload in ("submit", "map"):
         tasks = min(tasks, SLOW_TASKS.get(peer, tasks))
     command = [python, BENCH, name, workload, "--n", str(n), "--tasks", str(tasks), "--quiet-wait", "20"]
-    command += ["--out", out, "--tag", peer]
+    command += ["--out", out, "--tag", label or peer]
+
+    def confine() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, preexec_fn=confine)
     except subprocess.TimeoutExpired:
         print(f"{peer} {workload}: timed out after {timeout:g}s", file=sys.stderr)
         return None
@@ -99,38 +135,49 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per run")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "peers.jsonl"))
+    parser.add_argument("--cpu-sets", default="all", help='comma-separated: "all" or CPUs like "0" or "0-1"')
     args = parser.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     peers = args.peers.split(",")
+    cpu_sets = [(text, parse_cpus(text)) for text in args.cpu_sets.split(",")]
+    labelled = len(cpu_sets) > 1 or cpu_sets[0][1] is not None
+
+    def label(peer: str, cpus_text: str) -> str:
+        return f"{peer}@{cpus_text}" if labelled else peer
+
     results: dict[tuple[str, str], list[float]] = defaultdict(list)
     for _ in range(args.repeat):
         for workload in args.workloads.split(","):
-            for peer in peers:
-                before = cpu_times()
-                record = run_one(peer, workload, args.tasks, args.n, args.out, args.timeout)
-                steal = steal_share(before, cpu_times())
-                if record is None or not record.get("ok"):
-                    continue
-                key, _ = METRIC[workload]
-                value = record.get(key)
-                if isinstance(value, (int, float)):
-                    results[(workload, peer)].append(float(value))
-                    noise = "" if steal is None else f"  (host steal {steal:.1%})"
-                    print(f"{peer:9s} {workload:8s} {key} = {value:,.1f}{noise}", flush=True)
-    print("\n| workload | metric | " + " | ".join(peers) + " |")
-    print("|---|---|" + "---|" * len(peers))
+            for cpus_text, cpus in cpu_sets:
+                for peer in peers:
+                    name = label(peer, cpus_text)
+                    before = cpu_times()
+                    record = run_one(peer, workload, args.tasks, args.n, args.out, args.timeout, cpus, name)
+                    steal = steal_share(before, cpu_times())
+                    if record is None or not record.get("ok"):
+                        continue
+                    key, _ = METRIC[workload]
+                    value = record.get(key)
+                    if isinstance(value, (int, float)):
+                        results[(workload, name)].append(float(value))
+                        noise = "" if steal is None else f"  (host steal {steal:.1%})"
+                        print(f"{name:9s} {workload:8s} {key} = {value:,.1f}{noise}", flush=True)
+    columns = [(label(peer, text), label("ours", text)) for text, _ in cpu_sets for peer in peers]
+    print("\n| workload | metric | " + " | ".join(name for name, _ in columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
     for workload in args.workloads.split(","):
         key, higher_better = METRIC[workload]
-        ours = statistics.median(results[(workload, "ours")]) if results[(workload, "ours")] else None
         cells = []
-        for peer in peers:
+        for peer, ours_name in columns:
+            ours_values = results[(workload, ours_name)]
+            ours = statistics.median(ours_values) if ours_values else None
             values = results[(workload, peer)]
             if not values:
                 cells.append("n/a")
                 continue
             median = statistics.median(values)
             cell = f"{median:,.0f}" if median >= 100 else f"{median:,.3g}"
-            if ours and peer != "ours":
+            if ours and peer != ours_name:
                 ratio = ours / median if higher_better else median / ours
                 cell += f" (ours {ratio:,.1f}x)"
             cells.append(cell)
