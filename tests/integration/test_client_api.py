@@ -123,6 +123,39 @@ def test_map_raises_the_exception_of_a_failing_task(client: Client) -> None:
     assert client.map(divide, [(4, 2)]) == [2.0]
 
 
+def test_map_within_its_timeout_returns_the_results(client: Client) -> None:
+    assert client.map(square, [(i,) for i in range(10)], timeout=TIMEOUT) == [i * i for i in range(10)]
+
+
+def test_map_past_its_timeout_raises_and_cancels_the_unfinished_tasks(client: Client) -> None:
+    with pytest.raises(TimeoutError, match=r"4 of 4 tasks had not finished after 0.5s; they were cancelled"):
+        client.map(sleep_and_return, [(60, i) for i in range(4)], timeout=0.5)
+    # Both workers were running a 60 s task: only the cancellation frees them within this map's own limit.
+    assert client.map(square, [(i,) for i in range(4)], timeout=TIMEOUT) == [0, 1, 4, 9]
+
+
+def test_get_past_its_timeout_raises_and_cancels_the_whole_graph(client: Client) -> None:
+    graph = {"slow1": (sleep_and_return, 60, 1), "slow2": (sleep_and_return, 60, 2), "late": (add, "slow1", "slow2")}
+    with pytest.raises(TimeoutError, match=r"1 of 1 keys had not been computed after 0.5s"):
+        client.get(graph, keys=["late"], timeout=0.5)
+    # The intermediate keys, which have no futures, were cancelled too: both workers, which ran them, are free.
+    assert client.map(square, [(i,) for i in range(4)], timeout=TIMEOUT) == [0, 1, 4, 9]
+    assert client.get(GRAPH, keys=["e"], timeout=TIMEOUT) == {"e": 1}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"), [(-1, ValueError), (float("nan"), ValueError), ("5", TypeError), (True, TypeError)]
+)
+def test_a_bad_timeout_is_refused_before_anything_is_submitted(
+    client: Client, timeout: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="timeout"):
+        client.map(square, [(1,)], timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(error, match="timeout"):
+        client.get({"a": (inc, 1)}, keys=["a"], timeout=timeout)  # type: ignore[arg-type]
+    assert client.map(square, [(3,)]) == [9]
+
+
 def test_submit_of_a_non_callable_raises_type_error(client: Client) -> None:
     with pytest.raises(TypeError):
         client.submit(42)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable
@@ -121,17 +122,22 @@ class Client:
         connection.submit_one(NewTask(task_id, function_id, flags, refs, keywords, payloads))
         return future
 
-    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]]) -> list[Any]:
+    def map(
+        self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], *, timeout: float | None = None
+    ) -> list[Any]:
         """Run fn(*args) for every tuple of arguments in iterable; returns the results, in order.
 
         >>> client.map(pow, [(2, 1), (2, 2), (2, 3)])
         [2, 4, 8]
 
-        If a task fails, map raises its exception (the other tasks are cancelled).
+        If a task fails, map raises its exception (the other tasks are cancelled). timeout: seconds to wait for
+        all the results (None, the default: no limit); past it, map raises TimeoutError and cancels the tasks that
+        have not finished.
         """
         connection = self._live()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, not {type(fn).__name__}")
+        _check_timeout(timeout, "map()")
         items = list(iterable)
         for index, item in enumerate(items):
             if not isinstance(item, tuple):
@@ -150,7 +156,12 @@ class Client:
         connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
-        self._wait(collector.done)
+        if not self._wait(collector.done, timeout):
+            self._cancel_many([i for i in ids if i in connection.sinks])
+            raise TimeoutError(
+                f"map({_label(fn)}): {collector.remaining:,} of {len(items):,} tasks had not finished after "
+                f"{timeout:g}s; they were cancelled"
+            )
         if collector.error is not None or collector.failed is not None:
             self._cancel_many([i for i in ids if i in connection.sinks])
             if collector.error is not None:
@@ -162,14 +173,28 @@ class Client:
         deserialize = self._serializer.deserialize
         return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
 
-    def get(self, graph: dict[Hashable, Any], keys: list[Hashable]) -> dict[Hashable, Any]:
+    def get(
+        self, graph: dict[Hashable, Any], keys: list[Hashable], *, timeout: float | None = None
+    ) -> dict[Hashable, Any]:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.
 
         >>> client.get({"a": 2, "b": (inc, "a")}, keys=["b"])
         {'b': 3}
+
+        timeout: seconds to wait for the keys (None, the default: no limit); past it, get raises TimeoutError and
+        cancels the graph's unfinished tasks.
         """
-        futures = self.submit_graph(graph, keys, profiling=False)
-        self._wait_futures(futures)
+        _check_timeout(timeout, "get()")
+        futures, task_ids = self._submit_graph(graph, keys, False)
+        if not self._wait_futures(futures, timeout):
+            unfinished = sum(not future.done() for future in futures)
+            for future in futures:
+                future.cancel()
+            self._cancel_many(task_ids)  # the intermediate keys' tasks too (their dependents end with them)
+            raise TimeoutError(
+                f"get(): {unfinished:,} of {len(keys):,} keys had not been computed after {timeout:g}s; the graph's "
+                "unfinished tasks were cancelled"
+            )
         return {key: future.result() for key, future in zip(keys, futures, strict=False)}
 
     def submit_graph(
@@ -179,6 +204,12 @@ class Client:
 
         profiling: profile the tasks of the keys asked for (None: as the client was created).
         """
+        return self._submit_graph(graph, keys, profiling)[0]
+
+    def _submit_graph(
+        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+    ) -> tuple[list[ScalerFuture], list[int]]:
+        """submit_graph, also returning the ids of all the graph's tasks."""
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
         connection = self._live()
@@ -194,6 +225,7 @@ class Client:
         sinks: list[tuple[int, ResultSink]] = []
         flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
         tasks: list[Request] = []
+        task_ids: list[int] = []
         for node in plan.tasks:
             function_id = self._function_object(node.function)
             refs: list[int] = []
@@ -207,6 +239,7 @@ class Client:
                     refs.append(0)
                     payloads.append(self._serialize(arg.value, f"argument {position} of key {node.key!r}"))
             ids[node.key] = task_id = connection.mint(1)[0]
+            task_ids.append(task_id)
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
             tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
             if node.key in wanted:
@@ -225,7 +258,7 @@ class Client:
                 done = ScalerFuture(0, f"key {key!r}")
                 done.set_result(plan.literals[key])
                 out.append(done)
-        return out
+        return out, task_ids
 
     # ------------------------------------------------------------------------------------------- objects
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
@@ -294,19 +327,29 @@ class Client:
             raise ConnectionFailedError(f"this client lost its scheduler: {connection.close_reason}")
         return connection
 
-    def _wait(self, event: threading.Event) -> None:
-        if not event.is_set():
-            check_may_wait("map()", self._pid, self._connection.io_thread)
-        with BlockingSection(not event.is_set()):
-            while not event.wait(0.1):
-                pass
+    def _wait(self, event: threading.Event, timeout: float | None) -> bool:
+        """Wait for event, at most timeout seconds (None: no limit); whether it was set."""
+        if event.is_set():
+            return True
+        check_may_wait("map()", self._pid, self._connection.io_thread)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with BlockingSection(True):
+            while True:
+                left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+                if event.wait(max(0.0, left)):
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
 
-    def _wait_futures(self, futures: list[ScalerFuture]) -> None:
+    def _wait_futures(self, futures: list[ScalerFuture], timeout: float | None) -> bool:
+        """Wait for futures, at most timeout seconds (None: no limit); whether all are done."""
         pending = [f for f in futures if not f.done()]
-        if pending:
-            check_may_wait("get()", self._pid, self._connection.io_thread)
-        with BlockingSection(bool(pending)):
-            concurrent.futures.wait(pending)
+        if not pending:
+            return True
+        check_may_wait("get()", self._pid, self._connection.io_thread)
+        with BlockingSection(True):
+            _, not_done = concurrent.futures.wait(pending, timeout)
+        return not not_done
 
     def _cancel(self, task_id: int) -> None:
         if not self._connection.closed.is_set():
@@ -386,6 +429,15 @@ class Client:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"the serializer returned {type(payload).__name__} for {what}; it must return bytes")
         return payload
+
+
+def _check_timeout(timeout: object, what: str) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{what}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if not timeout >= 0:  # also refuses NaN
+        raise ValueError(f"{what}: timeout must be >= 0 seconds, not {timeout!r}")
 
 
 def _alive(holder: weakref.ref[Any] | Callable[..., Any]) -> Any:
