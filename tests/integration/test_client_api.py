@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import math
 import os
+import re
 import threading
 import time
 import traceback
@@ -141,6 +143,21 @@ def test_get_past_its_timeout_raises_and_cancels_the_whole_graph(client: Client)
     # The intermediate keys, which have no futures, were cancelled too: both workers, which ran them, are free.
     assert client.map(square, [(i,) for i in range(4)], timeout=TIMEOUT) == [0, 1, 4, 9]
     assert client.get(GRAPH, keys=["e"], timeout=TIMEOUT) == {"e": 1}
+
+
+def test_a_long_map_or_get_logs_its_progress(
+    client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import scaler.client.client as client_module
+
+    monkeypatch.setattr(client_module, "PROGRESS_SECONDS", 0.2)
+    with caplog.at_level(logging.INFO, logger="scaler.client.client"):
+        assert client.map(sleep_and_return, [(0.5, i) for i in range(4)], timeout=TIMEOUT) == [0, 1, 2, 3]
+        graph = {"a": (sleep_and_return, 0.5, 1), "b": (sleep_and_return, 0.5, 2), "c": (add, "a", "b")}
+        assert client.get(graph, keys=["c", "a"], timeout=TIMEOUT) == {"c": 3, "a": 1}
+    lines = [record.getMessage() for record in caplog.records]
+    assert any(re.fullmatch(r"map\(sleep_and_return\): [0-3] of 4 tasks done after \d+s", line) for line in lines)
+    assert any(re.fullmatch(r"get\(\): [01] of 2 keys computed after \d+s", line) for line in lines)
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 logger = logging.getLogger(__name__)
 
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
+PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO) this often
 
 
 class Client:
@@ -156,10 +157,17 @@ class Client:
         connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
-        if not self._wait(collector.done, timeout):
+        label = _label(fn)
+        started = time.monotonic()
+
+        def progress() -> str:
+            done = len(items) - collector.remaining
+            return f"map({label}): {done:,} of {len(items):,} tasks done after {time.monotonic() - started:.0f}s"
+
+        if not self._wait(collector.done, timeout, progress):
             self._cancel_many([i for i in ids if i in connection.sinks])
             raise TimeoutError(
-                f"map({_label(fn)}): {collector.remaining:,} of {len(items):,} tasks had not finished after "
+                f"map({label}): {collector.remaining:,} of {len(items):,} tasks had not finished after "
                 f"{timeout:g}s; they were cancelled"
             )
         if collector.error is not None or collector.failed is not None:
@@ -186,7 +194,13 @@ class Client:
         """
         _check_timeout(timeout, "get()")
         futures, task_ids = self._submit_graph(graph, keys, False)
-        if not self._wait_futures(futures, timeout):
+        started = time.monotonic()
+
+        def progress() -> str:
+            done = sum(future.done() for future in futures)
+            return f"get(): {done:,} of {len(keys):,} keys computed after {time.monotonic() - started:.0f}s"
+
+        if not self._wait_futures(futures, timeout, progress):
             unfinished = sum(not future.done() for future in futures)
             for future in futures:
                 future.cancel()
@@ -327,29 +341,46 @@ class Client:
             raise ConnectionFailedError(f"this client lost its scheduler: {connection.close_reason}")
         return connection
 
-    def _wait(self, event: threading.Event, timeout: float | None) -> bool:
-        """Wait for event, at most timeout seconds (None: no limit); whether it was set."""
+    def _wait(self, event: threading.Event, timeout: float | None, progress: Callable[[], str]) -> bool:
+        """Wait for event, at most timeout seconds (None: no limit), logging progress() every PROGRESS_SECONDS;
+        whether it was set."""
         if event.is_set():
             return True
         check_may_wait("map()", self._pid, self._connection.io_thread)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        next_report = now + PROGRESS_SECONDS
         with BlockingSection(True):
             while True:
                 left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
                 if event.wait(max(0.0, left)):
                     return True
-                if deadline is not None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
                     return False
+                if now >= next_report:
+                    logger.info("%s", progress())
+                    next_report = now + PROGRESS_SECONDS
 
-    def _wait_futures(self, futures: list[ScalerFuture], timeout: float | None) -> bool:
-        """Wait for futures, at most timeout seconds (None: no limit); whether all are done."""
-        pending = [f for f in futures if not f.done()]
+    def _wait_futures(self, futures: list[ScalerFuture], timeout: float | None, progress: Callable[[], str]) -> bool:
+        """Wait for futures, at most timeout seconds (None: no limit), logging progress() every PROGRESS_SECONDS;
+        whether all are done."""
+        pending: list[concurrent.futures.Future[Any]] = [f for f in futures if not f.done()]
         if not pending:
             return True
         check_may_wait("get()", self._pid, self._connection.io_thread)
+        deadline = None if timeout is None else time.monotonic() + timeout
         with BlockingSection(True):
-            _, not_done = concurrent.futures.wait(pending, timeout)
-        return not not_done
+            while pending:
+                wait = PROGRESS_SECONDS if deadline is None else min(PROGRESS_SECONDS, deadline - time.monotonic())
+                _, not_done = concurrent.futures.wait(pending, max(0.0, wait))
+                pending = list(not_done)
+                if not pending:
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                logger.info("%s", progress())
+        return True
 
     def _cancel(self, task_id: int) -> None:
         if not self._connection.closed.is_set():
