@@ -177,5 +177,9 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def __repr__(self) -> str:
         with self._condition:
-            state = self._state.lower()
+            state = "cancelled" if self._state.startswith("CANCELLED") else self._state.lower()
+            if self._exception is not None:
+                state += f" raised {type(self._exception).__name__}"
+            elif state == "finished" and self._result is not _UNDECODED:  # the value's type, once decoded
+                state += f" returned {type(self._result).__name__}"
         return f"<ScalerFuture task={self.task_id:#x} {self._label} state={state}>"
