@@ -203,7 +203,7 @@ class Client:
         if not self._wait_futures(futures, timeout, progress):
             unfinished = sum(not future.done() for future in futures)
             for future in futures:
-                future.cancel()
+                future._cancel_quietly()  # here only: the one request below cancels every task of the graph
             self._cancel_many(task_ids)  # the intermediate keys' tasks too (their dependents end with them)
             raise TimeoutError(
                 f"get(): {unfinished:,} of {len(keys):,} keys had not been computed after {timeout:g}s; the graph's "
@@ -371,16 +371,15 @@ class Client:
         check_may_wait("get()", self._pid, self._connection.io_thread)
         deadline = None if timeout is None else time.monotonic() + timeout
         with BlockingSection(True):
-            while pending:
+            while True:
                 wait = PROGRESS_SECONDS if deadline is None else min(PROGRESS_SECONDS, deadline - time.monotonic())
                 _, not_done = concurrent.futures.wait(pending, max(0.0, wait))
-                pending = list(not_done)
-                if not pending:
+                if not not_done:
                     return True
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
+                pending = list(not_done)
                 logger.info("%s", progress())
-        return True
 
     def _cancel(self, task_id: int) -> None:
         if not self._connection.closed.is_set():
