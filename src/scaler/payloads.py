@@ -15,6 +15,7 @@ from tblib import pickling_support
 from scaler.serializer import Serializer
 
 _TEXT_LENGTH = struct.Struct("<I")
+PICKLED_FRAMES_AT_MOST = 100  # of a traceback too deep to pickle whole (the text keeps every frame)
 
 
 class RemoteError(Exception):
@@ -36,13 +37,26 @@ def pack_exception(exc: BaseException) -> bytes:
     """An error frame: the exception's text and traceback (always readable), then the exception pickled with
     its traceback, when it can be."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    encoded = text.encode(errors="replace")
+    return _TEXT_LENGTH.pack(len(encoded)) + encoded + _pickle_exception(exc)
+
+
+def _pickle_exception(exc: BaseException) -> bytes:
+    """The exception pickled with the innermost PICKLED_FRAMES_AT_MOST frames of its traceback (an error raised
+    through many levels of nested tasks gathers every level's frames, and a deep traceback cannot be unpickled
+    within the recursion limit); b"" if it cannot be pickled."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    if len(frames) > PICKLED_FRAMES_AT_MOST:
+        exc.__traceback__ = frames[-PICKLED_FRAMES_AT_MOST]
     try:
         pickling_support.install(exc)
-        pickled: bytes = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        return bytes(cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL))
     except Exception:  # an exception holding something unpicklable: the text must do
-        pickled = b""
-    encoded = text.encode(errors="replace")
-    return _TEXT_LENGTH.pack(len(encoded)) + encoded + pickled
+        return b""
 
 
 def unpack_exception(payload: bytes) -> BaseException:

@@ -189,6 +189,7 @@ CLUSTER_OPTIONS = [
     "--heartbeat-interval-seconds",
     "--per-worker-queue-size",
     "--death-timeout-seconds",
+    "--max-processors-per-worker",
     "--event-loop",
     "--logging-level",
     "--logging-paths",
@@ -377,6 +378,7 @@ def test_a_malformed_address_is_a_usage_error(program: str, address: str) -> Non
         ("scaler_scheduler", ["--event-loop", "nope"]),
         ("scaler_cluster", ["-n", "0"]),
         ("scaler_cluster", ["--heartbeat-interval-seconds", "-1"]),
+        ("scaler_cluster", ["--max-processors-per-worker", "0"]),
     ],
 )
 def test_bad_option_values_are_usage_errors(program: str, args: list[str]) -> None:

@@ -41,7 +41,7 @@ EXAMPLES: dict[type, list[Any]] = {
     m.Refused: [m.Refused("protocol version 9 is not supported"), m.Refused(UNICODE, U32_MAX), m.Refused("")],
     m.Heartbeat: [
         m.Heartbeat(),
-        m.Heartbeat(12.5, U64_MAX, U64_MAX, U32_MAX, U32_MAX, 99.75, U64_MAX, U32_MAX, U32_MAX),
+        m.Heartbeat(12.5, U64_MAX, U64_MAX, U32_MAX, U32_MAX, 99.75, U64_MAX, U32_MAX, U32_MAX, U32_MAX),
         m.Heartbeat(cpu_percent=-0.0, processor_cpu_percent=math.inf),
     ],
     m.HeartbeatEcho: [m.HeartbeatEcho(), m.HeartbeatEcho(U64_MAX)],

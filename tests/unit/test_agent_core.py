@@ -368,7 +368,7 @@ def test_blocked_processor_hands_its_queue_to_a_new_one_and_resumes_later() -> N
     assert a.proc(0, pm.Blocked()) == [ToProcessor(0, pm.Discard([t(3), t(4), t(5)])), StartProcessor(1)]
     assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(3), t(4), t(5), objects=(F,), payloads=(b"fn",)))]
     [beat] = a(Tick(1.0))
-    assert beat == ToScheduler(Heartbeat(queued=0, running=4, processors=2, blocked_processors=1))
+    assert beat == ToScheduler(Heartbeat(queued=0, running=4, processors=2, blocked_processors=1, waiting_tasks=1))
     assert a.proc(0, pm.Unblocked()) == [ToProcessor(0, pm.Resume())]
     assert a.done(0, t(2)) == [ToScheduler(TaskResults([t(2)], bytes([0]), [b"r"]))]
     assert set(a.core.processors) == {0, 1}  # processor 0 stays as the one spare
@@ -393,32 +393,67 @@ def test_a_second_spare_processor_is_retired() -> None:
     assert a(ProcessorExited(1.0, 1, 0)) == []  # its exit is expected
 
 
-def test_all_processors_blocked_at_the_limit_makes_tasks_wait() -> None:
+HELPING = Log(
+    logging.WARNING,
+    "all 1 processors are taken, 1 of them blocked in nested waits: 1 tasks now run inside those waits (a waiting "
+    "task resumes once the task running inside its wait ends)",
+)
+
+
+def helped(*task_ids: int, epoch: int) -> pm.RunTasks:
+    message = run(*task_ids)
+    message.help_epoch = epoch
+    return message
+
+
+def test_at_the_limit_a_blocked_processor_runs_tasks_inside_its_wait() -> None:
     config = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, max_processors=1)
     a = with_tasks(1, config)
-    a.proc(0, pm.Blocked())
-    commands = a.sched(dispatch((t(2), F, [b"a2"])))
-    assert commands == [
-        Log(
-            logging.WARNING,
-            "all 1 processors are busy, most of them blocked in nested waits; 1 tasks wait for one to finish "
-            "(nested tasks deeper than this can wait forever)",
-        )
-    ]
+    assert a.proc(0, pm.Blocked(1, [t(1)])) == []  # nothing else to run
+    # No processor may start: t(2), most likely a child of t(1), runs inside t(1)'s wait instead of waiting forever.
+    assert a.sched(dispatch((t(2), F, [b"a2"]))) == [HELPING, ToProcessor(0, helped(t(2), epoch=1))]
+    assert a.sched(dispatch((t(3), F, [b"a3"]))) == []  # one help at a time (run times unknown); said once
     assert a.core.queued == 1
-    assert a.sched(dispatch((t(3), F, [b"a3"]))) == []  # said once, not at every message
-    assert a.core.queued == 2
-    a.proc(0, pm.Unblocked())
-    running = [(t(2), F, 0, (0,), None), (t(3), F, 0, (0,), None)]
-    assert a.done(0, t(1))[0] == ToProcessor(0, pm.RunTasks([], running, [b"a2", b"a3"]))
-    commands = a.proc(0, pm.Blocked())  # a new episode: t(2) blocks, t(3) goes back to the queue
-    assert [c for c in commands if isinstance(c, Log)] == [
-        Log(
-            logging.WARNING,
-            "all 1 processors are busy, most of them blocked in nested waits; 1 tasks wait for one to finish "
-            "(nested tasks deeper than this can wait forever)",
-        )
+    # t(2) ended inside the wait: t(3) goes in next (the window has grown: t(2) took 100 us)
+    assert a.done(0, t(2)) == [
+        ToProcessor(0, helped(t(3), epoch=1)),
+        ToScheduler(TaskResults([t(2)], bytes([0]), [b"r"])),
     ]
+    # t(3) waits in turn, inside t(1)'s wait: both stay, and new tasks help with the newer wait
+    assert a.proc(0, pm.Blocked(2, [t(1), t(3)])) == []
+    assert a.sched(dispatch((t(4), F, [b"a4"]))) == [ToProcessor(0, helped(t(4), epoch=2))]
+    [beat] = a(Tick(1.0))
+    assert beat == ToScheduler(Heartbeat(queued=0, running=3, processors=1, blocked_processors=1, waiting_tasks=2))
+    assert a.done(0, t(4)) == [ToScheduler(TaskResults([t(4)], bytes([0]), [b"r"]))]
+    assert a.proc(0, pm.Unblocked()) == [ToProcessor(0, pm.Resume())]  # t(3) runs again
+    assert a.done(0, t(3)) == [ToScheduler(TaskResults([t(3)], bytes([0]), [b"r"]))]
+    # back inside t(1)'s wait: the processor says so with a new Blocked, and helps again
+    assert a.proc(0, pm.Blocked(3, [t(1)])) == []
+    assert a.sched(dispatch((t(5), F, [b"a5"])))[-1] == ToProcessor(0, helped(t(5), epoch=3))
+
+
+def test_a_wait_inside_a_wait_gives_back_the_help_not_started() -> None:
+    config = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, max_processors=1)
+    a = with_tasks(1, config)
+    a.done(0, t(1))  # run times known: windows of several tasks
+    a.sched(dispatch((t(2), F, [b"a2"])))
+    assert a.proc(0, pm.Blocked(1, [t(2)])) == []
+    assert a.sched(dispatch((t(3), F, [b"a3"]), (t(4), F, [b"a4"]), (t(5), F, [b"a5"])))[-1] == ToProcessor(
+        0, helped(t(3), t(4), t(5), epoch=1)
+    )
+    # t(3) started inside t(2)'s wait and waits too: t(4) and t(5) were never started; they are discarded and,
+    # no processor being free, handed over again for the new wait
+    assert a.proc(0, pm.Blocked(2, [t(2), t(3)])) == [
+        ToProcessor(0, pm.Discard([t(4), t(5)])),
+        ToProcessor(0, helped(t(4), t(5), epoch=2)),
+    ]
+    assert set(a.core.processors[0].window) == {t(2), t(3), t(4), t(5)}
+
+
+def test_below_the_limit_a_blocked_processor_is_not_given_help() -> None:
+    a = with_tasks(1)
+    a.proc(0, pm.Blocked(1, [t(1)]))
+    assert a.sched(dispatch((t(2), F, [b"a2"]))) == [StartProcessor(1)]  # a new processor, not help
 
 
 def test_events_after_stopping_are_ignored() -> None:

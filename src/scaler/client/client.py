@@ -7,6 +7,7 @@ connection's I/O thread, and returns standard futures. See docs/client.md for ev
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import threading
@@ -350,10 +351,13 @@ class Client:
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         next_report = now + PROGRESS_SECONDS
-        with BlockingSection(True):
+        with BlockingSection(True) as section:
             while True:
-                left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-                if event.wait(max(0.0, left)):
+                left = max(0.0, 0.1 if deadline is None else min(0.1, deadline - time.monotonic()))
+                if section.wait(event.is_set, left):
+                    if event.is_set():
+                        return True
+                elif event.wait(left):
                     return True
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
@@ -370,10 +374,14 @@ class Client:
             return True
         check_may_wait("get()", self._pid, self._connection.io_thread)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with BlockingSection(True):
+        with BlockingSection(True) as section:
             while True:
                 wait = PROGRESS_SECONDS if deadline is None else min(PROGRESS_SECONDS, deadline - time.monotonic())
-                _, not_done = concurrent.futures.wait(pending, max(0.0, wait))
+                wait = max(0.0, wait)
+                if section.wait(functools.partial(_all_done, pending), wait):
+                    not_done = {f for f in pending if not f.done()}
+                else:
+                    _, not_done = concurrent.futures.wait(pending, wait)
                 if not not_done:
                     return True
                 if deadline is not None and time.monotonic() >= deadline:
@@ -501,3 +509,7 @@ def _reconnect(address: str, profiling: bool, timeout: float, heartbeat: float, 
             client = Client(address, profiling, timeout, heartbeat, serializer)
             _nested[key] = client
         return client
+
+
+def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:
+    return all(f.done() for f in futures)

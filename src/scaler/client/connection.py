@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from scaler.client.future import ProfilingInfo, ScalerFuture
+from scaler.client.future import ProfilingInfo, ScalerFuture, wake_blocked_waits
 from scaler.core.client.session import (
     ClientCommand,
     ClientCore,
@@ -294,6 +294,7 @@ class Connection:
         for command in commands:
             if isinstance(command, Completed):
                 self._on_results(command.results)
+                wake_blocked_waits()
             elif isinstance(command, Send):
                 send_message(sock, command.message)
             elif isinstance(command, Connected):
@@ -303,6 +304,7 @@ class Connection:
                 self._forward(sock)
             elif isinstance(command, Rejected):
                 self._on_rejected(command)
+                wake_blocked_waits()
             elif isinstance(command, Closed):
                 self._on_closed(command)
 
@@ -347,3 +349,4 @@ class Connection:
             self._shutdown_answer.append(None)
         self._shutdown_event.set()
         self.closed.set()
+        wake_blocked_waits()

@@ -20,9 +20,12 @@ if TYPE_CHECKING:
 
 _UNDECODED = object()
 
-# Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting.
+# Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting;
+# the processor's own wait (which may run other tasks meanwhile), and what wakes that wait up.
 _block_enter: Callable[[], bool] | None = None
 _block_exit: Callable[[], None] | None = None
+_block_wait: Callable[[Callable[[], bool], float | None], None] | None = None
+_block_wake: Callable[[], None] | None = None
 
 
 def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
@@ -42,9 +45,21 @@ def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
         )
 
 
-def set_blocking_hook(enter: Callable[[], bool] | None, exit: Callable[[], None] | None) -> None:
-    global _block_enter, _block_exit
-    _block_enter, _block_exit = enter, exit
+def set_blocking_hook(
+    enter: Callable[[], bool] | None,
+    exit: Callable[[], None] | None,
+    wait: Callable[[Callable[[], bool], float | None], None] | None = None,
+    wake: Callable[[], None] | None = None,
+) -> None:
+    global _block_enter, _block_exit, _block_wait, _block_wake
+    _block_enter, _block_exit, _block_wait, _block_wake = enter, exit, wait, wake
+
+
+def wake_blocked_waits() -> None:
+    """Called by a client's I/O thread after it ended futures or map slots: a processor's wait looks again."""
+    wake = _block_wake
+    if wake is not None:
+        wake()
 
 
 class BlockingSection:
@@ -52,6 +67,15 @@ class BlockingSection:
 
     def __init__(self, needed: bool = True) -> None:
         self.entered = bool(needed and _block_enter is not None and _block_enter())
+
+    def wait(self, is_done: Callable[[], bool], timeout: float | None) -> bool:
+        """Inside a processor: wait until is_done() or `timeout` seconds (None: no limit), running the tasks the
+        worker hands over meanwhile, and return True. Elsewhere return False at once: the caller waits its way."""
+        wait = _block_wait
+        if not self.entered or wait is None:
+            return False
+        wait(is_done, timeout)
+        return True
 
     def __enter__(self) -> BlockingSection:
         return self
@@ -125,8 +149,8 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def result(self, timeout: float | None = None) -> Any:
         if not self.done():
             check_may_wait("result() of an unfinished future", self._pid, self._io_thread)
-        with BlockingSection(not self.done()):
-            value = super().result(timeout)
+        with BlockingSection(not self.done()) as section:
+            value = super().result(0 if section.wait(self.done, timeout) else timeout)
         if value is _UNDECODED:
             return self._decode()
         return value
@@ -134,8 +158,8 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
             check_may_wait("exception() of an unfinished future", self._pid, self._io_thread)
-        with BlockingSection(not self.done()):
-            exc = super().exception(timeout)
+        with BlockingSection(not self.done()) as section:
+            exc = super().exception(0 if section.wait(self.done, timeout) else timeout)
         if exc is None and self._result is _UNDECODED:
             try:
                 self._decode()
@@ -163,6 +187,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         cancelled = super().cancel()
         if cancelled:
             self._notify_cancelled()
+            wake_blocked_waits()  # a task may wait on this future in a processor (another thread cancelled it)
             if self._on_cancel is not None:
                 self._on_cancel(self.task_id)
         return cancelled

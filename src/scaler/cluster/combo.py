@@ -76,6 +76,7 @@ class SchedulerClusterCombo:
         client_timeout_seconds: float = 60.0,
         max_task_retries: int = 3,
         per_worker_queue_size: int = 1000,
+        max_processors_per_worker: int = 64,
         logging_level: str = "INFO",
         logging_paths: tuple[str, ...] = ("/dev/stdout",),
     ) -> None:
@@ -87,6 +88,8 @@ class SchedulerClusterCombo:
             raise ValueError(f"n_workers must be a whole number >= 0, not {n_workers!r}")
         if per_worker_queue_size < 1:
             raise ValueError(f"per_worker_queue_size must be at least 1, not {per_worker_queue_size!r}")
+        if not isinstance(max_processors_per_worker, int) or max_processors_per_worker < 1:
+            raise ValueError(f"max_processors_per_worker must be at least 1, not {max_processors_per_worker!r}")
         self._address = address
         self._monitor_address = monitor_address or default_monitor_address(address)
         self._n_workers = n_workers
@@ -100,6 +103,7 @@ class SchedulerClusterCombo:
             name="worker",
             queue_capacity=per_worker_queue_size,
             heartbeat_interval_seconds=heartbeat_interval_seconds,
+            max_processors=max_processors_per_worker,
         )
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)

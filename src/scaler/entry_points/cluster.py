@@ -44,6 +44,13 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
         default=DEFAULTS.scheduler_timeout_seconds,
         help="a worker exits when the scheduler has been silent this long",
     )
+    p.add_argument(
+        "--max-processors-per-worker",
+        "-mp",
+        type=int,
+        default=DEFAULTS.max_processors,
+        help="most processors one worker runs at once (more than one only while tasks wait on nested tasks)",
+    )
     p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
     p.add_argument("--worker-name-prefix", default=hostname(), help="workers are named PREFIX-<pid>-<index>")
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
@@ -60,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         check_event_loop(args.event_loop)
     except ValueError as exc:
         p.error(str(exc))
-    if args.num_of_workers < 1 or args.per_worker_queue_size < 1:
-        p.error("--num-of-workers and --per-worker-queue-size must be at least 1")
+    if args.num_of_workers < 1 or args.per_worker_queue_size < 1 or args.max_processors_per_worker < 1:
+        p.error("--num-of-workers, --per-worker-queue-size and --max-processors-per-worker must be at least 1")
     if args.heartbeat_interval_seconds <= 0 or args.death_timeout_seconds <= 0:
         p.error("--heartbeat-interval-seconds and --death-timeout-seconds must be positive")
     setup_logging(args.logging_level, tuple(args.logging_paths))
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         queue_capacity=args.per_worker_queue_size,
         heartbeat_interval_seconds=args.heartbeat_interval_seconds,
         scheduler_timeout_seconds=args.death_timeout_seconds,
+        max_processors=args.max_processors_per_worker,
     )
     sys.exit(
         run_cluster(

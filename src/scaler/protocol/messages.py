@@ -167,6 +167,7 @@ class Heartbeat:
     processor_rss_bytes: int = 0
     processors: int = 0
     blocked_processors: int = 0
+    waiting_tasks: int = 0
 
 
 @dataclass(slots=True)
@@ -485,6 +486,7 @@ def _enc_heartbeat(b: Any, m: Heartbeat) -> list[Payload]:
     b.processorRssBytes = m.processor_rss_bytes
     b.processors = m.processors
     b.blockedProcessors = m.blocked_processors
+    b.waitingTasks = m.waiting_tasks
     return []
 
 
@@ -717,6 +719,7 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
         processor_rss_bytes=b.processorRssBytes,
         processors=b.processors,
         blocked_processors=b.blockedProcessors,
+        waiting_tasks=b.waitingTasks,
     )
 
 

@@ -87,6 +87,8 @@ struct Heartbeat {
   processorRssBytes @6 :UInt64;
   processors @7 :UInt32;        # processor processes alive (more than 1 while nested tasks wait)
   blockedProcessors @8 :UInt32; # processors suspended waiting on nested tasks
+  waitingTasks @9 :UInt32;      # tasks started and now waiting on nested tasks: the scheduler does not count
+                                # them against the worker's queueCapacity (a recursion must not run out of room)
 }
 
 struct HeartbeatEcho {

@@ -20,7 +20,7 @@ def _wrap(payloads: Sequence[Payload]) -> list[Any]:
 def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
     header: tuple[Any, ...]
     if isinstance(message, pm.RunTasks):
-        header = ("run", message.object_ids, message.tasks, _wrap(message.payloads))
+        header = ("run", message.object_ids, message.tasks, _wrap(message.payloads), message.help_epoch)
     elif isinstance(message, pm.Results):
         header = (
             "results",
@@ -43,7 +43,7 @@ def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
     elif isinstance(message, pm.Ready):
         header = ("ready", message.pid)
     elif isinstance(message, pm.Blocked):
-        header = ("blocked",)
+        header = ("blocked", message.epoch, message.waiting)
     else:
         header = ("unblocked",)
     buffers: list[pickle.PickleBuffer] = []
@@ -55,7 +55,7 @@ def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
     header = pickle.loads(frames[0], buffers=frames[1:])  # type: ignore[arg-type]
     kind = header[0]
     if kind == "run":
-        return pm.RunTasks(header[1], header[2], header[3])
+        return pm.RunTasks(header[1], header[2], header[3], header[4])
     if kind == "results":
         return pm.Results(header[1], header[2], header[3], header[4], header[5])
     if kind == "drop":
@@ -71,7 +71,7 @@ def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
     if kind == "ready":
         return pm.Ready(header[1])
     if kind == "blocked":
-        return pm.Blocked()
+        return pm.Blocked(header[1], header[2])
     if kind == "unblocked":
         return pm.Unblocked()
     raise ValueError(f"unknown processor message {kind!r}")

@@ -2,7 +2,8 @@
 ipc socket, runs tasks one after another, and sends results back in small batches.
 
 A task that blocks on nested tasks (future.result() inside the task) tells the agent, which hands the
-remaining work to another processor. If user code crashes this process, the agent sees it and carries on.
+remaining work to another processor; when no other processor may start, the agent hands tasks to the blocked
+one, which runs them inside the wait (help). If user code crashes this process, the agent sees it and carries on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from scaler.client import future as future_module
@@ -36,6 +38,8 @@ FLUSH_COUNT = 64
 FLUSH_AFTER_NS = 1_000_000
 PARENT_CHECK_SECONDS = 1.0
 WATCH_AFTER_SECONDS = 0.005  # user code running longer than this has its messages received by the watcher
+HELP_LOOK_SECONDS = 0.5  # a blocked wait looks again this often, should a wake-up have been missed
+HELP_LEVELS_PER_THREAD = 16  # tasks run inside waits inside waits...: a new thread (a fresh stack) every this many
 _RUNNING = struct.Struct("<Q")
 
 logger = logging.getLogger(__name__)
@@ -65,6 +69,11 @@ class Processor:
         self.send_lock = threading.Lock()
         self.receive_lock = threading.Lock()  # the main thread receives, or the watcher during long user code
         self.resumes_owed = 0
+        self.epoch = 0  # the number of our latest Blocked
+        self.blocked = False  # a Blocked was sent, and no Unblocked since
+        self.stack: list[int] = []  # tasks started and not finished (more than one: tasks run inside waits)
+        self.help: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()  # to run inside the wait
+        self.wake = threading.Event()  # a waiting task should look again: results came, or help
         self.running = True
         self.user_code_since: float | None = None
         self.last_started = 0.0  # when the latest task started: the watcher looks often only while work flows
@@ -76,12 +85,12 @@ class Processor:
         self._peaks: list[int] = []
         self._payloads: list[Payload] = []
         self._oldest_ns = 0
-        self._main_thread = threading.main_thread()
+        self._runner = threading.main_thread()  # the thread running the latest started task
 
     # ------------------------------------------------------------------------------------------- loop
     def run(self) -> None:
         self._send(pm.Ready(os.getpid()))
-        future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking)
+        future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking, self._wait_helping, self.wake.set)
         threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True).start()
         fresh = False  # tasks were just received: nothing else (a Discard) can be waiting behind them yet
         try:
@@ -112,7 +121,7 @@ class Processor:
             return  # the agent is gone
         finally:
             self.running = False
-            future_module.set_blocking_hook(None, None)
+            future_module.set_blocking_hook(None, None, None, None)
 
     def _runnable(self) -> bool:
         with self.pending_lock:
@@ -125,15 +134,19 @@ class Processor:
         return None
 
     def _run(self, task: pm.ProcessorTask, payloads: tuple[Payload, ...]) -> None:
+        outer_since = self.user_code_since  # set when this task runs inside another task's wait
+        self.stack.append(task[0])
         _RUNNING.pack_into(self.running_task, 0, task[0])
         self.user_code_since = self.last_started = time.monotonic()
         try:
             self._run_one(task, payloads)
         finally:
+            self.stack.pop()
             self.user_code_since = None
             if self.watching:  # the watcher is serving messages: take the socket back
                 os.write(self.wake_write, b"x")
-            _RUNNING.pack_into(self.running_task, 0, 0)
+            _RUNNING.pack_into(self.running_task, 0, self.stack[-1] if self.stack else 0)
+            self.user_code_since = outer_since
 
     def _drain(self) -> None:
         while True:
@@ -179,7 +192,13 @@ class Processor:
                 tasks.append((task, tuple(payloads[pos : pos + inline])))
                 pos += inline
             with self.pending_lock:
-                self.pending.extend(tasks)
+                if not message.help_epoch:
+                    self.pending.extend(tasks)
+                elif message.help_epoch == self.epoch:
+                    # Help for our current wait; if that wait ended meanwhile, they run after its task.
+                    (self.help if self.blocked else self.pending).extend(tasks)
+                    self.wake.set()
+                # else: help for a wait we left since; our later Blocked gave these tasks back to the agent
         elif isinstance(message, pm.DropObjects):
             for object_id in message.object_ids:
                 self.raw_objects.pop(object_id, None)
@@ -190,8 +209,9 @@ class Processor:
         elif isinstance(message, pm.Discard):
             discard = set(message.task_ids)
             with self.pending_lock:
-                removed = [item[0][0] for item in self.pending if item[0][0] in discard]
+                removed = [item[0][0] for item in (*self.pending, *self.help) if item[0][0] in discard]
                 self.pending = deque(item for item in self.pending if item[0][0] not in discard)
+                self.help = deque(item for item in self.help if item[0][0] not in discard)
             if message.confirm:
                 self._send(pm.Discarded(removed, message.task_ids))
         elif isinstance(message, pm.Resume):
@@ -308,16 +328,75 @@ class Processor:
     # ------------------------------------------------------------------------------------------- nesting
     def _enter_blocking(self) -> bool:
         """A task is about to wait on a nested future: let another processor take our other tasks."""
-        if threading.current_thread() is not self._main_thread:
+        if threading.current_thread() is not self._runner:  # a thread of the user's: it keeps the processor
             return False
+        self._announce_blocked()
+        return True
+
+    def _announce_blocked(self) -> None:
         self._flush()
         with self.pending_lock:
-            self.pending.clear()  # the agent re-queues everything after the running task and sends Discard
-        self._send(pm.Blocked())
-        return True
+            # The agent re-queues every task we hold and have not started, and sends Discard for them.
+            self.pending.clear()
+            self.help.clear()
+            self.epoch += 1
+            self.blocked = True
+            blocked = pm.Blocked(self.epoch, list(self.stack))
+        self._send(blocked)
+
+    def _wait_helping(self, is_done: Callable[[], bool], timeout: float | None) -> None:
+        """The wait of a blocked task (in the runner thread): until is_done() or the timeout, running the tasks the
+        agent hands over for this wait (it does so when no other processor may start). A task run here delays the
+        waiting one until it ends, and may block and be helped in turn."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.wake.clear()  # before looking: a wake-up that comes after the look is kept
+            if is_done():
+                return
+            with self.pending_lock:
+                item = self.help.popleft() if self.help and self.blocked else None
+            if item is not None:
+                if len(self.stack) % HELP_LEVELS_PER_THREAD:
+                    self._run(*item)
+                else:
+                    self._run_on_new_thread(item)
+                self._flush()  # the waiting task may need this very result
+                if not self.blocked and not is_done():  # a wait inside that task ended: we wait again
+                    self._announce_blocked()
+                continue
+            left = HELP_LOOK_SECONDS if deadline is None else min(HELP_LOOK_SECONDS, deadline - time.monotonic())
+            if left <= 0:
+                return
+            self.wake.wait(left)
+
+    def _run_on_new_thread(self, item: tuple[pm.ProcessorTask, tuple[Payload, ...]]) -> None:
+        """Run a task inside a wait on a thread of its own, and wait for it: tasks run inside waits pile up on
+        one stack, which would otherwise outgrow the thread's stack and Python's recursion limit."""
+        outer = self._runner
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            self._runner = threading.current_thread()
+            try:
+                self._run(*item)
+            except BaseException as exc:  # ours, not the user's (_run_one keeps those): raised below
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, name=f"scaler-processor-level-{len(self.stack)}", daemon=True)
+        thread.start()
+        thread.join()
+        self._runner = outer
+        if failure:
+            raise failure[0]
 
     def _exit_blocking(self) -> None:
         with self.pending_lock:
+            if not self.blocked:
+                return  # a wait of a task run inside this one's wait ended last, and said so
+            self.blocked = False
+            # Help not started runs after the waiting task, in the order given (the agent keeps it in our window).
+            self.pending.extendleft(reversed(self.help))
+            self.help.clear()
             self.resumes_owed += 1
         self._send(pm.Unblocked())
 

@@ -210,6 +210,7 @@ class SchedulerCore:
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
         worker.heartbeat = message
+        worker.allowance_peak = max(worker.allowance_peak, message.waiting_tasks)
         self._send(worker.identity, HeartbeatEcho())
 
     def _on_client_disconnect(self, client: ClientSession, message: Disconnect) -> None:
@@ -518,14 +519,14 @@ class SchedulerCore:
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
             return
-        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.capacity]
+        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit]
         if not open_workers:
             return
         if queued == 1:  # the common lone task: the least loaded worker (the first of them), as water_fill would
             self._dispatch(min(open_workers, key=_load), 1)
             return
         loads = [len(w.assigned) for w in open_workers]
-        shares = water_fill(loads, [w.capacity for w in open_workers], queued)
+        shares = water_fill(loads, [w.limit for w in open_workers], queued)
         for worker, share in zip(open_workers, shares, strict=False):
             if share:
                 self._dispatch(worker, share)
@@ -622,7 +623,7 @@ class SchedulerCore:
                 agent_rss_bytes=w.heartbeat.rss_bytes,
                 cpu_percent=w.heartbeat.processor_cpu_percent,
                 rss_bytes=w.heartbeat.processor_rss_bytes,
-                free=max(0, w.capacity - len(w.assigned)),
+                free=max(0, w.limit - len(w.assigned)),
                 sent=len(w.assigned),
                 queued=w.heartbeat.queued,
                 lag_us=w.heartbeat.lag_us,
@@ -684,7 +685,7 @@ class SchedulerCore:
             _check(task.state != TaskState.ENDED, f"{task!r} ended but is still filed")
         _check(counts == self.state_counts, f"state counts {self.state_counts} but tasks say {counts}")
         for worker in self.workers.values():
-            _check(len(worker.assigned) <= worker.capacity, f"{worker!r} is over capacity")
+            _check(len(worker.assigned) <= worker.capacity + worker.allowance_peak, f"{worker!r} is over capacity")
             for task_id, task in worker.assigned.items():
                 _check(self.tasks.get(task_id) is task, f"{worker!r} holds unknown task {task_id:#x}")
         for client in self.clients.values():

@@ -60,6 +60,7 @@ class ClientSession:
 
 class WorkerSession:
     __slots__ = (
+        "allowance_peak",
         "assigned",
         "balance_pending",
         "cancel_outbox",
@@ -85,10 +86,17 @@ class WorkerSession:
         self.heartbeat = Heartbeat()
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
+        self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)
+
+    @property
+    def limit(self) -> int:
+        """Most tasks it may be assigned now: its queue capacity, plus the tasks it said wait on nested tasks
+        (those hold no queue place: a deep recursion must never run out of room for the tasks it waits on)."""
+        return self.capacity + self.heartbeat.waiting_tasks
 
     @property
     def spare(self) -> int:
-        return self.capacity - len(self.assigned)
+        return self.limit - len(self.assigned)
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} assigned={len(self.assigned)}/{self.capacity}>"

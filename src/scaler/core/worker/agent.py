@@ -167,13 +167,19 @@ class AgentTask:
 
 
 class ProcessorSlot:
-    __slots__ = ("objects", "processor", "state", "window")
+    __slots__ = ("epoch", "objects", "processor", "state", "waiting", "window")
 
     def __init__(self, processor: int) -> None:
         self.processor = processor
         self.state = STARTING
         self.window: dict[int, AgentTask] = {}  # tasks sent to it, in order; the first one is running
         self.objects: set[int] = set()
+        self.epoch = 0  # the number of its latest Blocked
+        self.waiting: set[int] = set()  # while BLOCKED: its started tasks, all waiting on nested tasks
+
+    def idle_in_wait(self) -> bool:
+        """Blocked, and holding nothing but its waiting tasks: it can run tasks inside its wait (help)."""
+        return self.state == BLOCKED and all(task_id in self.waiting for task_id in self.window)
 
     def __repr__(self) -> str:
         return f"<Processor {self.processor} {self.state} window={len(self.window)}>"
@@ -203,6 +209,7 @@ class AgentCore:
         self._hello_sent_at = 0.0
         self._deaths_without_progress = 0
         self._said_all_blocked = False  # the "all processors blocked" warning is given once per episode
+        self._waiting_said = 0  # waiting tasks in our latest heartbeat
         self._canceling: set[int] = set()  # tasks in a processor asked to be discarded because they were cancelled
         self._giving_back: set[int] = set()  # tasks in a processor asked to be discarded, for the scheduler
         self._out: list[AgentCommand] = []
@@ -428,8 +435,11 @@ class AgentCore:
         if silent > self.config.scheduler_timeout_seconds:
             self._stop(f"the scheduler has been silent for {silent:.0f}s", exit_code=1)
             return
-        if now - self._last_heartbeat >= self.heartbeat_interval:
+        waiting = self._waiting_tasks()
+        # The scheduler leaves room for waiting tasks on top of our queue capacity: tell it soon when that changes.
+        if now - self._last_heartbeat >= self.heartbeat_interval or (self.connected and waiting != self._waiting_said):
             self._last_heartbeat = now
+            self._waiting_said = waiting
             self._heartbeat_sent_at = now
             if not self.connected:
                 if now - self._hello_sent_at >= HELLO_RETRY_SECONDS:  # the first one may have been lost
@@ -445,9 +455,13 @@ class AgentCore:
                 processor_rss_bytes=tick.processor_rss_bytes,
                 processors=len(self.processors),
                 blocked_processors=sum(1 for s in self.processors.values() if s.state == BLOCKED),
+                waiting_tasks=waiting,
             )
             self._out.append(ToScheduler(heartbeat))
             self._echo_awaited = True
+
+    def _waiting_tasks(self) -> int:
+        return sum(len(slot.waiting) for slot in self.processors.values() if slot.state == BLOCKED)
 
     def _stop(self, reason: str, exit_code: int = 0) -> None:
         self._out.append(Log.info(f"stopping: {reason}"))
@@ -475,7 +489,7 @@ class AgentCore:
             slot.state = READY
             self._start_failures = 0
         elif isinstance(message, pm.Blocked):
-            self._on_blocked(slot)
+            self._on_blocked(slot, message.epoch, message.waiting)
         elif isinstance(message, pm.Unblocked):
             slot.state = READY
             self._out.append(ToProcessor(slot.processor, pm.Resume()))
@@ -508,11 +522,15 @@ class AgentCore:
             del self.processors[slot.processor]
             self._out.append(ToProcessor(slot.processor, pm.Exit("no longer needed")))
 
-    def _on_blocked(self, slot: ProcessorSlot) -> None:
-        """The first task of its window is running and waits on nested tasks: the others go to another
-        processor (the blocked one is told to discard them, before it is told to resume)."""
+    def _on_blocked(self, slot: ProcessorSlot, epoch: int, waiting: list[int]) -> None:
+        """Its running task waits on nested tasks (`waiting`: that one and, if it ran inside another task's
+        wait, the tasks below it; the first task of the window if not given). Every other task of its window
+        goes to another processor (the blocked one forgot them, and is told to discard them before it is told
+        to resume)."""
         slot.state = BLOCKED
-        back = list(slot.window.values())[1:]
+        slot.epoch = epoch
+        slot.waiting = set(waiting) if waiting else set(list(slot.window)[:1])
+        back = [task for task in slot.window.values() if task.task_id not in slot.waiting]
         for task in back:
             del slot.window[task.task_id]
         if back:
@@ -584,25 +602,35 @@ class AgentCore:
         if any(s.state == STARTING for s in self.processors.values()):
             return None
         if len(self.processors) >= self.config.max_processors:
-            if self.queued and not self._said_all_blocked:
-                self._said_all_blocked = True
-                self._out.append(
-                    Log.warning(
-                        f"all {len(self.processors)} processors are busy, most of them blocked in nested waits; "
-                        f"{self.queued} tasks wait for one to finish (nested tasks deeper than this can wait forever)"
-                    )
-                )
-            return None
+            return self._pick_helper()
         self._start_processor()
         return None
+
+    def _pick_helper(self) -> ProcessorSlot | None:
+        """No processor is free and no more may start: a blocked one runs tasks inside its wait (the least deep
+        one), so that nested tasks never wait for a processor that only their own results would free."""
+        helpers = [slot for slot in self.processors.values() if slot.idle_in_wait()]
+        if not helpers:
+            return None
+        if not self._said_all_blocked:
+            self._said_all_blocked = True
+            self._out.append(
+                Log.warning(
+                    f"all {len(self.processors)} processors are taken, {len(helpers)} of them blocked in nested "
+                    f"waits: {self.queued} tasks now run inside those waits (a waiting task resumes once the task "
+                    "running inside its wait ends)"
+                )
+            )
+        return min(helpers, key=lambda slot: len(slot.waiting))
 
     def _feed_processor(self) -> None:
         if not self.queued:
             return
         slot = self._pick_active()
-        if slot is None or slot.state != READY:
+        if slot is None or slot.state == STARTING:
             return
-        room = self._window_size() - len(slot.window)
+        help_epoch = slot.epoch if slot.state == BLOCKED else 0  # see _pick_helper
+        room = self._window_size() - len(slot.window) + (len(slot.waiting) if help_epoch else 0)
         if room <= 0:
             return
         object_ids: list[int] = []
@@ -629,7 +657,7 @@ class AgentCore:
             payloads.extend(task.payloads)
             room -= 1
         if tasks or object_ids:
-            message = pm.RunTasks(object_ids, tasks, object_payloads + payloads)
+            message = pm.RunTasks(object_ids, tasks, object_payloads + payloads, help_epoch)
             self._out.append(ToProcessor(slot.processor, message))
 
     def _send_objects(

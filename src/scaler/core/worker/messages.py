@@ -5,7 +5,7 @@ Records only; scaler.worker.pipe encodes them (a pickled header plus raw payload
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scaler.protocol.messages import Payload
 
@@ -22,6 +22,9 @@ class RunTasks:
     object_ids: list[int]
     tasks: list[ProcessorTask]
     payloads: list[Payload]
+    # Non-zero: help for the processor's blocked wait number `help_epoch` (see Blocked). The processor runs these
+    # tasks inside that wait, while it lasts; what is left when the wait ends runs after the waiting task, in order.
+    help_epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -65,7 +68,13 @@ class Results:
 
 @dataclass(slots=True)
 class Blocked:
-    """The running task waits on nested tasks; results of the tasks before it were sent before this."""
+    """The running task waits on nested tasks; results of the tasks before it were sent before this, and the
+    processor forgot every task it had not started. `epoch` numbers the processor's Blocked messages (1, 2, ...);
+    `waiting` lists the tasks it started and has not finished: the waiting one, and the ones below it when the
+    waiting task runs inside another task's wait (help)."""
+
+    epoch: int = 0
+    waiting: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,109 @@
+"""Nested tasks deeper than a worker's processors: waiting tasks run others inside their waits, never deadlock.
+
+Each cluster here allows few processors per worker (max_processors_per_worker), so that a modest recursion already
+keeps every processor blocked in a nested wait and the rest must run inside those waits (the agent's help).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from tests.helpers import free_address
+
+TIMEOUT = 90
+FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "ERROR"}
+
+
+def fibonacci(clnt: Client, n: int) -> int:
+    if n <= 1:
+        return n
+    a = clnt.submit(fibonacci, clnt, n - 1)
+    b = clnt.submit(fibonacci, clnt, n - 2)
+    return a.result() + b.result()
+
+
+def tree_map(clnt: Client, depth: int) -> int:
+    """2 ** depth, each level waiting in Client.map."""
+    if depth == 0:
+        return 1
+    return sum(clnt.map(tree_map, [(clnt, depth - 1), (clnt, depth - 1)]))
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def tree_get(clnt: Client, depth: int) -> int:
+    """2 ** depth, each level waiting in Client.get."""
+    if depth == 0:
+        return 1
+    graph = {"a": (tree_get, clnt, depth - 1), "b": (tree_get, clnt, depth - 1), "sum": (add, "a", "b")}
+    return int(clnt.get(graph, keys=["sum"])["sum"])
+
+
+def chain(clnt: Client, n: int) -> int:
+    """A chain of n waiting tasks whose last one raises."""
+    if n == 0:
+        raise ValueError("the bottom of the chain")
+    return clnt.submit(chain, clnt, n - 1).result()
+
+
+def chain_caught(clnt: Client, n: int) -> str:
+    """Like chain, but the top catches the error and goes on: the processor must be usable after it."""
+    try:
+        chain(clnt, n)
+    except ValueError as exc:
+        return f"caught: {exc}"
+    return "not raised"
+
+
+@pytest.fixture(scope="module")
+def narrow() -> Iterator[SchedulerClusterCombo]:
+    """Two workers of two processors each, and room for only 4 queued tasks per worker."""
+    combo = SchedulerClusterCombo(
+        address=free_address(), n_workers=2, max_processors_per_worker=2, per_worker_queue_size=4, **FAST
+    )
+    try:
+        yield combo
+    finally:
+        combo.shutdown()
+
+
+@pytest.fixture()
+def client(narrow: SchedulerClusterCombo) -> Iterator[Client]:
+    with Client(address=narrow.address, timeout_seconds=30) as c:
+        yield c
+
+
+@pytest.mark.timeout(150)
+def test_a_recursion_far_deeper_than_the_processors_finishes(client: Client) -> None:
+    # fibonacci(13): up to 376 tasks wait at once, for 4 processors and 8 queue places in all
+    assert client.submit(fibonacci, client, 13).result(timeout=TIMEOUT) == 233
+
+
+@pytest.mark.timeout(150)
+def test_waits_in_map_and_get_run_tasks_too(client: Client) -> None:
+    assert client.submit(tree_map, client, 6).result(timeout=TIMEOUT) == 64
+    assert client.submit(tree_get, client, 5).result(timeout=TIMEOUT) == 32
+
+
+@pytest.mark.timeout(150)
+def test_an_error_deep_in_a_chain_of_waits_reaches_the_top(client: Client) -> None:
+    # 60 levels: the tasks run inside waits span several threads of a processor (a fresh stack every 16 levels)
+    with pytest.raises(ValueError, match="the bottom of the chain"):
+        client.submit(chain, client, 60).result(timeout=TIMEOUT)
+    assert client.submit(chain_caught, client, 60).result(timeout=TIMEOUT) == "caught: the bottom of the chain"
+    assert client.submit(fibonacci, client, 10).result(timeout=TIMEOUT) == 55  # the workers still serve
+
+
+@pytest.mark.timeout(150)
+def test_hundreds_of_waits_piled_in_one_processor() -> None:
+    # One processor: every level of the chain runs inside the wait of the level above, 300 deep. One thread's stack
+    # and Python's recursion limit would not hold them (RecursionError): each 16 levels get a thread of their own.
+    with SchedulerClusterCombo(address=free_address(), n_workers=1, max_processors_per_worker=1, **FAST) as combo:
+        with Client(address=combo.address, timeout_seconds=30) as c:
+            caught = c.submit(chain_caught, c, 300).result(timeout=TIMEOUT)
+    assert caught == "caught: the bottom of the chain"
