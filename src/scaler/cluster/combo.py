@@ -76,7 +76,7 @@ class SchedulerClusterCombo:
         client_timeout_seconds: float = 60.0,
         max_task_retries: int = 3,
         per_worker_queue_size: int = 1000,
-        max_processors_per_worker: int = 64,
+        max_processors_per_worker: int = 16,
         logging_level: str = "INFO",
         logging_paths: tuple[str, ...] = ("/dev/stdout",),
     ) -> None:

@@ -47,7 +47,7 @@ class AgentConfig:
     # Give up (and exit) when the scheduler has been silent this long.
     scheduler_timeout_seconds: float = 300.0
     # Most processors alive at once (more than one only while tasks wait on nested tasks).
-    max_processors: int = 64
+    max_processors: int = 16
     # A processor is given about this much work (by recent run times) at once; between 1 and max_window tasks.
     window_seconds: float = 0.002
     max_window: int = 64
