@@ -394,7 +394,7 @@ def test_a_second_spare_processor_is_retired() -> None:
 
 
 HELPING = Log(
-    logging.WARNING,
+    logging.INFO,
     "all 1 processors are taken, 1 of them blocked in nested waits: 1 tasks now run inside those waits (a waiting "
     "task resumes once the task running inside its wait ends)",
 )

@@ -615,7 +615,7 @@ class AgentCore:
         if not self._said_all_blocked:
             self._said_all_blocked = True
             self._out.append(
-                Log.warning(
+                Log.info(
                     f"all {len(self.processors)} processors are taken, {len(helpers)} of them blocked in nested "
                     f"waits: {self.queued} tasks now run inside those waits (a waiting task resumes once the task "
                     "running inside its wait ends)"
