@@ -6,12 +6,14 @@ keeps every processor blocked in a nested wait and the rest must run inside thos
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from tests.helpers import free_address
+from tests.integration.test_faults import agents_of, wait_for_workers_joined
 
 TIMEOUT = 90
 FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "ERROR"}
@@ -107,3 +109,17 @@ def test_hundreds_of_waits_piled_in_one_processor() -> None:
         with Client(address=combo.address, timeout_seconds=30) as c:
             caught = c.submit(chain_caught, c, 300).result(timeout=TIMEOUT)
     assert caught == "caught: the bottom of the chain"
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_killed_amid_a_deep_recursion_loses_nothing() -> None:
+    # Its piles of waiting tasks die with it: the scheduler runs them again elsewhere, and their parents on the other
+    # workers get their results as if nothing happened.
+    with SchedulerClusterCombo(address=free_address(), n_workers=3, max_processors_per_worker=2, **FAST) as combo:
+        with Client(address=combo.address, timeout_seconds=30) as c:
+            wait_for_workers_joined(c, 3)
+            future = c.submit(fibonacci, c, 15)
+            time.sleep(1.0)  # the recursion has spread over the three workers
+            assert not future.done()
+            agents_of(combo)[0].kill()  # its processors die with it
+            assert future.result(timeout=TIMEOUT) == 610
