@@ -538,3 +538,16 @@ def test_two_lost_session_errors_do_not_leave_the_worker_holding_requeued_tasks(
     scheduler.recv(b"other", ok(tid(prefix, 2)))  # "other" has room again
     # the agent holds only what the scheduler gave its live session
     assert agent.core.tasks.keys() <= scheduler.core.workers[b"w"].assigned.keys()
+
+
+def test_waiting_tasks_are_reported_at_the_next_tick_once_the_queue_is_half_full() -> None:
+    # capacity 8: from 4 tasks held, a change in the number of waiting tasks goes out at the next tick
+    a = with_tasks(1)
+    [first] = a(Tick(0.0))
+    assert isinstance(first, ToScheduler) and isinstance(first.message, Heartbeat)
+    a.proc(0, pm.Blocked(1, [t(1)]))
+    assert a(Tick(0.1)) == []  # 1 task held: room enough, the regular heartbeat will tell
+    a.sched(dispatch(*((t(i), F, [b"a%d" % i]) for i in range(2, 5))))
+    [beat] = [c for c in a(Tick(0.2)) if isinstance(c, ToScheduler)]
+    assert isinstance(beat.message, Heartbeat) and beat.message.waiting_tasks == 1
+    assert [c for c in a(Tick(0.3)) if isinstance(c, ToScheduler)] == []  # no change since

@@ -436,8 +436,10 @@ class AgentCore:
             self._stop(f"the scheduler has been silent for {silent:.0f}s", exit_code=1)
             return
         waiting = self._waiting_tasks()
-        # The scheduler leaves room for waiting tasks on top of our queue capacity: tell it soon when that changes.
-        if now - self._last_heartbeat >= self.heartbeat_interval or (self.connected and waiting != self._waiting_said):
+        # The scheduler leaves room for waiting tasks on top of our queue capacity: once we hold half of it, tell it
+        # at the next tick when their number changes, not at the next heartbeat.
+        soon = self.connected and waiting != self._waiting_said and 2 * len(self.tasks) >= self.config.queue_capacity
+        if now - self._last_heartbeat >= self.heartbeat_interval or soon:
             self._last_heartbeat = now
             self._waiting_said = waiting
             self._heartbeat_sent_at = now
