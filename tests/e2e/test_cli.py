@@ -184,6 +184,7 @@ SCHEDULER_OPTIONS = [
     "--logging-level",
     "--logging-paths",
 ]
+UI_OPTIONS = ["--host", "--port", "--logging-level"]
 CLUSTER_OPTIONS = [
     "--num-of-workers",
     "--heartbeat-interval-seconds",
@@ -202,6 +203,7 @@ CLUSTER_OPTIONS = [
         ("scaler_scheduler", SCHEDULER_OPTIONS),
         ("scaler_cluster", CLUSTER_OPTIONS),
         ("scaler_worker", CLUSTER_OPTIONS),
+        ("scaler_ui", UI_OPTIONS),
     ],
 )
 def test_help_lists_every_option_with_its_default(program: str, options: list[str]) -> None:

@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
+def next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
     if not sock.poll(timeout_ms):
         return None
     try:
@@ -42,7 +42,7 @@ def _next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
 
 def run_once(address: str, timeout: float) -> int:
     sock = connect_subscriber(address)
-    status = _next_status(sock, int(timeout * 1000))
+    status = next_status(sock, int(timeout * 1000))
     sock.close()
     if status is None:
         print(f"no status from {address} within {timeout:g}s (is a scheduler running with that monitor address?)")
@@ -63,7 +63,7 @@ def run_screen(screen: Any, address: str) -> None:
             break
         if key != -1 and chr(key) in SHORTCUTS:
             sort_key = chr(key)
-        fresh = _next_status(sock, 100)
+        fresh = next_status(sock, 100)
         if fresh is not None:
             status = fresh
         elif key == -1:

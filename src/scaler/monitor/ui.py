@@ -1,0 +1,157 @@
+"""scaler_ui: a web page showing a scheduler's status, from its monitor address.
+
+A thread subscribes to the monitor address and keeps the latest status; an HTTP server (standard library) serves
+one self-contained page, which fetches /status.json every second and draws the scheduler, task, message, worker
+and client tables. Nothing is stored: a page opened later shows the present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import http.server
+import json
+import logging
+import sys
+import threading
+import time
+from importlib import resources
+from typing import Any
+
+from scaler.entry_points.help import HelpFormatter
+from scaler.io.processes import parse_address, setup_logging
+from scaler.io.sockets import connect_subscriber
+from scaler.monitor.top import next_status
+from scaler.protocol.messages import Status
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 500  # the feed looks for a stop request at least this often
+
+
+def status_json(status: Status | None, monitor_address: str, age_seconds: float | None) -> dict[str, Any]:
+    """What /status.json answers: the latest status as plain data (None before the first), and how old it is."""
+    return {
+        "monitor_address": monitor_address,
+        "age_seconds": None if age_seconds is None else round(age_seconds, 3),
+        "status": None if status is None else dataclasses.asdict(status),
+    }
+
+
+class StatusFeed:
+    """The latest status published on a monitor address, kept up to date by a thread of its own."""
+
+    def __init__(self, monitor_address: str) -> None:
+        self.monitor_address = monitor_address
+        self._lock = threading.Lock()
+        self._status: Status | None = None
+        self._received_at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scaler-ui-feed", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def latest(self) -> tuple[Status | None, float | None]:
+        """The latest status and its age in seconds (None, None before the first)."""
+        with self._lock:
+            if self._status is None:
+                return None, None
+            return self._status, time.monotonic() - self._received_at
+
+    def _run(self) -> None:
+        sock = connect_subscriber(self.monitor_address)
+        try:
+            while not self._stop.is_set():
+                status = next_status(sock, POLL_MS)
+                if status is not None:
+                    with self._lock:
+                        self._status, self._received_at = status, time.monotonic()
+        finally:
+            sock.close()
+
+
+def page() -> bytes:
+    return resources.files("scaler.monitor").joinpath("ui.html").read_bytes()
+
+
+def make_handler(feed: StatusFeed) -> type[http.server.BaseHTTPRequestHandler]:
+    html = page()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "scaler_ui"
+
+        def do_GET(self) -> None:  # the name http.server calls
+            path = self.path.split("?", 1)[0]
+            if path in ("/", "/index.html"):
+                self._answer(200, "text/html; charset=utf-8", html)
+            elif path == "/status.json":
+                status, age = feed.latest()
+                body = json.dumps(status_json(status, feed.monitor_address, age)).encode()
+                self._answer(200, "application/json", body)
+            else:
+                self._answer(404, "text/plain; charset=utf-8", f"no page {path!r}: try / or /status.json\n".encode())
+
+        def _answer(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("%s %s", self.address_string(), format % args)
+
+    return Handler
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scaler_ui",
+        description="Serve a web page showing a scheduler's status, read from its monitor address.",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/127.0.0.1_2345_monitor"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the interface to serve on (0.0.0.0: every interface)")
+    p.add_argument("--port", "-p", type=int, default=8081, help="the HTTP port to serve on")
+    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        parse_address(args.monitor_address)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not 0 < args.port < 65536:
+        p.error(f"--port must be from 1 to 65535, not {args.port}")
+    setup_logging(args.logging_level, ("/dev/stdout",))
+    feed = StatusFeed(args.monitor_address)
+    try:
+        server = http.server.ThreadingHTTPServer((args.host, args.port), make_handler(feed))
+    except OSError as exc:
+        logger.error("scaler_ui: cannot serve on %s:%d: %s", args.host, args.port, exc.strerror or exc)
+        sys.exit(1)
+    server.daemon_threads = True
+    feed.start()
+    logger.info("scaler_ui: serving http://%s:%d/ for monitor address %s", args.host, args.port, args.monitor_address)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        feed.stop()
+
+
+if __name__ == "__main__":
+    main()
