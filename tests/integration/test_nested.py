@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.io.sockets import connect_subscriber
+from scaler.monitor.top import next_status
 from tests.helpers import free_address
 from tests.integration.test_faults import agents_of, wait_for_workers_joined
 
@@ -84,6 +86,23 @@ def client(narrow: SchedulerClusterCombo) -> Iterator[Client]:
 def test_a_recursion_far_deeper_than_the_processors_finishes(client: Client) -> None:
     # fibonacci(13): up to 376 tasks wait at once, for 4 processors and 8 queue places in all
     assert client.submit(fibonacci, client, 13).result(timeout=TIMEOUT) == 233
+
+
+@pytest.mark.timeout(150)
+def test_the_monitor_counts_the_tasks_waiting_on_nested_tasks(narrow: SchedulerClusterCombo, client: Client) -> None:
+    sock = connect_subscriber(narrow.monitor_address)
+    try:
+        future = client.submit(fibonacci, client, 13)
+        most = 0
+        deadline = time.monotonic() + TIMEOUT
+        while not future.done() and time.monotonic() < deadline:
+            status = next_status(sock, 500)
+            if status is not None:
+                most = max(most, sum(w.waiting for w in status.workers))
+        assert future.result(timeout=TIMEOUT) == 233
+    finally:
+        sock.close()
+    assert most > 4  # more waiting tasks than the 4 processors: the workers reported their piles
 
 
 @pytest.mark.timeout(150)

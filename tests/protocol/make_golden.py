@@ -83,7 +83,7 @@ def golden_messages() -> dict[str, m.Message]:
             tasks_by_state={"queued": 3, "assigned": 2, "success": 10},
             sent={"welcome": 2, "dispatchTasks": 1},
             received={"hello": 2, "submitTasks": 1},
-            workers=[m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10)],
+            workers=[m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0)],
             clients=[m.ClientStatus("client-1", 5, 1, 10)],
             protected=True,
             dropped_messages=1,

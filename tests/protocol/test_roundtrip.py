@@ -100,7 +100,7 @@ EXAMPLES: dict[type, list[Any]] = {
             received={"hello": 2},
             workers=[
                 m.WorkerStatus("w1"),
-                m.WorkerStatus(UNICODE, 1.5, 2, 3.25, 4, 5, 6, 7, U64_MAX, 9, 10, 11, U64_MAX),
+                m.WorkerStatus(UNICODE, 1.5, 2, 3.25, 4, 5, 6, 7, U64_MAX, 9, 10, 11, U64_MAX, U32_MAX),
             ],
             clients=[m.ClientStatus("c1", 1, 2, 3), m.ClientStatus("", U32_MAX, U32_MAX, U64_MAX)],
             protected=False,

@@ -28,7 +28,8 @@ def test_sections_show_counts_and_resources() -> None:
     assert "12.5%" in text and "130.0m" in text
     assert "53,704" in text and "heartbeat" in text
     assert "Total 2 worker(s)" in text
-    assert "Shortcuts: worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] lag[l]" in text
+    shortcuts = "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l]"
+    assert "Shortcuts: " + shortcuts in text
     assert "c-1 tasks=5 objects=1 done=12" in text
 
 
@@ -51,3 +52,13 @@ def test_itl_bits_and_formats() -> None:
 
 def test_width_truncates_every_line() -> None:
     assert all(len(line) <= 40 for line in render(_status(), width=40))
+
+
+def test_workers_sort_by_their_tasks_waiting_on_nested_tasks() -> None:
+    status = _status()
+    status.workers[1].waiting = 40
+    lines = render(status, "W")
+    header = next(line for line in lines if "ITL" in line)
+    assert "[waiting]" in header
+    rows = [line for line in lines if line.lstrip().startswith("w-")]
+    assert [line.split()[0] for line in rows] == ["w-b", "w-a"] and " 40 " in rows[0]

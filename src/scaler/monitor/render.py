@@ -46,6 +46,7 @@ COLUMNS = [
     Column("free", "f", lambda w: w.free, lambda w: str(w.free), 5),
     Column("sent", "w", lambda w: w.sent, lambda w: str(w.sent), 5),
     Column("queued", "d", lambda w: w.queued, lambda w: str(w.queued), 6),
+    Column("waiting", "W", lambda w: w.waiting, lambda w: str(w.waiting), 7),
     Column("lag", "l", lambda w: w.lag_us, lambda w: fmt_lag(w.lag_us), 7),
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
 ]

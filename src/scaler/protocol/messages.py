@@ -302,6 +302,7 @@ class WorkerStatus:
     blocked_processors: int = 0
     running: int = 0
     completed: int = 0
+    waiting: int = 0
 
 
 @dataclass(slots=True)
@@ -581,6 +582,7 @@ _WORKER_STATUS_FIELDS = {
     "blocked_processors": "blockedProcessors",
     "running": "running",
     "completed": "completed",
+    "waiting": "waiting",
 }
 _CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
 

@@ -190,7 +190,7 @@ struct WorkerStatus {
   agentRssBytes @2 :UInt64;
   cpuPercent @3 :Float32;
   rssBytes @4 :UInt64;
-  free @5 :UInt32;              # capacity minus assigned
+  free @5 :UInt32;              # capacity plus waiting tasks, minus assigned
   sent @6 :UInt32;              # tasks assigned by the scheduler and not finished
   queued @7 :UInt32;            # tasks the worker reports waiting in its queue
   lagUs @8 :UInt64;
@@ -198,6 +198,7 @@ struct WorkerStatus {
   blockedProcessors @10 :UInt32;
   running @11 :UInt32;
   completed @12 :UInt64;
+  waiting @13 :UInt32;          # its tasks waiting on nested tasks (heartbeat.waitingTasks)
 }
 
 struct ClientStatus {

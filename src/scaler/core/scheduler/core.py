@@ -631,6 +631,7 @@ class SchedulerCore:
                 blocked_processors=w.heartbeat.blocked_processors,
                 running=w.heartbeat.running,
                 completed=w.completed,
+                waiting=w.heartbeat.waiting_tasks,
             )
             for w in self.workers.values()
         ]
