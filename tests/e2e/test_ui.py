@@ -99,6 +99,9 @@ def test_the_page_shows_the_workers_and_the_tasks_in_a_real_browser(cluster: Sch
         assert len(re.findall(r'<tr data-worker="', dom)) == 2, dom[:3000]
         assert "Workers (2)" in dom and "live from " + cluster.monitor_address in dom
         assert re.search(r'<tr data-client="[^"]+"><td>[^<]+</td><td>0</td>', dom)  # this client, nothing open
+        cluster.shutdown()  # no more statuses: after 5 s the page says the latest one is old
+        wait_until(lambda: status_of(url)["age_seconds"] > 5.5, timeout=TIMEOUT, what="the status to age")
+        assert re.search(r"the latest status from \S+ is \d+ s old: the scheduler may have stopped", rendered(url))
     finally:
         ui.kill()
 
