@@ -131,14 +131,29 @@ def test_hundreds_of_waits_piled_in_one_processor() -> None:
 
 
 @pytest.mark.timeout(150)
-def test_a_worker_killed_amid_a_deep_recursion_loses_nothing() -> None:
-    # Its piles of waiting tasks die with it: the scheduler runs them again elsewhere, and their parents on the other
-    # workers get their results as if nothing happened.
+def test_a_worker_killed_with_a_pile_of_waiting_tasks_loses_nothing() -> None:
+    # Its pile dies with it: the scheduler runs those tasks again on the other workers, and their parents get their
+    # results as if nothing happened.
     with SchedulerClusterCombo(address=free_address(), n_workers=3, max_processors_per_worker=2, **FAST) as combo:
         with Client(address=combo.address, timeout_seconds=30) as c:
             wait_for_workers_joined(c, 3)
-            future = c.submit(fibonacci, c, 15)
-            time.sleep(1.0)  # the recursion has spread over the three workers
-            assert not future.done()
-            agents_of(combo)[0].kill()  # its processors die with it
-            assert future.result(timeout=TIMEOUT) == 610
+            agents = sorted(agents_of(combo), key=lambda p: p.create_time())  # started in the order of their index
+            sock = connect_subscriber(combo.monitor_address)
+            try:
+                future = c.submit(fibonacci, c, 17)
+                victim = None
+                deadline = time.monotonic() + TIMEOUT
+                while victim is None and not future.done() and time.monotonic() < deadline:
+                    status = next_status(sock, 500)
+                    piles = [w for w in status.workers if w.waiting > 2] if status is not None else []
+                    victim = piles[0].name if piles else None
+                assert victim is not None and not future.done()
+                agents[int(victim.rsplit("-", 1)[1])].kill()  # names end with the worker's index; processors follow
+                gone = False  # the scheduler drops the worker we meant (not another one)
+                while not gone and time.monotonic() < deadline:
+                    status = next_status(sock, 500)
+                    gone = status is not None and victim not in {w.name for w in status.workers}
+                assert gone
+            finally:
+                sock.close()
+            assert future.result(timeout=TIMEOUT) == 1597
