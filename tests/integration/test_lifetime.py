@@ -205,7 +205,7 @@ def test_an_unknown_event_loop_is_refused() -> None:
         SchedulerClusterCombo(address=free_address(), n_workers=1, event_loop="no-such-loop")
 
 
-@pytest.mark.parametrize("value", [0, -1, 2.5, "4"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, "4", True])
 def test_a_bad_processor_limit_is_refused_before_anything_starts(value: object) -> None:
     with pytest.raises(ValueError, match="max_processors_per_worker"):
         SchedulerClusterCombo(address=free_address(), n_workers=1, max_processors_per_worker=value)  # type: ignore[arg-type]

@@ -88,7 +88,11 @@ class SchedulerClusterCombo:
             raise ValueError(f"n_workers must be a whole number >= 0, not {n_workers!r}")
         if per_worker_queue_size < 1:
             raise ValueError(f"per_worker_queue_size must be at least 1, not {per_worker_queue_size!r}")
-        if not isinstance(max_processors_per_worker, int) or max_processors_per_worker < 1:
+        if (
+            not isinstance(max_processors_per_worker, int)
+            or isinstance(max_processors_per_worker, bool)
+            or max_processors_per_worker < 1
+        ):
             raise ValueError(f"max_processors_per_worker must be at least 1, not {max_processors_per_worker!r}")
         self._address = address
         self._monitor_address = monitor_address or default_monitor_address(address)
