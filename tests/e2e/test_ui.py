@@ -135,3 +135,25 @@ def test_a_port_in_use_is_a_clear_error() -> None:
 def test_bad_arguments_are_usage_errors(args: list[str]) -> None:
     result = subprocess.run([cli("scaler_ui"), *args], capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_browser_leaving_mid_answer_is_not_a_traceback(capsys: Any, caplog: Any) -> None:
+    from scaler.monitor.ui import Server, StatusFeed, make_handler
+
+    server = Server(("127.0.0.1", 0), make_handler(StatusFeed("ipc:///tmp/unused_monitor")))
+    try:
+        with caplog.at_level("DEBUG", logger="scaler.monitor.ui"):
+            try:
+                raise BrokenPipeError(32, "Broken pipe")
+            except BrokenPipeError:
+                server.handle_error(None, ("127.0.0.1", 1234))
+            try:
+                raise ValueError("a bug")
+            except ValueError:
+                server.handle_error(None, ("127.0.0.1", 1234))
+    finally:
+        server.server_close()
+    assert capsys.readouterr().err == ""
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert levels[0][0] == "DEBUG" and "went away" in levels[0][1]
+    assert levels[1][0] == "ERROR" and "answering" in levels[1][1]

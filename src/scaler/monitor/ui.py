@@ -110,6 +110,18 @@ def make_handler(feed: StatusFeed) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that went away mid-answer is routine: one debug line, not a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logger.debug("scaler_ui: %s went away: %s", client_address, error)
+        else:
+            logger.exception("scaler_ui: answering %s failed", client_address)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scaler_ui",
@@ -137,11 +149,10 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.logging_level, ("/dev/stdout",))
     feed = StatusFeed(args.monitor_address)
     try:
-        server = http.server.ThreadingHTTPServer((args.host, args.port), make_handler(feed))
+        server = Server((args.host, args.port), make_handler(feed))
     except OSError as exc:
         logger.error("scaler_ui: cannot serve on %s:%d: %s", args.host, args.port, exc.strerror or exc)
         sys.exit(1)
-    server.daemon_threads = True
     feed.start()
     logger.info("scaler_ui: serving http://%s:%d/ for monitor address %s", args.host, args.port, args.monitor_address)
     try:
