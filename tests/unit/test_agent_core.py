@@ -365,7 +365,7 @@ def test_processors_dying_while_starting_stop_the_agent_after_three() -> None:
 def test_blocked_processor_hands_its_queue_to_a_new_one_and_resumes_later() -> None:
     a = warmed(5)  # t(2)..t(5) in processor 0
     # t(2) runs and waits on nested tasks: t(3)..t(5) must not wait behind it
-    assert a.proc(0, pm.Blocked()) == [ToProcessor(0, pm.Discard([t(3), t(4), t(5)])), StartProcessor(1)]
+    assert a.proc(0, pm.Blocked(1, [t(2)])) == [ToProcessor(0, pm.Discard([t(3), t(4), t(5)])), StartProcessor(1)]
     assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(3), t(4), t(5), objects=(F,), payloads=(b"fn",)))]
     [beat] = a(Tick(1.0))
     assert beat == ToScheduler(Heartbeat(queued=0, running=4, processors=2, blocked_processors=1, waiting_tasks=1))
@@ -376,10 +376,10 @@ def test_blocked_processor_hands_its_queue_to_a_new_one_and_resumes_later() -> N
 
 def test_a_second_spare_processor_is_retired() -> None:
     a = with_tasks(1)
-    assert a.proc(0, pm.Blocked()) == []  # nothing else to run: no new processor yet
+    assert a.proc(0, pm.Blocked(1, [t(1)])) == []  # nothing else to run: no new processor yet
     assert a.sched(dispatch((t(2), F, [b"a2"]))) == [StartProcessor(1)]
     assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, pm.RunTasks([F], [(t(2), F, 0, (0,), None)], [b"fn", b"a2"]))]
-    a.proc(1, pm.Blocked())  # t(2) blocks too
+    a.proc(1, pm.Blocked(1, [t(2)]))  # t(2) blocks too
     assert a.sched(dispatch((t(3), F, [b"a3"]))) == [StartProcessor(2)]
     a.proc(2, pm.Ready(1002))
     a.proc(0, pm.Unblocked())

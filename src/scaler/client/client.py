@@ -354,10 +354,9 @@ class Client:
         with BlockingSection(True) as section:
             while True:
                 left = max(0.0, 0.1 if deadline is None else min(0.1, deadline - time.monotonic()))
-                if section.wait(event.is_set, left):
-                    if event.is_set():
-                        return True
-                elif event.wait(left):
+                if not section.wait(event.is_set, left):
+                    event.wait(left)
+                if event.is_set():
                     return True
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
@@ -378,15 +377,14 @@ class Client:
             while True:
                 wait = PROGRESS_SECONDS if deadline is None else min(PROGRESS_SECONDS, deadline - time.monotonic())
                 wait = max(0.0, wait)
-                if section.wait(functools.partial(_all_done, pending), wait):
-                    not_done = {f for f in pending if not f.done()}
-                else:
-                    _, not_done = concurrent.futures.wait(pending, wait)
+                if not section.wait(functools.partial(_all_done, pending), wait):
+                    concurrent.futures.wait(pending, wait)
+                not_done = [f for f in pending if not f.done()]
                 if not not_done:
                     return True
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
-                pending = list(not_done)
+                pending = not_done
                 logger.info("%s", progress())
 
     def _cancel(self, task_id: int) -> None:

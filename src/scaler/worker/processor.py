@@ -142,11 +142,10 @@ class Processor:
             self._run_one(task, payloads)
         finally:
             self.stack.pop()
-            self.user_code_since = None
+            self.user_code_since = outer_since  # None between tasks
             if self.watching:  # the watcher is serving messages: take the socket back
                 os.write(self.wake_write, b"x")
             _RUNNING.pack_into(self.running_task, 0, self.stack[-1] if self.stack else 0)
-            self.user_code_since = outer_since
 
     def _drain(self) -> None:
         while True:

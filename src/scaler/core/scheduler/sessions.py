@@ -94,9 +94,5 @@ class WorkerSession:
         (those hold no queue place: a deep recursion must never run out of room for the tasks it waits on)."""
         return self.capacity + self.heartbeat.waiting_tasks
 
-    @property
-    def spare(self) -> int:
-        return self.limit - len(self.assigned)
-
     def __repr__(self) -> str:
         return f"<Worker {self.name} assigned={len(self.assigned)}/{self.capacity}>"

@@ -526,12 +526,11 @@ class AgentCore:
 
     def _on_blocked(self, slot: ProcessorSlot, epoch: int, waiting: list[int]) -> None:
         """Its running task waits on nested tasks (`waiting`: that one and, if it ran inside another task's
-        wait, the tasks below it; the first task of the window if not given). Every other task of its window
-        goes to another processor (the blocked one forgot them, and is told to discard them before it is told
-        to resume)."""
+        wait, the tasks below it). Every other task of its window goes to another processor (the blocked one
+        forgot them, and is told to discard them before it is told to resume)."""
         slot.state = BLOCKED
         slot.epoch = epoch
-        slot.waiting = set(waiting) if waiting else set(list(slot.window)[:1])
+        slot.waiting = set(waiting)
         back = [task for task in slot.window.values() if task.task_id not in slot.waiting]
         for task in back:
             del slot.window[task.task_id]

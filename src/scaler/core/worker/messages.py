@@ -5,7 +5,7 @@ Records only; scaler.worker.pipe encodes them (a pickled header plus raw payload
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from scaler.protocol.messages import Payload
 
@@ -73,8 +73,8 @@ class Blocked:
     `waiting` lists the tasks it started and has not finished: the waiting one, and the ones below it when the
     waiting task runs inside another task's wait (help)."""
 
-    epoch: int = 0
-    waiting: list[int] = field(default_factory=list)
+    epoch: int
+    waiting: list[int]
 
 
 @dataclass(slots=True)
