@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PORT_PATTERN = re.compile(r"127\.0\.0\.1:(2345|8516)\b")
 SQRT_SUM = "661.46"
+LOG_RECORD = re.compile(r"\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\]\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\n]*\n")
 
 try:
     import scaled  # noqa: F401
@@ -168,9 +169,11 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 def check_output(name: str, run: Run, example: Example) -> None:
     assert run.returncode == 0, f"{name} failed: {run.explain()}"
-    # The cluster's log lines share stdout with the example's prints: an expectation ending with a newline is a
-    # whole line, others may be part of one; they must appear in this order.
-    lines = run.stdout.splitlines()
+    # The cluster's log records share stdout with the example's prints. Each record is one write, but an unbuffered
+    # print writes its text and its newline apart, so a record can land inside a printed line ("1[INFO]...\n\n"):
+    # the records are taken out first. An expectation ending with a newline is a whole line, others may be part
+    # of one; they must appear in this order.
+    lines = LOG_RECORD.sub("", run.stdout).splitlines()
     line, column = 0, 0
     for text in example.expected:
         whole = text.endswith("\n")
