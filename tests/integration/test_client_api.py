@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import logging
 import math
 import os
@@ -225,6 +226,9 @@ def test_a_failing_graph_node_fails_its_dependents_only(client: Client) -> None:
 def test_a_graph_with_a_cycle_is_refused(client: Client) -> None:
     with pytest.raises(ValueError):
         client.submit_graph({"a": (inc, "b"), "b": (inc, "a")}, keys=["a"])
+    assert gc.isenabled()  # paused while the graph was planned, and back on after the error
+    assert client.get(GRAPH, keys=["e"], timeout=TIMEOUT) == {"e": 1}  # and the client still works
+    assert gc.isenabled()
 
 
 # ----------------------------------------------------------------------------------------------- futures

@@ -3,6 +3,7 @@ evaluator that follows dask's rules (keys are replaced by values, tasks are call
 
 from __future__ import annotations
 
+import gc
 import operator
 from collections.abc import Hashable
 from typing import Any
@@ -11,7 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.client.graph import GraphPlan, KeyArg, TaskNode, ValueArg, build_list, identity, plan_graph
+from scaler.client.graph import (
+    GraphPlan,
+    KeyArg,
+    TaskNode,
+    ValueArg,
+    build_list,
+    collector_paused,
+    identity,
+    plan_graph,
+)
 
 
 def inc(x: int) -> int:
@@ -145,6 +155,52 @@ def test_only_what_the_wanted_keys_need_is_planned() -> None:
     graph = {"a": 1, "b": (inc, "a"), "unrelated": (inc, 100), "big": list(range(10))}
     plan = plan_graph(graph, ["b"])
     assert sorted(map(str, keys_of(plan))) == ["a", "b"]
+
+
+class Untouchable:
+    """A value that fails loudly if the planner so much as hashes or compares it."""
+
+    def __hash__(self) -> int:
+        raise AssertionError("an entry no wanted key needs was looked at")
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("an entry no wanted key needs was looked at")
+
+
+def test_entries_no_wanted_key_needs_are_never_looked_at() -> None:
+    graph = {"a": 1, "b": (inc, "a"), "unrelated": (inc, Untouchable()), "also": [Untouchable()]}
+    assert run_plan(plan_graph(graph, ["b"])) == {"a": 1, "b": 2}
+
+
+def test_a_long_chain_is_planned_in_order_without_recursion() -> None:
+    n = 50_000  # far deeper than Python's recursion limit
+    graph: dict[Hashable, Any] = {0: 0, **{i: (inc, i - 1) for i in range(1, n)}}
+    plan = plan_graph(graph, [n - 1])
+    assert [node.key for node in plan.tasks] == list(range(1, n))
+    assert run_plan(plan)[n - 1] == n - 1
+
+
+def test_a_cycle_deep_in_a_chain_names_only_the_keys_on_it() -> None:
+    graph: dict[Hashable, Any] = {i: (inc, i + 1) for i in range(100)}
+    graph[100] = (inc, 98)  # 98 -> 99 -> 100 -> 98
+    with pytest.raises(ValueError, match=r"cycle among keys 100, 98, 99$"):
+        plan_graph(graph, [0])
+
+
+def test_the_collector_is_paused_and_restored() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()  # the caller's choice is left alone
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # ----------------------------------------------------------------------------------------------- random graphs

@@ -19,7 +19,7 @@ from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
-from scaler.client.graph import KeyArg, plan_graph
+from scaler.client.graph import KeyArg, collector_paused, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedError
@@ -228,21 +228,30 @@ class Client:
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
         connection = self._live()
+        with collector_paused():
+            return self._send_graph(connection, graph, keys, profiling)
+
+    def _send_graph(
+        self, connection: Connection, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+    ) -> tuple[list[ScalerFuture], list[int]]:
         plan = plan_graph(graph, keys)
         requests: list[Request] = []
         ids: dict[Hashable, int] = {}
-        for key, value in plan.literals.items():
+        for (key, value), object_id in zip(plan.literals.items(), connection.mint(len(plan.literals))):
             payload = self._serialize(value, f"the value of key {key!r}")
-            ids[key] = object_id = connection.mint(1)[0]
+            ids[key] = object_id
             requests.append(NewObject(object_id, payload, f"graph key {key!r}"))
         wanted = set(keys)
         futures: dict[Hashable, ScalerFuture] = {}
         sinks: list[tuple[int, ResultSink]] = []
         flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
         tasks: list[Request] = []
-        task_ids: list[int] = []
-        for node in plan.tasks:
-            function_id = self._function_object(node.function)
+        task_ids = list(connection.mint(len(plan.tasks)))
+        function_ids: dict[int, int] = {}  # id(function) -> its object id, for this graph (its functions live)
+        for node, task_id in zip(plan.tasks, task_ids):
+            function_id = function_ids.get(id(node.function))
+            if function_id is None:
+                function_id = function_ids[id(node.function)] = self._function_object(node.function)
             refs: list[int] = []
             payloads: list[Payload] = []
             for position, arg in enumerate(node.args):
@@ -253,8 +262,7 @@ class Client:
                 else:
                     refs.append(0)
                     payloads.append(self._serialize(arg.value, f"argument {position} of key {node.key!r}"))
-            ids[node.key] = task_id = connection.mint(1)[0]
-            task_ids.append(task_id)
+            ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
             tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
             if node.key in wanted:

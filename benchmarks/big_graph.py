@@ -1,0 +1,165 @@
+"""Large dask-style graphs side by side: how long the client takes to hand the graph over, and to get every result.
+
+The graph is a random DAG like `../shared/bench/peer_bench.py`'s `graph` workload, built here: two literals, then
+NODES tasks `add(a, b)`, a and b two distinct nodes drawn from the WINDOW nodes before (seeded, so every engine gets
+the same graph). The keys asked for are the sinks (the nodes nothing uses), so every node runs. Each engine takes the
+graph as a dict the way its documents say, on 2 workers of one CPU each:
+
+  ours   SchedulerClusterCombo(n_workers=2); client.submit_graph(graph, keys) returns futures, then result()
+  dask   LocalCluster(2 processes, 1 thread each); client.get(graph, keys, sync=False) returns futures, then gather
+
+`submit_s` is the time until the call returns its futures (planning and sending the graph), `total_s` until every
+result is back and checked. Each run is a fresh process with a time limit. One JSON line per run.
+
+usage:
+  python benchmarks/big_graph.py [--peers ours,dask] [--nodes 100000] [--window 1000] [--limit 300] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEERS_DIR = os.environ.get("PEERS_DIR", "/tmp/peers")
+PYTHON = {"ours": sys.executable, "dask": os.path.join(PEERS_DIR, "dask", "bin", "python")}
+
+GRAPH = """
+import json, random, socket, sys, time
+from operator import add
+
+def make_graph(nodes, window, seed=0):
+    rng = random.Random(seed)
+    graph = {"d0": 1, "d1": 2}
+    values = {"d0": 1, "d1": 2}
+    keys = []
+    for i in range(nodes):
+        recent = keys[-window:]
+        a, b = rng.sample(recent, 2) if len(recent) >= 2 else (recent + ["d0", "d1"])[:2]
+        key = f"n{i}"
+        graph[key] = (add, a, b)
+        values[key] = values[a] + values[b]
+        keys.append(key)
+    used = set()
+    for key in keys:
+        used.update(graph[key][1:])
+    sinks = [key for key in keys if key not in used]
+    return graph, sinks, [values[key] for key in sinks]
+
+def report(submit_s, total_s, results, expected, sinks):
+    print(json.dumps({"submit_s": submit_s, "total_s": total_s, "sinks": len(sinks), "correct": results == expected}),
+          flush=True)
+"""
+
+OURS = (
+    GRAPH
+    + """
+from scaler import Client, SchedulerClusterCombo
+
+if __name__ == "__main__":
+    graph, sinks, expected = make_graph(int(sys.argv[1]), int(sys.argv[2]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    cluster = SchedulerClusterCombo(address=address, n_workers=2, logging_level="ERROR")
+    with Client(address=address) as client:
+        start = time.perf_counter()
+        futures = client.submit_graph(graph, keys=sinks)
+        submitted = time.perf_counter() - start
+        results = [future.result() for future in futures]
+        report(submitted, time.perf_counter() - start, results, expected, sinks)
+    cluster.shutdown()
+"""
+)
+
+DASK = (
+    GRAPH
+    + """
+import logging
+from distributed import Client, LocalCluster
+
+if __name__ == "__main__":
+    graph, sinks, expected = make_graph(int(sys.argv[1]), int(sys.argv[2]))
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    with Client(cluster) as client:
+        start = time.perf_counter()
+        futures = client.get(graph, sinks, sync=False)
+        submitted = time.perf_counter() - start
+        results = client.gather(futures)
+        report(submitted, time.perf_counter() - start, results, expected, sinks)
+    cluster.close()
+"""
+)
+
+SCRIPTS = {"ours": OURS, "dask": DASK}
+
+
+def run(peer: str, nodes: int, window: int, limit: float) -> dict[str, object]:
+    env = dict(os.environ)
+    if peer == "ours":
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), env.get("PYTHONPATH", "")])
+    args = [PYTHON[peer], "-c", SCRIPTS[peer], str(nodes), str(window)]
+    # A session of its own: a run past the limit is killed with everything it started.
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    line: dict[str, object] = {"peer": peer, "nodes": nodes, "window": window}
+    try:
+        out, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.communicate()
+        line.update(finished=False, note=f"did not finish within {limit:g}s")
+        return line
+    finally:
+        try:
+            os.killpg(process.pid, 9)  # whatever it left behind
+        except ProcessLookupError:
+            pass
+    results = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
+    if not results:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        line.update(finished=False, note=f"exit {process.returncode}: {tail[0][:200]}")
+        return line
+    result = results[0]
+    line.update(
+        finished=bool(result["correct"]),
+        submit_s=round(float(result["submit_s"]), 3),
+        total_s=round(float(result["total_s"]), 3),
+        sinks=result["sinks"],
+    )
+    if not result["correct"]:
+        line["note"] = "wrong results"
+    return line
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peers", default="ours,dask")
+    p.add_argument("--nodes", default="100000", help="graph sizes, comma-separated")
+    p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--limit", type=float, default=300.0, help="seconds before a run counts as not finished")
+    p.add_argument("--out", help="append the JSON lines to this file")
+    args = p.parse_args()
+    peers = args.peers.split(",")
+    for peer in peers:
+        if peer not in SCRIPTS:
+            p.error(f"unknown peer {peer!r} (one of {', '.join(SCRIPTS)})")
+        if not os.path.exists(PYTHON[peer]):
+            p.error(f"{PYTHON[peer]} is missing: PEERS_DIR={PEERS_DIR} bash ../shared/bench/setup_venvs.sh")
+    for _ in range(args.repeat):
+        for nodes in (int(x) for x in args.nodes.split(",")):
+            for peer in peers:
+                line = run(peer, nodes, args.window, args.limit)
+                print(json.dumps(line), flush=True)
+                if args.out:
+                    with open(args.out, "a") as out:
+                        out.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
