@@ -18,15 +18,8 @@ usage:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-PEERS_DIR = os.environ.get("PEERS_DIR", "/tmp/peers")
-PYTHON = {"ours": sys.executable, "dask": os.path.join(PEERS_DIR, "dask", "bin", "python")}
+from peer_runs import check_peers, emit, run_script
 
 GRAPH = """
 import json, random, socket, sys, time
@@ -100,31 +93,11 @@ SCRIPTS = {"ours": OURS, "dask": DASK}
 
 
 def run(peer: str, nodes: int, window: int, limit: float) -> dict[str, object]:
-    env = dict(os.environ)
-    if peer == "ours":
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), env.get("PYTHONPATH", "")])
-    args = [PYTHON[peer], "-c", SCRIPTS[peer], str(nodes), str(window)]
-    # A session of its own: a run past the limit is killed with everything it started.
-    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     line: dict[str, object] = {"peer": peer, "nodes": nodes, "window": window}
-    try:
-        out, err = process.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.communicate()
-        line.update(finished=False, note=f"did not finish within {limit:g}s")
+    result, why_not = run_script(peer, SCRIPTS[peer], [str(nodes), str(window)], limit)
+    if result is None:
+        line.update(finished=False, note=why_not)
         return line
-    finally:
-        try:
-            os.killpg(process.pid, 9)  # whatever it left behind
-        except ProcessLookupError:
-            pass
-    results = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
-    if not results:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        line.update(finished=False, note=f"exit {process.returncode}: {tail[0][:200]}")
-        return line
-    result = results[0]
     line.update(
         finished=bool(result["correct"]),
         submit_s=round(float(result["submit_s"]), 3),
@@ -146,19 +119,11 @@ def main() -> None:
     p.add_argument("--out", help="append the JSON lines to this file")
     args = p.parse_args()
     peers = args.peers.split(",")
-    for peer in peers:
-        if peer not in SCRIPTS:
-            p.error(f"unknown peer {peer!r} (one of {', '.join(SCRIPTS)})")
-        if not os.path.exists(PYTHON[peer]):
-            p.error(f"{PYTHON[peer]} is missing: PEERS_DIR={PEERS_DIR} bash ../shared/bench/setup_venvs.sh")
+    check_peers(p, peers, SCRIPTS)
     for _ in range(args.repeat):
         for nodes in (int(x) for x in args.nodes.split(",")):
             for peer in peers:
-                line = run(peer, nodes, args.window, args.limit)
-                print(json.dumps(line), flush=True)
-                if args.out:
-                    with open(args.out, "a") as out:
-                        out.write(json.dumps(line) + "\n")
+                emit(run(peer, nodes, args.window, args.limit), args.out)
 
 
 if __name__ == "__main__":

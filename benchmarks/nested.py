@@ -18,21 +18,9 @@ usage:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-PEERS_DIR = os.environ.get("PEERS_DIR", "/tmp/peers")
-PYTHON = {
-    "ours": sys.executable,
-    "scaler19": os.path.join(PEERS_DIR, "scaler19", "bin", "python"),
-    "dask": os.path.join(PEERS_DIR, "dask", "bin", "python"),
-    "ray": os.path.join(PEERS_DIR, "ray", "bin", "python"),
-}
+from peer_runs import check_peers, emit, run_script
 
 SCALER = """
 import json, socket, sys, time
@@ -113,36 +101,17 @@ def fib(n: int) -> int:
 
 
 def run(peer: str, n: int, limit: float, max_processors: int) -> dict[str, object]:
-    env = dict(os.environ)
-    if peer == "ours":
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), env.get("PYTHONPATH", "")])
-    args = [PYTHON[peer], "-c", SCRIPTS[peer], str(n)]
+    args = [str(n)]
     if peer in ("ours", "scaler19"):
         args.append(str(max_processors if peer == "ours" else 0))
     started = time.perf_counter()
-    # A session of its own: a run past the limit is killed with everything it started.
-    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     line: dict[str, object] = {"peer": peer, "n": n, "tasks": 2 * fib(n + 1) - 1}
     if peer == "ours" and max_processors:
         line["max_processors_per_worker"] = max_processors
-    try:
-        out, err = process.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.communicate()
-        line.update(finished=False, seconds=None, note=f"did not finish within {limit:g}s")
+    result, why_not = run_script(peer, SCRIPTS[peer], args, limit)
+    if result is None:
+        line.update(finished=False, seconds=None, note=why_not)
         return line
-    finally:
-        try:
-            os.killpg(process.pid, 9)  # whatever it left behind
-        except ProcessLookupError:
-            pass
-    results = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
-    if process.returncode != 0 and not results:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        line.update(finished=False, seconds=None, note=f"exit {process.returncode}: {tail[0][:200]}")
-        return line
-    result = results[0]
     correct = result["value"] == fib(n)
     wall = round(time.perf_counter() - started, 1)
     line.update(finished=correct, seconds=round(float(result["seconds"]), 3), wall=wall)
@@ -161,19 +130,11 @@ def main() -> None:
     p.add_argument("--out", help="append the JSON lines to this file")
     args = p.parse_args()
     peers = args.peers.split(",")
-    for peer in peers:
-        if peer not in SCRIPTS:
-            p.error(f"unknown peer {peer!r} (one of {', '.join(SCRIPTS)})")
-        if not os.path.exists(PYTHON[peer]):
-            p.error(f"{PYTHON[peer]} is missing: PEERS_DIR={PEERS_DIR} bash ../shared/bench/setup_venvs.sh")
+    check_peers(p, peers, SCRIPTS)
     for _ in range(args.repeat):
         for n in (int(x) for x in args.n.split(",")):
             for peer in peers:
-                line = run(peer, n, args.limit, args.max_processors)
-                print(json.dumps(line), flush=True)
-                if args.out:
-                    with open(args.out, "a") as out:
-                        out.write(json.dumps(line) + "\n")
+                emit(run(peer, n, args.limit, args.max_processors), args.out)
 
 
 if __name__ == "__main__":
