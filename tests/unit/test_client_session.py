@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaler.core.client.session import (
+    MESSAGE_ITEMS_AT_MOST,
     CancelRequest,
     ClientCore,
     Closed,
@@ -176,6 +177,19 @@ def test_consecutive_requests_of_one_kind_share_a_message_in_order() -> None:
         FreeObjects([2, 1]),
         SubmitTasks([5], [1], bytes([0]), [1], [0], None, [b"b"]),
     ]
+
+
+def test_long_runs_are_cut_into_messages_of_at_most_the_limit_in_order() -> None:
+    n = 2 * MESSAGE_ITEMS_AT_MOST + 3
+    tasks = [NewTask(i, 1, 0, (0,), None, (bytes([i % 256]),)) for i in range(n)]
+    messages = ClientCore.batch([*tasks, FreeRequest(7)])
+    assert [type(m) for m in messages] == [SubmitTasks, SubmitTasks, SubmitTasks, FreeObjects]
+    submits = [m for m in messages if isinstance(m, SubmitTasks)]
+    assert [len(m.task_ids) for m in submits] == [MESSAGE_ITEMS_AT_MOST, MESSAGE_ITEMS_AT_MOST, 3]
+    assert [i for m in submits for i in m.task_ids] == list(range(n))
+    assert [p for m in submits for p in m.payloads] == [bytes([i % 256]) for i in range(n)]
+    objects = ClientCore.batch([NewObject(i, b"x") for i in range(MESSAGE_ITEMS_AT_MOST + 1)])
+    assert [len(m.object_ids) for m in objects] == [MESSAGE_ITEMS_AT_MOST, 1]  # type: ignore[attr-defined]
 
 
 def test_keywords_are_padded_for_tasks_without_them_and_names_left_out_when_none() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import zmq
@@ -125,17 +125,20 @@ def has_input(sock: zmq.Socket[Any]) -> bool:
     return bool(int(_raw_get(sock, _EVENTS)) & _POLLIN)
 
 
-def read_waiting(sock: zmq.Socket[Any], burst: bool, limit: int) -> list[list[zmq.Frame]]:
-    """The messages waiting on a socket whose FD fired, for an event loop's reader.
+def read_waiting(sock: zmq.Socket[Any], burst: bool, limit: int) -> Iterator[list[zmq.Frame]]:
+    """The messages waiting on a socket whose FD fired, for an event loop's reader, one at a time: a caller that
+    stops early leaves the rest in the socket.
 
     Asking ZeroMQ whether input waits (has_input) costs a system call, so the first message is read without asking
     (nothing, if the FD fired for something else); more are read, up to `limit`, only in a `burst` (when the caller's
     last look, after its own sends, found more waiting)."""
     try:
-        messages = [recv_frames(sock, zmq.NOBLOCK)]
+        first = recv_frames(sock, zmq.NOBLOCK)
     except zmq.Again:
-        return []
+        return
+    yield first
     if burst:
-        while len(messages) < limit and has_input(sock):
-            messages.append(recv_frames(sock))
-    return messages
+        count = 1
+        while count < limit and has_input(sock):
+            yield recv_frames(sock)
+            count += 1

@@ -49,6 +49,7 @@ from scaler.protocol.messages import ACCEPTED_BY_SCHEDULER, HeartbeatEcho, Messa
 logger = logging.getLogger(__name__)
 
 DRAIN_LIMIT = 64  # messages read per wake-up before the core flushes
+SLICE_SECONDS = 0.05  # a wake-up reads no more messages after this long: signals, ticks and flushes get their turn
 TICK_SECONDS = 0.05
 STATUS_SECONDS = 1.0
 PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
@@ -129,6 +130,7 @@ class SchedulerServer:
         core = self.core
         now = time.monotonic()
         fd_of = self._fd_of
+        deadline = now + SLICE_SECONDS
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
@@ -140,6 +142,8 @@ class SchedulerServer:
                 core.feed(Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage)))
             else:
                 core.feed(Received(now, peer, message))
+            if time.monotonic() >= deadline:
+                break  # the rest stays in the socket; _recheck finds it and comes back after the loop's other work
         self._execute(core.flush())
         self._recheck()
 

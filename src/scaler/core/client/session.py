@@ -35,6 +35,10 @@ from scaler.protocol.messages import (
     Welcome,
 )
 
+# Requests per message. A million-node graph handed over at once is then 245 messages, not one: the scheduler reads
+# each in a few tens of milliseconds, and answers other peers, signals and ticks in between.
+MESSAGE_ITEMS_AT_MOST = 4096
+
 
 class SessionState(enum.Enum):
     CONNECTING = "connecting"
@@ -197,11 +201,12 @@ class ClientCore:
 
     @staticmethod
     def batch(requests: Iterable[Request]) -> list[Message]:
-        """Messages for `requests`, in their order; consecutive requests of one kind share one message."""
+        """Messages for `requests`, in their order; consecutive requests of one kind share one message, up to
+        MESSAGE_ITEMS_AT_MOST of them."""
         messages: list[Message] = []
         run: list[Request] = []
         for request in requests:
-            if run and type(run[0]) is not type(request):
+            if run and (type(run[0]) is not type(request) or len(run) >= MESSAGE_ITEMS_AT_MOST):
                 messages.append(_message_for(run))
                 run = []
             run.append(request)
