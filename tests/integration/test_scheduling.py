@@ -111,3 +111,22 @@ def test_tasks_submitted_with_a_long_one_do_not_wait_behind_it(
         finally:
             for future in futures:
                 future.cancel()
+
+
+def test_a_clients_task_does_not_wait_behind_another_clients_backlog(two_workers: SchedulerClusterCombo) -> None:
+    """Clients take turns at the scheduler's ready queue and in each worker's queue: client B's one task, submitted
+    after client A's 4,000, is done long before A's backlog is."""
+    with (
+        Client(address=two_workers.address, timeout_seconds=TIMEOUT) as a,
+        Client(address=two_workers.address, timeout_seconds=TIMEOUT) as b,
+    ):
+        wait_for_workers_joined(a, 2)
+        backlog = [a.submit(time.sleep, 0.002) for _ in range(4000)]  # about 4 s of work on 2 workers
+        try:
+            backlog[0].result(timeout=TIMEOUT)  # the backlog reached the scheduler and the workers
+            assert b.submit(square, 7).result(timeout=TIMEOUT) == 49
+            done = sum(f.done() for f in backlog)
+            assert done < len(backlog) // 2, f"{done} of client A's tasks ran before client B's one"
+        finally:
+            for future in backlog:
+                future.cancel()

@@ -154,6 +154,20 @@ def test_short_tasks_widen_the_window_and_results_are_coalesced() -> None:
     assert a.core.completed == 3
 
 
+def test_clients_take_turns_in_the_agents_queue() -> None:
+    """Queued tasks go to the processor client by client in turns (the task id prefix says whose a task is)."""
+    a = with_tasks(4)  # client 1's t(1) went to processor 0 alone; t(2)..t(4) wait
+    g, u = tid(2, 1), tid(2, 2)  # client 2's function and task, dispatched after client 1's backlog
+    a.sched(PutObjects([g], [b"g"]))
+    a.sched(dispatch((u, g, [b"u"])))
+    commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1_000_000], [0], [b"r"]))  # long: one task at a time
+    assert commands[0] == ToProcessor(0, pm.RunTasks([], [(t(2), F, 0, (0,), None)], [b"a2"]))
+    commands = a.proc(0, pm.Results([t(2)], bytes([0]), [1_000_000], [0], [b"r"]))
+    assert commands[0] == ToProcessor(0, pm.RunTasks([g], [(u, g, 0, (0,), None)], [b"g", b"u"]))
+    commands = a.proc(0, pm.Results([u], bytes([0]), [1_000_000], [0], [b"r"]))
+    assert commands[0] == ToProcessor(0, run(t(3)))
+
+
 def test_long_tasks_keep_the_window_at_one() -> None:
     a = with_tasks(3)
     commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1_000_000], [0], [b"r"]))

@@ -220,6 +220,21 @@ def test_tasks_are_spread_evenly_and_never_beyond_capacity() -> None:
     ]
 
 
+def test_clients_take_turns_in_the_ready_queue() -> None:
+    """A client's one task does not wait behind another client's backlog: ready tasks are placed client by client
+    in turns, each client's in its own order."""
+    d = with_function()
+    d.recv(C, submit(*((t(i), F, [b"a%d" % i]) for i in range(1, 11))))  # client 1: a backlog of 10
+    other = d.client(b"c2")
+    g = tid(other, 1)
+    d.put(b"c2", (g, b"<g>"))
+    d.recv(b"c2", submit((tid(other, 2), g, [b"b"])))  # client 2: one task, submitted last
+    [(_, first)] = of_type(d.worker(W1, capacity=3), DispatchTasks)
+    assert first.task_ids == [t(1), tid(other, 2), t(2)]
+    [(_, more)] = of_type(d.recv(W1, ok(t(1), tid(other, 2), t(2))), DispatchTasks)
+    assert more.task_ids == [t(3), t(4), t(5)]  # client 2 has nothing left: client 1 in its order
+
+
 def test_bad_task_ids_are_refused_and_the_good_ones_kept() -> None:
     d = with_function()
     d.recv(C, submit((t(1), F, [b"x"])))

@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+import operator
+from collections import Counter
 from collections.abc import Callable
 
+from scaler.core.fair import FairQueue
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.events import Command, Event, Log, Malformed, Received, Send, Stop, Tick, Undeliverable
 from scaler.core.scheduler.objects import StoredObject
@@ -62,7 +64,8 @@ class SchedulerCore:
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
         self.tasks: dict[int, Task] = {}
-        self.ready: deque[Task] = deque()  # may hold tasks that ended meanwhile; skipped when popped
+        # Tasks ready to be placed, taken client by client in turns; may hold tasks that ended meanwhile (skipped).
+        self.ready: FairQueue[Task] = FairQueue(operator.attrgetter("client"))
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
@@ -276,7 +279,7 @@ class SchedulerCore:
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
-        self.ready.extendleft(reversed(requeued))  # in their original order, ahead of everything else
+        self.ready.extendleft(requeued)  # in their original order, ahead of everything else
         self._out.append(
             Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue")
         )
@@ -416,7 +419,7 @@ class SchedulerCore:
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 returned.append(task)
-        self.ready.extendleft(reversed(returned))
+        self.ready.extendleft(returned)
 
     def _move(self, task: Task, event: int) -> None:
         counts = self.state_counts
@@ -542,8 +545,10 @@ class SchedulerCore:
         put_ids: list[int] = []
         put_payloads: list[Payload] = []
         ready, held, assigned = self.ready, worker.objects, worker.assigned
-        while len(ids) < count and ready:
-            task = ready.popleft()
+        popleft, left = ready.popleft, len(ready)
+        while len(ids) < count and left:
+            left -= 1
+            task = popleft()
             if task.state != TaskState.QUEUED:
                 continue
             self._move(task, TaskEvent.ASSIGN)

@@ -7,9 +7,9 @@ Pure: events in, commands out; no sockets, no clock, no processes.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
+from scaler.core.fair import FairQueue, owner_of_task
 from scaler.core.scheduler.events import Log
 from scaler.core.worker import messages as pm
 from scaler.protocol.messages import (
@@ -166,6 +166,10 @@ class AgentTask:
         self.processor = -1  # the processor it was given to, while IN_PROCESSOR
 
 
+def _owner(task: AgentTask) -> int:
+    return owner_of_task(task.task_id)
+
+
 class ProcessorSlot:
     __slots__ = ("epoch", "objects", "processor", "state", "waiting", "window")
 
@@ -188,7 +192,7 @@ class ProcessorSlot:
 class AgentCore:
     def __init__(self, config: AgentConfig | None = None) -> None:
         self.config = config or AgentConfig()
-        self.queue: deque[AgentTask] = deque()
+        self.queue: FairQueue[AgentTask] = FairQueue(_owner)  # clients take turns; may hold gone tasks (skipped)
         self.queued = 0
         self.tasks: dict[int, AgentTask] = {}
         self.objects: dict[int, Payload] = {}
@@ -536,11 +540,11 @@ class AgentCore:
             del slot.window[task.task_id]
         if back:
             self._out.append(ToProcessor(slot.processor, pm.Discard([t.task_id for t in back])))
-        for task in reversed(back):
-            if task.state != GONE:
-                task.state = QUEUED
-                self.queued += 1
-                self.queue.appendleft(task)
+        back = [task for task in back if task.state != GONE]
+        for task in back:
+            task.state = QUEUED
+        self.queued += len(back)
+        self.queue.extendleft(back)
         if self.active == slot.processor:
             self.active = None
 
@@ -578,10 +582,10 @@ class AgentCore:
                 self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
             elif task.state != GONE:
                 again.append(task)
-        for task in reversed(again):
+        for task in again:
             task.state = QUEUED
-            self.queued += 1
-            self.queue.appendleft(task)
+        self.queued += len(again)
+        self.queue.extendleft(again)
         if slot.state == STARTING:
             self._start_failures += 1
             self._out.append(Log.warning(f"processor {processor} died while starting (exit code {exit_code})"))

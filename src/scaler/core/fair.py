@@ -1,0 +1,98 @@
+"""A queue shared by several owners (clients), taken in turns. Pure; no I/O.
+
+The scheduler's queue of ready tasks and a worker agent's queue of tasks waiting for a processor are both
+FairQueues keyed by the client that submitted each task: one client's million tasks no longer make another
+client's single task wait until they are all gone. Within one owner, items keep their order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Generic, TypeVar
+
+from scaler.protocol.messages import ID_PREFIX_SHIFT
+
+T = TypeVar("T")
+
+
+def owner_of_task(task_id: int) -> int:
+    """The session (client) a task id belongs to: its id prefix."""
+    return task_id >> ID_PREFIX_SHIFT
+
+
+class FairQueue(Generic[T]):
+    """FIFO per owner; `popleft` takes from the owners with items in turn (round robin, one item per turn).
+
+    `appendleft` and `extendleft` put items back at the front: theirs is then the next turn."""
+
+    __slots__ = ("_key", "_lanes", "_size", "_turns")
+
+    def __init__(self, key: Callable[[T], Hashable]) -> None:
+        self._key = key
+        self._lanes: dict[Hashable, deque[T]] = {}
+        self._turns: deque[Hashable] = deque()  # the owners with items, whose turn comes first at the left
+        self._size = 0
+
+    def append(self, item: T) -> None:
+        owner = self._key(item)
+        lane = self._lanes.get(owner)
+        if lane is None:
+            lane = self._lanes[owner] = deque()
+            self._turns.append(owner)
+        lane.append(item)
+        self._size += 1
+
+    def appendleft(self, item: T) -> None:
+        owner = self._key(item)
+        lane = self._lanes.get(owner)
+        if lane is None:
+            lane = self._lanes[owner] = deque()
+            self._turns.appendleft(owner)
+        elif self._turns[0] != owner:
+            self._turns.remove(owner)  # owners are few: clients, not tasks
+            self._turns.appendleft(owner)
+        lane.appendleft(item)
+        self._size += 1
+
+    def extendleft(self, items: Iterable[T]) -> None:
+        """Put `items` back at the front, in their order (unlike deque.extendleft)."""
+        for item in reversed(list(items)):
+            self.appendleft(item)
+
+    def popleft(self) -> T:
+        turns = self._turns
+        if not turns:
+            raise IndexError("pop from an empty FairQueue")
+        owner = turns[0]
+        lane = self._lanes[owner]
+        item = lane.popleft()
+        if lane:
+            turns.rotate(-1)  # this owner's next item waits for every other owner's turn
+        else:
+            turns.popleft()
+            del self._lanes[owner]
+        self._size -= 1
+        return item
+
+    def clear(self) -> None:
+        self._lanes.clear()
+        self._turns.clear()
+        self._size = 0
+
+    def owners(self) -> int:
+        return len(self._turns)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def __iter__(self) -> Iterator[T]:
+        """Every item, owner by owner (not in the order popleft would give them)."""
+        for lane in list(self._lanes.values()):
+            yield from lane
+
+    def __repr__(self) -> str:
+        return f"<FairQueue {self._size} items of {len(self._turns)} owners>"

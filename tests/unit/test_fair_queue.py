@@ -1,0 +1,113 @@
+"""FairQueue: per-owner order kept, owners served in turns, nothing lost; checked against a plain model."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.core.fair import FairQueue, owner_of_task
+from scaler.protocol.messages import ID_PREFIX_SHIFT
+
+
+def owner(item: tuple[str, int]) -> str:
+    return item[0]
+
+
+def test_owners_take_turns_and_keep_their_own_order() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner)
+    for i in range(5):
+        q.append(("a", i))
+    q.append(("b", 0))
+    q.append(("c", 0))
+    q.append(("b", 1))
+    taken = [q.popleft() for _ in range(len(q))]
+    assert taken == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1), ("a", 2), ("a", 3), ("a", 4)]
+    assert not q and len(q) == 0 and q.owners() == 0
+    with pytest.raises(IndexError):
+        q.popleft()
+
+
+def test_a_latecomer_is_served_within_one_round() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner)
+    for i in range(1000):
+        q.append(("big", i))
+    for _ in range(10):
+        q.popleft()
+    q.append(("small", 0))
+    assert [q.popleft() for _ in range(2)] == [("big", 10), ("small", 0)]
+
+
+def test_items_put_back_at_the_front_come_next_in_their_order() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner)
+    for item in [("a", 2), ("b", 0), ("a", 3)]:
+        q.append(item)
+    q.extendleft([("b", -1), ("a", 0), ("a", 1)])  # given back: ahead of everything, in this order
+    assert q.popleft() == ("b", -1)  # the first item put back
+    assert [q.popleft() for _ in range(len(q))] == [("a", 0), ("b", 0), ("a", 1), ("a", 2), ("a", 3)]
+    q.append(("x", 0))
+    q.appendleft(("y", 0))
+    q.appendleft(("x", -1))
+    assert [q.popleft() for _ in range(3)] == [("x", -1), ("y", 0), ("x", 0)]
+
+
+def test_iteration_clear_and_the_owner_of_a_task_id() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner)
+    items = [("a", 0), ("b", 0), ("a", 1)]
+    for item in items:
+        q.append(item)
+    assert sorted(q) == sorted(items) and len(q) == 3 and "3 items of 2 owners" in repr(q)
+    q.clear()
+    assert list(q) == [] and not q
+    assert owner_of_task((7 << ID_PREFIX_SHIFT) | 12345) == 7
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from("abcd")),
+        st.tuples(st.just("appendleft"), st.sampled_from("abcd")),
+        st.tuples(st.just("pop"), st.just("")),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_against_a_model(ops: list[tuple[str, str]]) -> None:
+    """Per owner, a FairQueue is a deque; across owners, while an owner has items, no other owner is served twice
+    before it (unless appendleft put an item back at the front)."""
+    q: FairQueue[tuple[str, int]] = FairQueue(owner)
+    model: dict[str, deque[tuple[str, int]]] = {}
+    served_since: dict[str, dict[str, int]] = {}  # owner with items -> how often each other owner was served since
+    jumped = False
+    counter = 0
+    for op, who in ops:
+        counter += 1
+        if op in ("append", "appendleft"):
+            if who not in model:
+                model[who] = deque()
+                served_since[who] = {}
+            if op == "append":
+                q.append((who, counter))
+                model[who].append((who, counter))
+            else:
+                q.appendleft((who, counter))
+                model[who].appendleft((who, counter))
+                jumped = True
+        elif q:
+            item = q.popleft()
+            served = item[0]
+            assert item == model[served].popleft()  # per owner: FIFO, items put back first
+            for other, counts in served_since.items():
+                if other != served:
+                    counts[served] = counts.get(served, 0) + 1
+                    assert jumped or counts[served] <= 1, (other, served, counts)
+            served_since[served] = {}
+            if not model[served]:
+                del model[served], served_since[served]
+        assert len(q) == sum(len(lane) for lane in model.values())
+        assert q.owners() == len(model)
+    assert sorted(q) == sorted(item for lane in model.values() for item in lane)
