@@ -19,34 +19,19 @@ from __future__ import annotations
 
 import argparse
 
-from peer_runs import check_peers, emit, run_script
+from peer_runs import GRAPH_SOURCE, check_peers, emit, run_script
 
-GRAPH = """
-import json, random, socket, sys, time
-from operator import add
-
-def make_graph(nodes, window, seed=0):
-    rng = random.Random(seed)
-    graph = {"d0": 1, "d1": 2}
-    values = {"d0": 1, "d1": 2}
-    keys = []
-    for i in range(nodes):
-        recent = keys[-window:]
-        a, b = rng.sample(recent, 2) if len(recent) >= 2 else (recent + ["d0", "d1"])[:2]
-        key = f"n{i}"
-        graph[key] = (add, a, b)
-        values[key] = values[a] + values[b]
-        keys.append(key)
-    used = set()
-    for key in keys:
-        used.update(graph[key][1:])
-    sinks = [key for key in keys if key not in used]
-    return graph, sinks, [values[key] for key in sinks]
-
+GRAPH = (
+    """
+import json, socket, sys, time
+"""
+    + GRAPH_SOURCE
+    + """
 def report(submit_s, total_s, results, expected, sinks):
     print(json.dumps({"submit_s": submit_s, "total_s": total_s, "sinks": len(sinks), "correct": results == expected}),
           flush=True)
 """
+)
 
 OURS = (
     GRAPH

@@ -1,6 +1,6 @@
 """What the side-by-side benchmarks that run each engine in a fresh process share (benchmarks/nested.py,
 benchmarks/big_graph.py): where each peer's interpreter is, running one script in a session of its own under a time
-limit, and writing one JSON line per run."""
+limit, writing one JSON line per run, and the random graph of big_graph.py and responsiveness.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,6 +21,36 @@ PYTHON = {
     "dask": os.path.join(PEERS_DIR, "dask", "bin", "python"),
     "ray": os.path.join(PEERS_DIR, "ray", "bin", "python"),
 }
+
+
+# A random DAG: two literals, then `nodes` tasks add(a, b), a and b two distinct nodes drawn from the `window` nodes
+# before (seeded). Returns the graph, its sinks (the nodes nothing uses) and their values. As source text, because
+# big_graph.py runs it inside each peer's own interpreter; make_graph below is the same code, for this one.
+GRAPH_SOURCE = """
+import random
+from operator import add
+
+def make_graph(nodes, window=1000, seed=0):
+    rng = random.Random(seed)
+    graph = {"d0": 1, "d1": 2}
+    values = {"d0": 1, "d1": 2}
+    keys = []
+    for i in range(nodes):
+        recent = keys[-window:]
+        a, b = rng.sample(recent, 2) if len(recent) >= 2 else [*recent, "d0", "d1"][:2]
+        key = f"n{i}"
+        graph[key] = (add, a, b)
+        values[key] = values[a] + values[b]
+        keys.append(key)
+    used = set()
+    for key in keys:
+        used.update(graph[key][1:])
+    sinks = [key for key in keys if key not in used]
+    return graph, sinks, [values[key] for key in sinks]
+"""
+_graph_namespace: dict[str, Any] = {}
+exec(GRAPH_SOURCE, _graph_namespace)
+make_graph: Callable[..., tuple[dict[str, Any], list[str], list[int]]] = _graph_namespace["make_graph"]
 
 
 def check_peers(parser: argparse.ArgumentParser, peers: list[str], scripts: dict[str, str]) -> None:

@@ -14,13 +14,12 @@ usage:
 from __future__ import annotations
 
 import argparse
-import random
 import socket
 import statistics
 import threading
 import time
-from operator import add
-from typing import Any
+
+from peer_runs import make_graph
 
 from scaler import Client, SchedulerClusterCombo
 
@@ -29,27 +28,12 @@ def noop(x: int) -> int:
     return x
 
 
-def make_graph(nodes: int, window: int = 1000, seed: int = 0) -> tuple[dict[str, Any], list[str]]:
-    rng = random.Random(seed)
-    graph: dict[str, Any] = {"d0": 1, "d1": 2}
-    keys: list[str] = []
-    for i in range(nodes):
-        recent = keys[-window:]
-        a, b = rng.sample(recent, 2) if len(recent) >= 2 else [*recent, "d0", "d1"][:2]
-        graph[f"n{i}"] = (add, a, b)
-        keys.append(f"n{i}")
-    used: set[str] = set()
-    for key in keys:
-        used.update(graph[key][1:])
-    return graph, [key for key in keys if key not in used]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=300_000)
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
-    graph, sinks = make_graph(args.nodes)
+    graph, sinks, _ = make_graph(args.nodes)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
