@@ -1,0 +1,92 @@
+"""The scheduler's shell (SchedulerServer) run in this process, on real sockets, driven by a raw DEALER in a thread.
+
+What only the shell decides is checked here: how much it reads per wake-up before it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import tempfile
+import threading
+from typing import Any
+
+import pytest
+import zmq
+
+from scaler.core.scheduler import SchedulerConfig
+from scaler.io.sockets import recv_message, send_message
+from scaler.protocol.messages import Heartbeat, HeartbeatEcho, Hello, PeerKind, Welcome
+from scaler.scheduler import server as server_module
+from scaler.scheduler.server import SchedulerServer
+from tests.helpers import free_address
+
+HEARTBEATS = 30
+TIMEOUT_MS = 10_000
+
+
+def run_server_with_peer(monkeypatch: pytest.MonkeyPatch, slice_seconds: float) -> tuple[int, list[object]]:
+    """Serve until a raw client said hello and sent HEARTBEATS heartbeats back to back; returns how many flushes the
+    core made meanwhile and what the client received."""
+    monkeypatch.setattr(server_module, "SLICE_SECONDS", slice_seconds)
+    address = free_address()
+    monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-test-{os.getpid()}"
+    server = SchedulerServer(address, monitor, SchedulerConfig())
+    flushes = 0
+    core_flush = server.core.flush
+
+    def counting_flush() -> Any:
+        nonlocal flushes
+        flushes += 1
+        return core_flush()
+
+    monkeypatch.setattr(server.core, "flush", counting_flush)
+    received: list[object] = []
+    failure: list[BaseException] = []
+
+    def peer(loop: asyncio.AbstractEventLoop) -> None:
+        ctx: zmq.Context[Any] = zmq.Context()
+        try:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IDENTITY, b"C|shell-test")
+            sock.connect(address)
+            send_message(sock, Hello(PeerKind.CLIENT, "shell-test"))
+            assert sock.poll(TIMEOUT_MS), "no welcome"
+            received.append(recv_message(sock))
+            for _ in range(HEARTBEATS):  # they queue up in the scheduler's socket
+                send_message(sock, Heartbeat())
+            while len(received) < 1 + HEARTBEATS:
+                assert sock.poll(TIMEOUT_MS), f"only {len(received)} answers"
+                received.append(recv_message(sock))
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            ctx.destroy(linger=0)
+            loop.call_soon_threadsafe(server._on_signal, signal.SIGTERM)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, lambda: threading.Thread(target=peer, args=(loop,), daemon=True).start())
+        await asyncio.wait_for(server.run(), timeout=30)
+
+    asyncio.run(serve())
+    if failure:
+        raise failure[0]
+    return flushes, received
+
+
+def test_every_message_waiting_is_answered_when_each_wake_up_reads_only_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no time to read (a slice of 0 s), each wake-up reads one message, answers, and comes back for the rest
+    at once: nothing is left waiting in the socket, and each heartbeat got its own flush."""
+    flushes, received = run_server_with_peer(monkeypatch, 0.0)
+    assert isinstance(received[0], Welcome)
+    assert [type(m) for m in received[1:]] == [HeartbeatEcho] * HEARTBEATS
+    assert flushes >= HEARTBEATS
+
+
+def test_with_time_to_read_a_wake_up_answers_many_messages_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    flushes, received = run_server_with_peer(monkeypatch, 60.0)
+    assert [type(m) for m in received[1:]] == [HeartbeatEcho] * HEARTBEATS
+    assert flushes < HEARTBEATS  # the heartbeats that waited together were read in one wake-up
