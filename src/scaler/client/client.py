@@ -247,11 +247,8 @@ class Client:
         flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
         tasks: list[Request] = []
         task_ids = list(connection.mint(len(plan.tasks)))
-        function_ids: dict[int, int] = {}  # id(function) -> its object id, for this graph (its functions live)
         for node, task_id in zip(plan.tasks, task_ids):
-            function_id = function_ids.get(id(node.function))
-            if function_id is None:
-                function_id = function_ids[id(node.function)] = self._function_object(node.function)
+            function_id = self._function_object(node.function)
             refs: list[int] = []
             payloads: list[Payload] = []
             for position, arg in enumerate(node.args):
