@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scaler.client.client import collector_paused
 from scaler.client.graph import (
     GraphPlan,
     KeyArg,
     TaskNode,
     ValueArg,
     build_list,
-    collector_paused,
     identity,
     plan_graph,
 )

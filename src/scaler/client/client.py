@@ -7,19 +7,21 @@ connection's I/O thread, and returns standard futures. See docs/client.md for ev
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
+import gc
 import logging
 import os
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
-from scaler.client.graph import KeyArg, collector_paused, plan_graph
+from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedError
@@ -470,6 +472,23 @@ class Client:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"the serializer returned {type(payload).__name__} for {what}; it must return bytes")
         return payload
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a big graph becomes a plan and then requests.
+
+    That builds millions of objects that all stay alive until sent, and none is part of a cycle. With the
+    collector on, each of its full passes walks every one of them again: at 1,000,000 nodes it doubled the time
+    of the whole planning. Left as it was if it is already off (the caller's choice)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _check_timeout(timeout: object, what: str) -> None:

@@ -7,9 +7,7 @@ is a task of its own; a list is a list of such arguments. Anything else is a pla
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,23 +47,6 @@ class TaskNode:
 class GraphPlan:
     literals: dict[Hashable, Any] = field(default_factory=dict)
     tasks: list[TaskNode] = field(default_factory=list)  # every task after the tasks it needs
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a big graph becomes a plan and then requests.
-
-    That builds millions of objects that all stay alive until sent, and none is part of a cycle. With the
-    collector on, each of its full passes walks every one of them again: at 1,000,000 nodes it doubled the time
-    of the whole planning. Left as it was if it is already off (the caller's choice)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def is_task(value: Any) -> bool:
