@@ -476,12 +476,18 @@ def test_unpicklable_function_raises_type_error_at_submit(client: Client) -> Non
 
 
 def test_unpicklable_argument_raises_type_error_at_submit(client: Client) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^argument 0 of len could not be serialized \(lock\): cannot pickle"):
         client.submit(len, threading.Lock())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^keyword argument 'sep' of join_words could not be serialized \(lock\)"):
         client.submit(join_words, "a", sep=threading.Lock())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^argument 0 of len could not be serialized"):
         client.map(len, [([1],), (threading.Lock(),)])
+    with pytest.raises(TypeError, match=r"^the object could not be serialized \(lock\)"):
+        client.send_object(threading.Lock())
+    with pytest.raises(TypeError, match=r"^argument 0 of key 'b' could not be serialized \(lock\)"):
+        client.get({"a": 1, "b": (len, threading.Lock())}, keys=["b"])
+    with pytest.raises(TypeError, match=r"^the value of key 'a' could not be serialized \(lock\)"):
+        client.get({"a": threading.Lock(), "b": (len, "a")}, keys=["b"])
     assert client.submit(square, 6).result(timeout=TIMEOUT) == 36
 
 

@@ -172,8 +172,29 @@ def test_a_large_dataframe(custom: Client) -> None:
 
 
 def test_a_serializer_that_fails_raises_type_error_at_submit(custom: Client) -> None:
-    with pytest.raises(TypeError):
-        custom.submit(add, -1, 2)  # struct.pack("I", -1): the documents' serializer cannot do negatives
+    # struct.pack("I", -1): the documents' serializer cannot do negatives
+    with pytest.raises(TypeError, match=r"^argument 0 of add could not be serialized \(int\): ") as caught:
+        custom.submit(add, -1, 2)
+    assert isinstance(caught.value.__cause__, struct.error)  # the serializer's own error, kept as the cause
+    assert custom.submit(add, 1, 2).result(timeout=TIMEOUT) == 3
+
+
+class ReturnsText(Serializer):
+    """A broken serializer: returns str, not bytes."""
+
+    @staticmethod
+    def serialize(obj: Any) -> bytes:
+        return repr(obj)  # type: ignore[return-value]
+
+    @staticmethod
+    def deserialize(payload: bytes) -> Any:
+        raise AssertionError("never reached")
+
+
+def test_a_serializer_that_returns_no_bytes_is_named_at_submit(cluster: object) -> None:
+    with Client(address=cluster.address, serializer=ReturnsText, timeout_seconds=TIMEOUT) as c:  # type: ignore[attr-defined]
+        with pytest.raises(TypeError, match=r"^the serializer returned str for the object; it must return bytes$"):
+            c.send_object(5)
 
 
 def test_a_serializer_instance_works_too(cluster: object) -> None:

@@ -240,7 +240,10 @@ class Client:
         requests: list[Request] = []
         ids: dict[Hashable, int] = {}
         for (key, value), object_id in zip(plan.literals.items(), connection.mint(len(plan.literals))):
-            payload = self._serialize(value, f"the value of key {key!r}")
+            try:
+                payload = self._serialize(value)
+            except _Unserializable as exc:
+                raise exc.error(f"the value of key {key!r}") from exc.__cause__
             ids[key] = object_id
             requests.append(NewObject(object_id, payload, f"graph key {key!r}"))
         wanted = set(keys)
@@ -260,7 +263,10 @@ class Client:
                     refs.append(self._check_reference(arg.value))
                 else:
                     refs.append(0)
-                    payloads.append(self._serialize(arg.value, f"argument {position} of key {node.key!r}"))
+                    try:
+                        payloads.append(self._serialize(arg.value))
+                    except _Unserializable as exc:
+                        raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
             tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
@@ -303,7 +309,10 @@ class Client:
             else:
                 raise TypeError(f"send_object(obj, name=None): name must be a str, not {type(name).__name__}")
         connection = self._live()
-        payload = self._serialize(obj, "the object")
+        try:
+            payload = self._serialize(obj)
+        except _Unserializable as exc:
+            raise exc.error("the object") from exc.__cause__
         object_id = connection.mint(1)[0]
         label = name if name is not None else f"object-{object_id & ((1 << ID_PREFIX_SHIFT) - 1)}"
         connection.submit_one(NewObject(object_id, payload, label))
@@ -447,7 +456,10 @@ class Client:
                 refs.append(self._check_reference(arg))
             else:
                 refs.append(0)
-                payloads.append(self._serialize(arg, f"argument {position} of {_label(fn)}"))
+                try:
+                    payloads.append(self._serialize(arg))
+                except _Unserializable as exc:
+                    raise exc.error(f"argument {position} of {_label(fn)}") from exc.__cause__
         keywords = None
         if kwargs:
             keywords = ("",) * len(args) + tuple(kwargs)
@@ -456,7 +468,10 @@ class Client:
                     refs.append(self._check_reference(value))
                 else:
                     refs.append(0)
-                    payloads.append(self._serialize(value, f"keyword argument {key!r} of {_label(fn)}"))
+                    try:
+                        payloads.append(self._serialize(value))
+                    except _Unserializable as exc:
+                        raise exc.error(f"keyword argument {key!r} of {_label(fn)}") from exc.__cause__
         return tuple(refs), keywords, tuple(payloads)
 
     def _check_reference(self, ref: ObjectReference) -> int:
@@ -464,13 +479,17 @@ class Client:
             raise ValueError(f"{ref!r} was sent by another client; send the object with this client")
         return ref.object_id
 
-    def _serialize(self, value: Any, what: str) -> Payload:
+    def _serialize(self, value: Any) -> Payload:
+        """value through the serializer; raises _Unserializable, which the caller turns into a TypeError naming
+        what it was serializing (that name is built only then: never on the hot path)."""
         try:
             payload = self._serializer.serialize(value)
         except Exception as exc:
-            raise TypeError(f"{what} could not be serialized ({type(value).__name__}): {exc}") from exc
+            kind, reason = type(value).__name__, str(exc)
+            raise _Unserializable(lambda what: f"{what} could not be serialized ({kind}): {reason}") from exc
         if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"the serializer returned {type(payload).__name__} for {what}; it must return bytes")
+            kind = type(payload).__name__
+            raise _Unserializable(lambda what: f"the serializer returned {kind} for {what}; it must return bytes")
         return payload
 
 
@@ -503,6 +522,18 @@ def _check_timeout(timeout: object, what: str) -> None:
 def _alive(holder: weakref.ref[Any] | Callable[..., Any]) -> Any:
     """What a function cache entry holds: the function, or None once a weakly held one is gone."""
     return holder() if isinstance(holder, weakref.ref) else holder
+
+
+class _Unserializable(Exception):
+    """The serializer failed on a value (the cause) or returned something else than bytes."""
+
+    def __init__(self, describe: Callable[[str], str]) -> None:
+        super().__init__()
+        self.describe = describe
+
+    def error(self, what: str) -> TypeError:
+        """The error to raise, naming `what` was being serialized."""
+        return TypeError(self.describe(what))
 
 
 def _label(fn: Any) -> str:
