@@ -1,6 +1,7 @@
 """The scheduler's shell (SchedulerServer) run in this process, on real sockets, driven by a raw DEALER in a thread.
 
-What only the shell decides is checked here: how much it reads per wake-up before it answers.
+What only the shell decides is checked here: how much it reads per wake-up before it answers, and which messages
+it forwards as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +18,22 @@ import zmq
 
 from scaler.core.scheduler import SchedulerConfig
 from scaler.io.sockets import recv_message, send_message
-from scaler.protocol.messages import Heartbeat, HeartbeatEcho, Hello, PeerKind, Welcome
+from scaler.protocol.messages import (
+    ID_PREFIX_SHIFT,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    LoneTask,
+    PeerKind,
+    PutObjects,
+    SubmitTasks,
+    TaskResults,
+    Welcome,
+    decode,
+    dispatch_header,
+    encode,
+    read_lone,
+)
 from scaler.scheduler import server as server_module
 from scaler.scheduler.server import SchedulerServer
 from tests.helpers import free_address
@@ -90,3 +106,84 @@ def test_with_time_to_read_a_wake_up_answers_many_messages_at_once(monkeypatch: 
     flushes, received = run_server_with_peer(monkeypatch, 60.0)
     assert [type(m) for m in received[1:]] == [HeartbeatEcho] * HEARTBEATS
     assert flushes < HEARTBEATS  # the heartbeats that waited together were read in one wake-up
+
+
+def test_a_lone_task_and_its_result_are_forwarded_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lone-message fast path on real sockets: once the worker holds the function, a lone submit reaches it as
+    the very frames the client sent (the header relabelled dispatchTasks), and its result reaches the client as the
+    very frames the worker sent."""
+    address = free_address()
+    monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-forward-{os.getpid()}"
+    server = SchedulerServer(address, monitor, SchedulerConfig())
+    forwards: list[tuple[str, bytes | None]] = []
+    for name in ("forward_submit", "forward_result"):
+        original = getattr(server.core, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            target = _original(*args)
+            forwards.append((_name, target))
+            return target
+
+        monkeypatch.setattr(server.core, name, spy)
+    failure: list[BaseException] = []
+    seen: dict[str, list[list[bytes]]] = {"worker": [], "client": []}
+
+    def exchange(loop: asyncio.AbstractEventLoop) -> None:
+        ctx: zmq.Context[Any] = zmq.Context()
+        try:
+            socks = {}
+            for role, kind in (("worker", PeerKind.WORKER), ("client", PeerKind.CLIENT)):
+                sock = socks[role] = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.IDENTITY, f"{role}|forward-test".encode())
+                sock.connect(address)
+                send_message(sock, Hello(kind, role, queue_capacity=4))
+                assert sock.poll(TIMEOUT_MS), f"no welcome for the {role}"
+                welcome = recv_message(sock)
+                assert isinstance(welcome, Welcome)
+            base = welcome.id_prefix << ID_PREFIX_SHIFT  # the client's
+            function = base | 1
+            send_message(socks["client"], PutObjects([function], [b"function"]))
+
+            def receive(role: str) -> list[bytes]:
+                assert socks[role].poll(TIMEOUT_MS), f"nothing reached the {role}"
+                frames = socks[role].recv_multipart()
+                seen[role].append(frames)
+                return frames
+
+            for counter in (2, 3):
+                submit = encode(SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"]))
+                socks["client"].send_multipart(submit)  # type: ignore[arg-type]
+                frames = receive("worker")
+                if counter == 2:  # the worker lacks the function: the slow path sends it first
+                    assert isinstance(decode(frames), PutObjects)
+                    frames = receive("worker")
+                lone = read_lone(bytes(submit[0]))  # type: ignore[call-overload]
+                assert isinstance(lone, LoneTask)
+                assert frames == [dispatch_header(lone), b"arg"]
+                result = [bytes(f) for f in encode(TaskResults([base | counter], b"\x00", [b"result"]))]  # type: ignore[call-overload]
+                socks["worker"].send_multipart(result)
+                assert receive("client") == result
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            ctx.destroy(linger=0)
+            loop.call_soon_threadsafe(server._on_signal, signal.SIGTERM)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, lambda: threading.Thread(target=exchange, args=(loop,), daemon=True).start())
+        await asyncio.wait_for(server.run(), timeout=30)
+
+    asyncio.run(serve())
+    if failure:
+        raise failure[0]
+    # the first submit was not forwarded (the function had to go first), the second was; both results were
+    worker_peer, client_peer = b"worker|forward-test", b"client|forward-test"
+    assert forwards == [
+        ("forward_submit", None),
+        ("forward_result", client_peer),
+        ("forward_submit", worker_peer),
+        ("forward_result", client_peer),
+    ]
+    assert not server.core.tasks

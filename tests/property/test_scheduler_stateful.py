@@ -8,10 +8,15 @@ its own model of the protocol, built only from the commands the core emitted:
 - each task's result goes to its own client, at most once.
 At the end (teardown) every worker answers everything: no task may be left, and every task of a client that
 is still connected must have ended exactly once at that client.
+
+Half the machines also take the scheduler's lone-message fast path, as its shell does: a submit or result the core
+agrees to forward (forward_submit, forward_result) is forwarded as it is. Each time, the same message goes through
+the slow path on a copy of the core, and both must end in the same state, having sent the same messages.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -30,6 +35,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.core.scheduler.sessions import WorkerSession
+from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.messages import (
     BalanceRequest,
     BalanceResponse,
@@ -41,12 +47,18 @@ from scaler.protocol.messages import (
     FreeObjects,
     Heartbeat,
     Hello,
+    LoneTask,
     Message,
     PeerKind,
     PutObjects,
+    SubmitTasks,
     TaskResults,
     TaskStatus,
     Welcome,
+    decode,
+    dispatch_header,
+    encode,
+    read_lone,
 )
 from tests.unit.scheduler_driver import ok, results, submit, tid
 
@@ -94,6 +106,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.owner: dict[int, bytes] = {}  # task id -> client peer
         self.delivered: Counter[int] = Counter()  # task id -> results sent to its client
         self.peers = 0
+        self.forwarding = False  # whether lone submits and results take the fast path (set by start)
+        self.forwarded = 0
 
     # ------------------------------------------------------------------------------------------- plumbing
     def fresh_peer(self, kind: str) -> bytes:
@@ -101,7 +115,38 @@ class SchedulerMachine(RuleBasedStateMachine):
         return f"{kind}{self.peers}".encode()
 
     def send(self, peer: bytes, message: Message) -> list[Command]:
+        if self.forwarding and isinstance(message, (SubmitTasks, TaskResults)):
+            commands = self.forward(peer, message)
+            if commands is not None:
+                return self.apply(commands)
         return self.apply(self.core.handle(Received(self.now, peer, message)))
+
+    def forward(self, peer: bytes, message: SubmitTasks | TaskResults) -> list[Command] | None:
+        """What the shell does with a lone message: the commands that forwarding it amounted to (the forwarded
+        message, decoded, then the flush), or None if the core would not forward it (nothing may have changed)."""
+        frames = encode(message)
+        lone = read_lone(frames[0])  # type: ignore[arg-type]
+        if lone is None:
+            return None
+        before = _state(self.core)
+        slow = copy.deepcopy(self.core)
+        if isinstance(lone, LoneTask):
+            target = self.core.forward_submit(self.now, peer, lone, tuple(message.payloads))
+            header = dispatch_header(lone) if target is not None else b""
+        else:
+            target = self.core.forward_result(self.now, peer, lone, message.payloads[0])
+            header = lone.header
+        if target is None:
+            assert _state(self.core) == before, "a refused forward changed the core"
+            return None
+        self.forwarded += 1
+        commands: list[Command] = [Send(target, decode([header, *frames[1:]]))]
+        commands += self.core.flush()
+        expected = slow.handle(Received(self.now, peer, message))
+        for part, fast_part, slow_part in zip(_PARTS, _state(self.core), _state(slow), strict=True):
+            assert fast_part == slow_part, f"forwarding left other {part} than the slow path"
+        assert sorted(map(repr, commands)) == sorted(map(repr, expected)), "forwarding sent other messages"
+        return commands
 
     def apply(self, commands: list[Command]) -> list[Command]:
         """Check the commands against the model and update it."""
@@ -152,8 +197,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                     client.open_tasks.discard(task_id)
 
     # ------------------------------------------------------------------------------------------- peers
-    @initialize(capacity=st.integers(1, 6))
-    def start(self, capacity: int) -> None:
+    @initialize(capacity=st.integers(1, 6), forwarding=st.booleans())
+    def start(self, capacity: int, forwarding: bool) -> None:
+        self.forwarding = forwarding
         self.connect_client()
         self.connect_worker(capacity)
 
@@ -237,6 +283,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         keywords = [f"k{i}" if i else "" for _, _, args in specs for i in range(len(args))] if named else None
         self.send(client.peer, submit(*specs, keywords=keywords))
 
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data(), inline=st.integers(0, 2))
+    def submit_one(self, data: st.DataObject, inline: int) -> None:
+        """A lone task, all of its arguments inline: what the fast path forwards (when the core agrees)."""
+        client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
+        task_id = client.mint()
+        self.owner[task_id] = client.peer
+        client.open_tasks.add(task_id)
+        client.submitted.add(task_id)
+        self.send(client.peer, submit((task_id, tid(client.prefix, 1), [b"inline"] * inline)))
+
     def bad_requests(self, data: st.DataObject, client: ClientModel) -> None:
         """Ids in use, of another session, or 0: refused, and nothing else changes."""
         function = tid(client.prefix, 1)
@@ -302,6 +359,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.send(worker.peer, results(*items))
         assert self.core.stale_results == stale + len(items) - len(ids)
 
+    @precondition(lambda self: any(w.held for w in self.workers.values()))
+    @rule(data=st.data(), status=st.sampled_from([TaskStatus.SUCCESS, TaskStatus.ERROR, TaskStatus.CRASHED]))
+    def worker_reports_one(self, data: st.DataObject, status: int) -> None:
+        """A lone result: what the fast path forwards (when the core agrees)."""
+        worker = data.draw(st.sampled_from(sorted((w for w in self.workers.values() if w.held), key=lambda w: w.peer)))
+        task_id = data.draw(st.sampled_from(sorted(worker.held)))
+        del worker.held[task_id]
+        if task_id in worker.balance:
+            worker.balance.remove(task_id)
+        self.send(worker.peer, results((task_id, status, b"result")))
+
     @precondition(lambda self: any(w.balance for w in self.workers.values()))
     @rule(data=st.data())
     def worker_answers_balance(self, data: st.DataObject) -> None:
@@ -364,3 +432,21 @@ SchedulerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_scheduler_core_stateful = SchedulerMachine.TestCase
+
+
+_PARTS = ("tasks", "workers", "clients", "objects", "counters", "ready queue", "clock")
+
+
+def _state(core: SchedulerCore) -> tuple[object, ...]:
+    """Everything about a core that forwarding must leave as the slow path would (comparable with ==)."""
+    tasks = {
+        i: (t.state, t.client.identity, t.worker.identity if t.worker else None, t.attempts, t.arg_refs, t.payloads)
+        for i, t in core.tasks.items()
+    }
+    workers = {p: (list(w.assigned), w.completed, sorted(w.objects)) for p, w in core.workers.items()}
+    clients = {p: (c.task_count, c.completed, list(c.outbox.ids), c.last_seen) for p, c in core.clients.items()}
+    objects = {i: (o.refs, sorted(o.holders), o.released) for i, o in core.objects.items()}
+    counters = (dict(core.received), dict(core.sent), dict(core.ended), list(core.state_counts), core.stale_results)
+    # The ready queue drops cancelled tasks lazily, when a dispatch meets them: only its queued tasks count here.
+    ready = [t.task_id for t in core.ready if t.state == TaskState.QUEUED]
+    return tasks, workers, clients, objects, counters, ready, core.now

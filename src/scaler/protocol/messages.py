@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+import struct
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -723,6 +724,78 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
         blocked_processors=b.blockedProcessors,
         waiting_tasks=b.waitingTasks,
     )
+
+
+# ---------------------------------------------------------------------------------------------------- forwarding
+@dataclass(slots=True)
+class LoneTask:
+    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
+    The scheduler can forward such a message to a worker as it is, its header relabelled (dispatch_header)."""
+
+    header: bytes
+    task_id: int
+    function_id: int
+    flags: int
+    sizes: list[int]  # of its arguments' payloads, in order
+
+
+@dataclass(slots=True)
+class LoneResult:
+    """A taskResults header read without decoding: one result, no profiling columns. The scheduler can forward
+    such a message to the task's client as it is."""
+
+    header: bytes
+    task_id: int
+    status: int
+    size: int  # of its payload
+
+
+def read_lone(header: bytes) -> LoneTask | LoneResult | None:
+    """The header of a message the scheduler may forward as it is (see LoneTask, LoneResult), or None: decode() it.
+
+    Only the shape is checked here; whether the task or result can be forwarded is for the scheduler's core."""
+    if _fast is None:
+        return None
+    read = _fast.read(header)
+    if read is None:
+        return None
+    kind, fields = read
+    if kind == _SUBMIT_KIND:
+        ids, functions, flags, counts, refs = (
+            fields[_T_IDS],
+            fields[_T_FUNCTIONS],
+            fields[_T_FLAGS],
+            fields[_T_COUNTS],
+            fields[_T_REFS],
+        )
+        if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[_T_KEYWORDS]:
+            return None
+        count = _U16_ONE.unpack(counts)[0]
+        sizes = fields[_T_SIZES]
+        if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:
+            return None
+        task_id, function_id = _U64_TWO.unpack(ids + functions)
+        return LoneTask(header, task_id, function_id, flags[0], unpack_u64(sizes))
+    if kind == _RESULTS_KIND:
+        ids, statuses, sizes = fields[_R_IDS], fields[_R_STATUSES], fields[_R_SIZES]
+        if len(ids) != 8 or len(statuses) != 1 or len(sizes) != 8 or fields[_R_DURATIONS] or fields[_R_PEAKS]:
+            return None
+        task_id, size = _U64_TWO.unpack(ids + sizes)
+        return LoneResult(header, task_id, statuses[0], size)
+    return None
+
+
+def dispatch_header(submit: LoneTask) -> bytes:
+    """The dispatchTasks header carrying the same task: submitTasks and dispatchTasks are both a TaskBatch, so only
+    the Message union's discriminant (the root's data word, after the segment table and the root pointer) differs."""
+    assert _fast is not None
+    return submit.header[:_KIND_AT] + _DISPATCH_KIND_BYTES + submit.header[_KIND_AT + 2 :]
+
+
+_U16_ONE = struct.Struct("<H")
+_U64_TWO = struct.Struct("<QQ")
+_KIND_AT = 16
+_DISPATCH_KIND_BYTES = _DISPATCH_KIND.to_bytes(2, "little") if _fast is not None else b""
 
 
 def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:

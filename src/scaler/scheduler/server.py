@@ -44,7 +44,19 @@ from scaler.io.sockets import (
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
-from scaler.protocol.messages import ACCEPTED_BY_SCHEDULER, HeartbeatEcho, Message, decode, encode
+from scaler.protocol.frames import unpack as unpack_payloads
+from scaler.protocol.messages import (
+    ACCEPTED_BY_SCHEDULER,
+    HeartbeatEcho,
+    LoneResult,
+    LoneTask,
+    Message,
+    Payload,
+    decode,
+    dispatch_header,
+    encode,
+    read_lone,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +146,14 @@ class SchedulerServer:
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
+            parts = small_to_bytes(frames[1:])
+            lone = read_lone(parts[0]) if parts and type(parts[0]) is bytes else None
+            if lone is not None and self._forward(router, now, peer, lone, parts):
+                if time.monotonic() >= deadline:
+                    break
+                continue
             try:
-                message: Message | ProtocolError = decode(small_to_bytes(frames[1:]), ACCEPTED_BY_SCHEDULER)
+                message: Message | ProtocolError = decode(parts, ACCEPTED_BY_SCHEDULER)
             except ProtocolError as exc:
                 message = exc
             if isinstance(message, ProtocolError):
@@ -146,6 +164,34 @@ class SchedulerServer:
                 break  # the rest stays in the socket; _recheck finds it and comes back after the loop's other work
         self._execute(core.flush())
         self._recheck()
+
+    def _forward(
+        self, router: zmq.Socket[Any], now: float, peer: bytes, lone: LoneTask | LoneResult, parts: list[Payload]
+    ) -> bool:
+        """Forward a lone submit or result as it is, if the core agrees (SchedulerCore.forward_submit); False if it
+        does not, and the message is to be decoded and fed as usual."""
+        payload_frames = parts[1:]
+        if isinstance(lone, LoneTask):
+            try:
+                payloads = unpack_payloads(lone.sizes, payload_frames)
+            except ProtocolError:
+                return False  # decode() says what is wrong with it
+            target = self.core.forward_submit(now, peer, lone, tuple(payloads))
+            header = dispatch_header(lone) if target is not None else b""
+        else:
+            if sum(map(len, payload_frames)) != lone.size or len(payload_frames) > 1:
+                return False
+            target = self.core.forward_result(now, peer, lone, payload_frames[0] if payload_frames else b"")
+            header = lone.header
+        if target is None:
+            return False
+        try:
+            send_frames(router, [target, header, *payload_frames])
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            self.core.feed(Undeliverable(now, target))  # as for any message: the core recovers or forgets
+        return True
 
     def _recheck(self) -> None:
         """Sending may have taken the FD's edge: look once more, or a message could wait for the next tick."""
