@@ -11,6 +11,7 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,6 +43,31 @@ HEARTBEATS = 30
 TIMEOUT_MS = 10_000
 
 
+def serve_with_peers(server: SchedulerServer, peers: Callable[[zmq.Context[Any]], None]) -> None:
+    """Run `server` in this thread until `peers` (run in another thread with a ZeroMQ context of its own) returns;
+    then stop it and raise whatever `peers` raised."""
+    failure: list[BaseException] = []
+
+    def run_peers(loop: asyncio.AbstractEventLoop) -> None:
+        ctx: zmq.Context[Any] = zmq.Context()
+        try:
+            peers(ctx)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            ctx.destroy(linger=0)
+            loop.call_soon_threadsafe(server._on_signal, signal.SIGTERM)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, lambda: threading.Thread(target=run_peers, args=(loop,), daemon=True).start())
+        await asyncio.wait_for(server.run(), timeout=30)
+
+    asyncio.run(serve())
+    if failure:
+        raise failure[0]
+
+
 def run_server_with_peer(monkeypatch: pytest.MonkeyPatch, slice_seconds: float) -> tuple[int, list[object]]:
     """Serve until a raw client said hello and sent HEARTBEATS heartbeats back to back; returns how many flushes the
     core made meanwhile and what the client received."""
@@ -59,37 +85,22 @@ def run_server_with_peer(monkeypatch: pytest.MonkeyPatch, slice_seconds: float) 
 
     monkeypatch.setattr(server.core, "flush", counting_flush)
     received: list[object] = []
-    failure: list[BaseException] = []
 
-    def peer(loop: asyncio.AbstractEventLoop) -> None:
-        ctx: zmq.Context[Any] = zmq.Context()
-        try:
-            sock = ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.IDENTITY, b"C|shell-test")
-            sock.connect(address)
-            send_message(sock, Hello(PeerKind.CLIENT, "shell-test"))
-            assert sock.poll(TIMEOUT_MS), "no welcome"
+    def peer(ctx: zmq.Context[Any]) -> None:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, b"C|shell-test")
+        sock.connect(address)
+        send_message(sock, Hello(PeerKind.CLIENT, "shell-test"))
+        assert sock.poll(TIMEOUT_MS), "no welcome"
+        received.append(recv_message(sock))
+        for _ in range(HEARTBEATS):  # they queue up in the scheduler's socket
+            send_message(sock, Heartbeat())
+        while len(received) < 1 + HEARTBEATS:
+            assert sock.poll(TIMEOUT_MS), f"only {len(received)} answers"
             received.append(recv_message(sock))
-            for _ in range(HEARTBEATS):  # they queue up in the scheduler's socket
-                send_message(sock, Heartbeat())
-            while len(received) < 1 + HEARTBEATS:
-                assert sock.poll(TIMEOUT_MS), f"only {len(received)} answers"
-                received.append(recv_message(sock))
-        except BaseException as exc:
-            failure.append(exc)
-        finally:
-            ctx.destroy(linger=0)
-            loop.call_soon_threadsafe(server._on_signal, signal.SIGTERM)
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.2, lambda: threading.Thread(target=peer, args=(loop,), daemon=True).start())
-        await asyncio.wait_for(server.run(), timeout=30)
-
-    asyncio.run(serve())
-    if failure:
-        raise failure[0]
+    serve_with_peers(server, peer)
     return flushes, received
 
 
@@ -125,59 +136,41 @@ def test_a_lone_task_and_its_result_are_forwarded_as_they_are(monkeypatch: pytes
             return target
 
         monkeypatch.setattr(server.core, name, spy)
-    failure: list[BaseException] = []
-    seen: dict[str, list[list[bytes]]] = {"worker": [], "client": []}
 
-    def exchange(loop: asyncio.AbstractEventLoop) -> None:
-        ctx: zmq.Context[Any] = zmq.Context()
-        try:
-            socks = {}
-            for role, kind in (("worker", PeerKind.WORKER), ("client", PeerKind.CLIENT)):
-                sock = socks[role] = ctx.socket(zmq.DEALER)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.IDENTITY, f"{role}|forward-test".encode())
-                sock.connect(address)
-                send_message(sock, Hello(kind, role, queue_capacity=4))
-                assert sock.poll(TIMEOUT_MS), f"no welcome for the {role}"
-                welcome = recv_message(sock)
-                assert isinstance(welcome, Welcome)
-            base = welcome.id_prefix << ID_PREFIX_SHIFT  # the client's
-            function = base | 1
-            send_message(socks["client"], PutObjects([function], [b"function"]))
+    def exchange(ctx: zmq.Context[Any]) -> None:
+        socks = {}
+        for role, kind in (("worker", PeerKind.WORKER), ("client", PeerKind.CLIENT)):
+            sock = socks[role] = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IDENTITY, f"{role}|forward-test".encode())
+            sock.connect(address)
+            send_message(sock, Hello(kind, role, queue_capacity=4))
+            assert sock.poll(TIMEOUT_MS), f"no welcome for the {role}"
+            welcome = recv_message(sock)
+            assert isinstance(welcome, Welcome)
+        base = welcome.id_prefix << ID_PREFIX_SHIFT  # the client's
+        function = base | 1
+        send_message(socks["client"], PutObjects([function], [b"function"]))
 
-            def receive(role: str) -> list[bytes]:
-                assert socks[role].poll(TIMEOUT_MS), f"nothing reached the {role}"
-                frames = socks[role].recv_multipart()
-                seen[role].append(frames)
-                return frames
+        def receive(role: str) -> list[bytes]:
+            assert socks[role].poll(TIMEOUT_MS), f"nothing reached the {role}"
+            return socks[role].recv_multipart()
 
-            for counter in (2, 3):
-                submit = encode(SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"]))
-                socks["client"].send_multipart(submit)  # type: ignore[arg-type]
+        for counter in (2, 3):
+            submit = encode(SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"]))
+            socks["client"].send_multipart(submit)
+            frames = receive("worker")
+            if counter == 2:  # the worker lacks the function: the slow path sends it first
+                assert isinstance(decode(frames), PutObjects)
                 frames = receive("worker")
-                if counter == 2:  # the worker lacks the function: the slow path sends it first
-                    assert isinstance(decode(frames), PutObjects)
-                    frames = receive("worker")
-                lone = read_lone(bytes(submit[0]))  # type: ignore[call-overload]
-                assert isinstance(lone, LoneTask)
-                assert frames == [dispatch_header(lone), b"arg"]
-                result = [bytes(f) for f in encode(TaskResults([base | counter], b"\x00", [b"result"]))]  # type: ignore[call-overload]
-                socks["worker"].send_multipart(result)
-                assert receive("client") == result
-        except BaseException as exc:
-            failure.append(exc)
-        finally:
-            ctx.destroy(linger=0)
-            loop.call_soon_threadsafe(server._on_signal, signal.SIGTERM)
+            lone = read_lone(bytes(submit[0]))  # type: ignore[call-overload]
+            assert isinstance(lone, LoneTask)
+            assert frames == [dispatch_header(lone), b"arg"]
+            result = [bytes(f) for f in encode(TaskResults([base | counter], b"\x00", [b"result"]))]  # type: ignore[call-overload]
+            socks["worker"].send_multipart(result)
+            assert receive("client") == result
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.2, lambda: threading.Thread(target=exchange, args=(loop,), daemon=True).start())
-        await asyncio.wait_for(server.run(), timeout=30)
-
-    asyncio.run(serve())
-    if failure:
-        raise failure[0]
+    serve_with_peers(server, exchange)
     # the first submit was not forwarded (the function had to go first), the second was; both results were
     worker_peer, client_peer = b"worker|forward-test", b"client|forward-test"
     assert forwards == [
