@@ -120,10 +120,14 @@ class Client:
         function_id = self._function_object(fn)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
-        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread)
+        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = FLAG_PROFILING if profiling else 0
-        connection.submit_one(NewTask(task_id, function_id, flags, refs, keywords, payloads))
+        task = NewTask(task_id, function_id, flags, refs, keywords, payloads)
+        if len(connection.sinks) == 1:  # nothing else outstanding: a round trip, not a burst (which is batched)
+            connection.send_alone(task)
+        else:
+            connection.submit_one(task)
         return future
 
     def map(
@@ -405,7 +409,7 @@ class Client:
 
     def _cancel(self, task_id: int) -> None:
         if not self._connection.closed.is_set():
-            self._connection.submit_one(CancelRequest(task_id))
+            self._connection.cancel(task_id)
 
     def _cancel_many(self, task_ids: list[int]) -> None:
         if task_ids and not self._connection.closed.is_set():

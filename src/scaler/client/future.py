@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures._base import CANCELLED
 from dataclasses import dataclass
@@ -102,8 +103,10 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         label: str,
         on_cancel: Callable[[int], None] | None = None,
         io_thread: int | None = None,
+        wait_alone: Callable[[ScalerFuture, float | None], None] | None = None,
     ) -> None:
-        """io_thread: the ident of the I/O thread that will end this future (a wait there is refused)."""
+        """io_thread: the ident of the I/O thread that will end this future (a wait there is refused). wait_alone:
+        waits for this future in the calling thread, if it can (Connection.wait_alone)."""
         super().__init__()
         self.task_id = task_id
         self._label = label
@@ -114,6 +117,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._decode_lock = threading.Lock()
         self._pid = os.getpid()
         self._io_thread = io_thread
+        self._wait_alone = wait_alone
 
     # ------------------------------------------------------------------------------------------- I/O side
     def _deliver(self, serializer: Serializer, payload: Payload, profiling: ProfilingInfo | None) -> None:
@@ -149,8 +153,17 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def result(self, timeout: float | None = None) -> Any:
         if not self.done():
             check_may_wait("result() of an unfinished future", self._pid, self._io_thread)
-        with BlockingSection(not self.done()) as section:
-            value = super().result(0 if section.wait(self.done, timeout) else timeout)
+            with BlockingSection() as section:
+                if section.wait(self.done, timeout):
+                    timeout = 0
+                elif self._wait_alone is not None:
+                    deadline = None if timeout is None else time.monotonic() + timeout
+                    self._wait_alone(self, timeout)
+                    if deadline is not None:
+                        timeout = max(0.0, deadline - time.monotonic())
+                value = super().result(timeout)
+        else:
+            value = super().result(0)
         if value is _UNDECODED:
             return self._decode()
         return value
