@@ -181,6 +181,7 @@ SCHEDULER_OPTIONS = [
     "--worker-timeout-seconds",
     "--client-timeout-seconds",
     "--max-task-retries",
+    "--cpu",
     "--logging-level",
     "--logging-paths",
 ]
@@ -378,6 +379,8 @@ def test_a_malformed_address_is_a_usage_error(program: str, address: str) -> Non
     [
         ("scaler_scheduler", ["--worker-timeout-seconds", "0"]),
         ("scaler_scheduler", ["--event-loop", "nope"]),
+        ("scaler_scheduler", ["--cpu", "99999"]),
+        ("scaler_scheduler", ["--cpu", "fast"]),
         ("scaler_cluster", ["-n", "0"]),
         ("scaler_cluster", ["--heartbeat-interval-seconds", "-1"]),
         ("scaler_cluster", ["--max-processors-per-worker", "0"]),

@@ -3,6 +3,7 @@ uvloop, and SchedulerClusterCombo leaving no process behind."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,3 +234,37 @@ def test_user_code_runs_with_the_interpreters_own_garbage_collector_settings() -
         cluster.shutdown()
     assert thresholds == gc.get_threshold()
     assert frozen == 0
+
+
+def thread_cpus(pid: int) -> dict[int, set[int]]:
+    """The CPUs each thread of a process may run on."""
+    return {thread.id: os.sched_getaffinity(thread.id) for thread in psutil.Process(pid).threads()}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux CPU affinity")
+@pytest.mark.parametrize("choice", ["first", "auto", "none"])
+def test_the_scheduler_and_its_zeromq_thread_keep_to_the_cpu_chosen(choice: str) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    scheduler_cpu: str | int = allowed[0] if choice == "first" else choice
+    expected = {
+        "first": {allowed[0]},
+        "auto": {allowed[-1]} if len(allowed) > 1 else set(allowed),
+        "none": set(allowed),
+    }[choice]
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=1, scheduler_cpu=scheduler_cpu, **FAST)
+    try:
+        with Client(address=combo.address, timeout_seconds=15) as client:
+            assert client.submit(square, 3).result(timeout=15) == 9  # ZeroMQ's threads have started
+        threads = thread_cpus(combo._scheduler.pid)
+        assert len(threads) >= 2  # the main thread and ZeroMQ's I/O thread at least
+        assert all(cpus == expected for cpus in threads.values()), threads
+        # the workers are not pinned
+        for process in combo_processes(combo)[1:]:
+            assert os.sched_getaffinity(process.pid) == set(allowed)
+    finally:
+        combo.shutdown()
+
+
+def test_a_bad_scheduler_cpu_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="CPU 99999 is not one this process may run on"):
+        SchedulerClusterCombo(address=free_address(), n_workers=1, scheduler_cpu=99999)

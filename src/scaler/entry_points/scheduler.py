@@ -9,7 +9,7 @@ import sys
 from scaler.core.scheduler import SchedulerConfig
 from scaler.entry_points.help import HelpFormatter
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
-from scaler.io.processes import default_monitor_address, parse_address, setup_logging
+from scaler.io.processes import check_cpu, default_monitor_address, parse_address, setup_logging
 
 DEFAULTS = SchedulerConfig()
 
@@ -54,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULTS.max_task_retries,
         help="times a task is re-run after its worker died, before it fails",
     )
+    p.add_argument(
+        "--cpu",
+        default="auto",
+        help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use), none "
+        "(anywhere), or a CPU number; on one CPU the hand-over of each message between the two threads is cheaper",
+    )
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
     return p
@@ -64,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         parse_address(args.address)
         check_event_loop(args.event_loop)
+        cpu = check_cpu(args.cpu)
     except ValueError as exc:
         parser().error(str(exc))
     if args.worker_timeout_seconds <= 0 or args.client_timeout_seconds <= 0 or args.max_task_retries < 0:
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     monitor = args.monitor_address or default_monitor_address(args.address)
     try:
-        run_scheduler(args.address, monitor, config, args.event_loop)
+        run_scheduler(args.address, monitor, config, args.event_loop, cpu=cpu)
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)
         sys.exit(1)

@@ -51,6 +51,62 @@ def setup_logging(level: str | int = "INFO", paths: tuple[str, ...] = ("/dev/std
     root.setLevel(level if isinstance(level, int) else level.upper())
 
 
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on, in order (every CPU where Linux does not say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def check_cpu(choice: str | int | None) -> str | int | None:
+    """A scheduler's CPU choice, checked: "auto", "none" (or None), or the number of a CPU this process may use.
+    Returns it with numbers as int; ValueError with a clear message otherwise."""
+    if choice is None or choice in ("auto", "none"):
+        return choice
+    if isinstance(choice, bool) or not isinstance(choice, (int, str)) or not str(choice).isdigit():
+        raise ValueError(f"the scheduler's CPU must be 'auto', 'none' or a CPU number, not {choice!r}")
+    cpu = int(choice)
+    allowed = allowed_cpus()
+    if cpu not in allowed:
+        raise ValueError(f"CPU {cpu} is not one this process may run on ({_ranges(allowed)})")
+    return cpu
+
+
+def pin_to_cpu(choice: str | int | None) -> int | None:
+    """Keep this process (the calling thread, and every thread it starts from now on) on one CPU: `choice` as
+    check_cpu takes it, "auto" being the last CPU this process may use. Returns the CPU, or None when not pinned
+    ("none", one CPU allowed anyway, or a system without CPU affinity).
+
+    Why the scheduler does this: each message crosses from its ZeroMQ I/O thread to its main thread or back. On one
+    CPU that hand-over is a plain wake-up; across two CPUs of a virtual machine it takes an inter-processor
+    interrupt, which costs more than the rest of the hand-over. Start ZeroMQ after this call: its I/O thread
+    inherits the pinning."""
+    choice = check_cpu(choice)
+    if choice in (None, "none") or not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = allowed_cpus()
+    if choice == "auto":
+        if len(allowed) < 2:
+            return None
+        choice = allowed[-1]
+    assert isinstance(choice, int)
+    os.sched_setaffinity(0, {choice})
+    return choice
+
+
+def _ranges(cpus: list[int]) -> str:
+    """'0-3, 6' for [0, 1, 2, 3, 6]."""
+    parts: list[str] = []
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ", ".join(parts) or "none"
+
+
 def hostname() -> str:
     return socket.gethostname()
 

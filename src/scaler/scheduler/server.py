@@ -33,6 +33,7 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
+from scaler.io.processes import pin_to_cpu
 from scaler.io.sockets import (
     bind_publisher,
     bind_router,
@@ -296,10 +297,19 @@ def run_scheduler(
     config: SchedulerConfig,
     event_loop: str = "builtin",
     on_ready: Callable[[], None] | None = None,
+    cpu: str | int | None = "auto",
 ) -> str:
+    """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
+    scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number."""
     from scaler.io.loop import run
 
-    logger.info("Scheduler: starting, pid %d, event loop %s", os.getpid(), event_loop)
+    pinned = pin_to_cpu(cpu)  # before ZeroMQ starts its I/O thread, which inherits it
+    logger.info(
+        "Scheduler: starting, pid %d, event loop %s, %s",
+        os.getpid(),
+        event_loop,
+        "on any CPU" if pinned is None else f"on CPU {pinned}",
+    )
     if config.name == SchedulerConfig.name:
         config = dataclasses.replace(config, name=f"scheduler@{address}")
     server = SchedulerServer(address, monitor_address, config, on_ready)
