@@ -25,7 +25,7 @@ from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedError
-from scaler.io.processes import parse_address
+from scaler.io.processes import current_pid, parse_address
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
 from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
@@ -350,7 +350,7 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- helpers
     def _live(self) -> Connection:
-        if os.getpid() != self._pid:
+        if current_pid() != self._pid:
             raise ClientClosedError(
                 f"this client was created in process {self._pid} and this process is a fork of it: the client's "
                 "I/O thread did not come along. Create a new Client here, or pass the client to tasks as an argument."

@@ -297,27 +297,32 @@ class Connection:
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = self._alone_poller
         poller.register(self._sock_fd, select.POLLIN)
+        # Whoever used the socket last looked for input before letting go of it (the I/O thread before it sleeps,
+        # send_alone after it sent): a message waits unread only if the socket's FD says so. So the first look
+        # is the poll.
+        look = False
         try:
             while True:
-                with self._sock_lock:
-                    sock = self._sock
-                    if sock is None:
-                        return None
-                    while has_input(sock):
-                        parts = small_to_bytes(recv_frames(sock))
-                        header = parts[0]
-                        lone = read_lone(header) if not self._inbox and type(header) is bytes else None
-                        if isinstance(lone, LoneResult) and lone.task_id == task_id and len(parts) <= 2:
-                            payload = parts[1] if len(parts) == 2 else b""
-                            if len(payload) == lone.size:
-                                status = lone.status
-                                message = TaskResults([task_id], bytes((status,)), [payload])
-                                commands = self.core.received(time.monotonic(), message)
-                                sink = self.sinks.pop(task_id, None)
-                                if commands and sink is not None:
-                                    return sink, status, payload
-                        self._inbox.append(parts)
-                        self._wake()
+                if look:
+                    with self._sock_lock:
+                        sock = self._sock
+                        if sock is None:
+                            return None
+                        while has_input(sock):
+                            parts = small_to_bytes(recv_frames(sock))
+                            header = parts[0]
+                            lone = read_lone(header) if not self._inbox and type(header) is bytes else None
+                            if isinstance(lone, LoneResult) and lone.task_id == task_id and len(parts) <= 2:
+                                payload = parts[1] if len(parts) == 2 else b""
+                                if len(payload) == lone.size:
+                                    status = lone.status
+                                    message = TaskResults([task_id], bytes((status,)), [payload])
+                                    commands = self.core.received(time.monotonic(), message)
+                                    sink = self.sinks.pop(task_id, None)
+                                    if commands and sink is not None:
+                                        return sink, status, payload
+                            self._inbox.append(parts)
+                            self._wake()
                 if future.done():
                     return None
                 wait = 0.1
@@ -328,6 +333,7 @@ class Connection:
                 for fd, _ in poller.poll(wait * 1000):
                     if fd == self._alone_read:
                         os.read(self._alone_read, 4096)
+                look = True
         finally:
             poller.unregister(self._sock_fd)
 

@@ -4,7 +4,6 @@ thread, and which can tell how the task ran (profiling_info)."""
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from concurrent.futures._base import CANCELLED
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scaler.io.processes import current_pid
 from scaler.payloads import unpack_exception
 from scaler.protocol.messages import Payload
 from scaler.serializer import serializer_input
@@ -33,7 +33,7 @@ def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
     """Raise RuntimeError where waiting would never end: for a task of the process this one was forked from (`pid`:
     where the wait's task was submitted), or in the I/O thread of the client that would end the wait (`io_thread`),
     which is where done-callbacks run."""
-    if pid != os.getpid():
+    if pid != current_pid():
         raise RuntimeError(
             f"{what} would wait for a task of process {pid}, and this process is a fork of it: the results go "
             "there, not here. Wait in the process that submitted, or create a new Client here."
@@ -115,7 +115,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._payload: Payload | None = None
         self._profiling: ProfilingInfo | None = None
         self._decode_lock = threading.Lock()
-        self._pid = os.getpid()
+        self._pid = current_pid()
         self._io_thread = io_thread
         self._wait_alone = wait_alone
 

@@ -16,6 +16,24 @@ LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
 _PR_SET_PDEATHSIG = 1
 
 
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def current_pid() -> int:
+    """os.getpid() without its system call (glibc no longer caches it): kept up to date in forked children. The
+    client asks on every submit and wait, to refuse use from a process forked from the one that owns it."""
+    return _pid
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """Ask Linux to send us `sig` when our parent dies (best effort; a no-op elsewhere).
 
