@@ -123,3 +123,47 @@ def test_a_lone_message_is_read_without_decoding(
 @pytest.mark.parametrize("message", NOT_LONE)
 def test_other_messages_are_not_lone(message: Any) -> None:
     assert m.read_lone(bytes(m.encode(message)[0])) is None  # type: ignore[call-overload]
+
+
+# A worker's lone-task fast path: the dispatches it may hand to a processor without decoding them.
+LONE_DISPATCH: list[Any] = [
+    m.DispatchTasks([1], [9], b"\x00", [1], [0], None, [b"arg"]),
+    m.DispatchTasks([1], [9], b"\x02", [0], [], None, []),
+    m.DispatchTasks([1], [9], b"\x01", [3], [0, 0, 0], None, [b"1", b"22", b"c" * 70_000]),
+]
+NOT_LONE_DISPATCH: list[Any] = [
+    m.DispatchTasks([1, 2], [9, 9], b"\x00\x00", [1, 1], [0, 0], None, [b"a", b"b"]),  # two tasks
+    m.DispatchTasks([1], [9], b"\x00", [2], [0, 44], None, [b"a"]),  # a reference
+    m.DispatchTasks([1], [9], b"\x00", [1], [0], ["x"], [b"a"]),  # keywords
+    m.SubmitTasks([1], [9], b"\x00", [1], [0], None, [b"a"]),  # not what a scheduler sends
+    m.TaskResults([5], b"\x00", [b"x"]),
+    m.HeartbeatEcho(),
+]
+
+
+@pytest.mark.parametrize("written_by", ["fast writer", "pycapnp"])
+@pytest.mark.parametrize("message", LONE_DISPATCH)
+def test_a_lone_dispatch_is_read_without_decoding(
+    message: Any, written_by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames = _pycapnp_frames(message, monkeypatch) if written_by == "pycapnp" else m.encode(message)
+    lone = m.read_lone_dispatch(bytes(frames[0]))  # type: ignore[call-overload]
+    assert isinstance(lone, m.LoneTask)
+    assert (lone.task_id, lone.function_id, lone.flags) == (1, 9, message.flags[0])
+    assert lone.sizes == [len(p) for p in message.payloads]
+    # a dispatch is not what the scheduler forwards
+    assert m.read_lone(bytes(frames[0])) is None  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("message", NOT_LONE_DISPATCH)
+def test_other_messages_are_not_lone_dispatches(message: Any) -> None:
+    assert m.read_lone_dispatch(bytes(m.encode(message)[0])) is None  # type: ignore[call-overload]
+
+
+def test_a_relabelled_lone_submit_is_a_lone_dispatch() -> None:
+    """What the scheduler forwards is what the worker's fast path reads."""
+    submit = m.SubmitTasks([1], [9], b"\x00", [1], [0], None, [b"arg"])
+    lone = m.read_lone(m.encode(submit)[0])  # type: ignore[arg-type]
+    assert isinstance(lone, m.LoneTask)
+    again = m.read_lone_dispatch(m.dispatch_header(lone))
+    assert again is not None and (again.task_id, again.function_id, again.sizes) == (1, 9, [3])

@@ -202,7 +202,7 @@ class TaskBatch:
             arg_pos += count
             if not any(refs):
                 inline = count
-                if count < len(_ZERO_LAYOUTS):
+                if count < len(_ZERO_LAYOUTS):  # inline_layout(count), without the call: once per task
                     refs = _ZERO_LAYOUTS[count]
             else:
                 inline = refs.count(0)
@@ -214,6 +214,12 @@ class TaskBatch:
 
 SplitTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None", tuple[Payload, ...]]
 _ZERO_LAYOUTS = [(0,) * n for n in range(64)]
+
+
+def inline_layout(count: int) -> tuple[int, ...]:
+    """The argument refs of a task whose `count` arguments all travel inline: (0,) * count, one shared tuple per
+    small count (a million queued tasks share a handful)."""
+    return _ZERO_LAYOUTS[count] if count < len(_ZERO_LAYOUTS) else (0,) * count
 
 
 _Batch = TypeVar("_Batch", bound=TaskBatch)
@@ -729,8 +735,9 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
 # ---------------------------------------------------------------------------------------------------- forwarding
 @dataclass(slots=True)
 class LoneTask:
-    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
-    The scheduler can forward such a message to a worker as it is, its header relabelled (dispatch_header)."""
+    """A submitTasks (or dispatchTasks) header read without decoding: one task, every argument inline (no
+    references), no keywords. The scheduler can forward such a submit to a worker as it is, its header relabelled
+    (dispatch_header); a worker can hand such a dispatch to an idle processor without decoding it."""
 
     header: bytes
     task_id: int
@@ -761,21 +768,7 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
         return None
     kind, fields = read
     if kind == _SUBMIT_KIND:
-        ids, functions, flags, counts, refs = (
-            fields[_T_IDS],
-            fields[_T_FUNCTIONS],
-            fields[_T_FLAGS],
-            fields[_T_COUNTS],
-            fields[_T_REFS],
-        )
-        if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[_T_KEYWORDS]:
-            return None
-        count = _U16_ONE.unpack(counts)[0]
-        sizes = fields[_T_SIZES]
-        if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:
-            return None
-        task_id, function_id = _U64_TWO.unpack(ids + functions)
-        return LoneTask(header, task_id, function_id, flags[0], unpack_u64(sizes))
+        return _lone_task(header, fields)
     if kind == _RESULTS_KIND:
         ids, statuses, sizes = fields[_R_IDS], fields[_R_STATUSES], fields[_R_SIZES]
         if len(ids) != 8 or len(statuses) != 1 or len(sizes) != 8 or fields[_R_DURATIONS] or fields[_R_PEAKS]:
@@ -783,6 +776,35 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
         task_id, size = _U64_TWO.unpack(ids + sizes)
         return LoneResult(header, task_id, statuses[0], size)
     return None
+
+
+def read_lone_dispatch(header: bytes) -> LoneTask | None:
+    """The header of a dispatchTasks of one task whose arguments all travel inline, without keywords (a worker may
+    hand it to an idle processor without decoding it), or None: decode() it."""
+    if _fast is None:
+        return None
+    read = _fast.read(header)
+    if read is None or read[0] != _DISPATCH_KIND:
+        return None
+    return _lone_task(header, read[1])
+
+
+def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
+    ids, functions, flags, counts, refs = (
+        fields[_T_IDS],
+        fields[_T_FUNCTIONS],
+        fields[_T_FLAGS],
+        fields[_T_COUNTS],
+        fields[_T_REFS],
+    )
+    if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[_T_KEYWORDS]:
+        return None
+    count = _U16_ONE.unpack(counts)[0]
+    sizes = fields[_T_SIZES]
+    if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:
+        return None
+    task_id, function_id = _U64_TWO.unpack(ids + functions)
+    return LoneTask(header, task_id, function_id, flags[0], unpack_u64(sizes))
 
 
 def dispatch_header(submit: LoneTask) -> bytes:

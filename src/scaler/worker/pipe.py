@@ -1,16 +1,27 @@
 """Encoding of agent <-> processor messages: one pickled frame, with big payloads riding along as extra frames
-(pickle protocol 5 out-of-band buffers, so they are never copied into the pickle)."""
+(pickle protocol 5 out-of-band buffers, so they are never copied into the pickle).
+
+The two messages of a lone round trip have a shorter form, a fixed struct and the payloads as they are (a pickled
+frame starts with 0x80, these with 0x01 and 0x02):
+- RunTasks of one task, no objects, no help, every argument inline, no keywords:
+  0x01, task id (u64), function id (u64), flags (u8), argument count (u16); then one frame per argument.
+- Results of one task: 0x02, task id (u64), status (u8), duration in us (u64), peak memory (u64); then the payload.
+"""
 
 from __future__ import annotations
 
 import pickle
+import struct
 from collections.abc import Sequence
 from typing import Any
 
 from scaler.core.worker import messages as pm
-from scaler.protocol.messages import Payload
+from scaler.protocol.messages import Payload, inline_layout
 
 _OUT_OF_BAND_FROM = 64 * 1024
+_RUN_ONE = struct.Struct("<BQQBH")
+_RESULT_ONE = struct.Struct("<BQBQQ")
+_RUN_ONE_TAG, _RESULT_ONE_TAG = 1, 2
 
 
 def _wrap(payloads: Sequence[Payload]) -> list[Any]:
@@ -20,8 +31,21 @@ def _wrap(payloads: Sequence[Payload]) -> list[Any]:
 def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
     header: tuple[Any, ...]
     if isinstance(message, pm.RunTasks):
+        if len(message.tasks) == 1 and not message.object_ids and not message.help_epoch:
+            task_id, function_id, flags, refs, keywords = message.tasks[0]
+            if keywords is None and len(refs) == len(message.payloads) and not any(refs):
+                return [_RUN_ONE.pack(_RUN_ONE_TAG, task_id, function_id, flags, len(refs)), *message.payloads]
         header = ("run", message.object_ids, message.tasks, _wrap(message.payloads), message.help_epoch)
     elif isinstance(message, pm.Results):
+        if len(message.task_ids) == 1:
+            one = _RESULT_ONE.pack(
+                _RESULT_ONE_TAG,
+                message.task_ids[0],
+                message.statuses[0],
+                message.durations_us[0],
+                message.peak_memory[0],
+            )
+            return [one, message.payloads[0]]
         header = (
             "results",
             message.task_ids,
@@ -52,7 +76,18 @@ def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
 
 
 def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
-    header = pickle.loads(frames[0], buffers=frames[1:])  # type: ignore[arg-type]
+    first: Any = frames[0]  # bytes-like (the link hands out bytearrays)
+    tag = first[0] if len(first) else 0
+    if tag == _RUN_ONE_TAG and len(first) == _RUN_ONE.size:
+        _, task_id, function_id, flags, count = _RUN_ONE.unpack(first)
+        payloads = list(frames[1:])
+        if len(payloads) != count:
+            raise ValueError(f"processor message: a task of {count} arguments came with {len(payloads)}")
+        return pm.RunTasks([], [(task_id, function_id, flags, inline_layout(count), None)], payloads)
+    if tag == _RESULT_ONE_TAG and len(first) == _RESULT_ONE.size and len(frames) == 2:
+        _, task_id, status, duration, peak = _RESULT_ONE.unpack(first)
+        return pm.Results([task_id], bytes((status,)), [duration], [peak], [frames[1]])
+    header = pickle.loads(first, buffers=frames[1:])
     kind = header[0]
     if kind == "run":
         return pm.RunTasks(header[1], header[2], header[3], header[4])

@@ -25,6 +25,7 @@ from scaler.protocol.messages import (
     Heartbeat,
     HeartbeatEcho,
     Hello,
+    LoneTask,
     Message,
     Payload,
     PeerKind,
@@ -34,6 +35,7 @@ from scaler.protocol.messages import (
     TaskResults,
     TaskStatus,
     Welcome,
+    inline_layout,
 )
 
 
@@ -248,6 +250,36 @@ class AgentCore:
         elif isinstance(event, StopRequested):
             self._out.append(ToScheduler(Disconnect(event.reason)))
             self._stop(event.reason)
+
+    def forward_dispatch(self, now: float, task: LoneTask, payloads: tuple[Payload, ...]) -> ToProcessor | None:
+        """The RunTasks for a lone dispatchTasks (one task, every argument inline: read_lone_dispatch) when the slow
+        path would hand it to the active processor at once and do nothing else, recorded as the slow path records
+        it; None otherwise (then feed the message as usual), having changed nothing.
+
+        That is: nothing queued and nothing waiting to go out, the active processor ready with room in its window,
+        and already holding the task's function."""
+        if self.stopped or self._out or self.queued or self._results_ids or self.active is None:
+            return None
+        slot = self.processors[self.active]
+        task_id = task.task_id
+        if (
+            slot.state != READY
+            or task.function_id not in slot.objects
+            or task_id in self.tasks
+            or len(slot.window) >= self._window_size()
+            or len(payloads) != len(task.sizes)
+        ):
+            return None
+        self._last_heard = now
+        self._said_all_blocked = False
+        refs = inline_layout(len(payloads))
+        record = AgentTask(task_id, task.function_id, task.flags, refs, None, payloads)
+        record.state = IN_PROCESSOR
+        record.processor = slot.processor
+        self.tasks[task_id] = record
+        slot.window[task_id] = record
+        run = pm.RunTasks([], [(task_id, task.function_id, task.flags, refs, None)], list(payloads))
+        return ToProcessor(slot.processor, run)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
