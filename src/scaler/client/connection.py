@@ -167,7 +167,7 @@ class Connection:
         self._control: deque[Callable[[float], list[ClientCommand]]] = deque()
         self._wake_pending = False
         self._wake_read, self._wake_write = os.pipe()
-        # The socket, and who may use it: the I/O thread holds this lock except while it sleeps in poll, so a user
+        # The socket, and who may use it: the I/O thread holds this lock except while it sleeps in epoll, so a user
         # thread that takes it (without waiting) may send straight away (see send_alone).
         self._sock: zmq.Socket[Any] | None = None
         self._sock_fd = -1
@@ -382,7 +382,7 @@ class Connection:
     def _run(self) -> None:
         sock = connect_dealer(self.address, self.identity, context())
         lock = self._sock_lock
-        lock.acquire()  # held whenever this thread is not asleep in poll (see send_alone)
+        lock.acquire()  # held whenever this thread is not asleep in epoll (see send_alone)
         self._sock = sock
         self._sock_fd = socket_fd(sock)
         # A plain epoll on the socket's FD and the wake pipe: cheaper than zmq.Poller. The FD only tells that
@@ -398,6 +398,7 @@ class Connection:
             while self.core.state != SessionState.CLOSED:
                 if self._inbox:
                     self._take_inbox(sock)
+                    sent = True
                 if sent and has_input(sock):
                     self._receive(sock)  # reads until ZeroMQ says nothing waits
                 sent = False
@@ -409,6 +410,7 @@ class Connection:
                     lock.acquire()
                 if self._inbox:  # read before anything this thread reads now
                     self._take_inbox(sock)
+                    sent = True  # handling them may have used the socket
                 for fd, _ in events:
                     if fd == self._wake_read:
                         os.read(self._wake_read, 4096)
