@@ -20,7 +20,7 @@ import time
 import psutil
 
 from scaler import Client
-from scaler.core.client.session import NewTask, Request
+from scaler.core.client.session import NewTask
 from scaler.io.sockets import connect_subscriber, recv_message
 from scaler.protocol.messages import Status
 
@@ -49,9 +49,7 @@ def main() -> None:
         baseline = process.memory_info().rss
         subscriber = connect_subscriber(monitor)
         connection = client._connection
-        requests: list[Request] = []
-        function_id = client._function_object(noop, requests)
-        connection.submit(requests)
+        function_id = client._function_object(noop)  # hands the function to the connection first
         started = time.perf_counter()
         for start in range(0, args.tasks, 5000):
             count = min(5000, args.tasks - start)
