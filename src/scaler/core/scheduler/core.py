@@ -149,11 +149,7 @@ class SchedulerCore:
         function = self.objects.get(task.function_id)
         if function is None or function.owner is not client:
             return None
-        worker = None  # the least loaded worker with room, the first of them (as _place would choose)
-        for candidate in self.workers.values():
-            load = len(candidate.assigned)
-            if load < candidate.limit and (worker is None or load < len(worker.assigned)):
-                worker = candidate
+        worker = self._lone_task_worker()
         if worker is None or task.function_id not in worker.objects:
             return None  # it would need the function sent first: PutObjects, then the dispatch
         self.now = max(self.now, now)
@@ -603,17 +599,25 @@ class SchedulerCore:
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
             return
+        if queued == 1:  # the common lone task
+            worker = self._lone_task_worker()
+            if worker is not None:
+                self._dispatch(worker, 1)
+            return
         open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit]
         if not open_workers:
-            return
-        if queued == 1:  # the common lone task: the least loaded worker (the first of them), as water_fill would
-            self._dispatch(min(open_workers, key=_load), 1)
             return
         loads = [len(w.assigned) for w in open_workers]
         shares = water_fill(loads, [w.limit for w in open_workers], queued)
         for worker, share in zip(open_workers, shares, strict=False):
             if share:
                 self._dispatch(worker, share)
+
+    def _lone_task_worker(self) -> WorkerSession | None:
+        """Where a single ready task goes: the least loaded worker with room, the first of them (as water_fill
+        would choose); None if every worker is full."""
+        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit]
+        return min(open_workers, key=_load) if open_workers else None
 
     def _dispatch(self, worker: WorkerSession, count: int) -> None:
         ids: list[int] = []
