@@ -1,5 +1,5 @@
 """The client's short way for a lone round trip (one task submitted, its result waited for, nothing else pending):
-the submitting thread sends the task itself (Connection.send_alone) and the waiting thread reads its result itself
+the submitting thread sends the task itself (Connection.submit_task) and the waiting thread reads its result itself
 (Connection.wait_alone), so the client's I/O thread takes no part. These tests check that the short way is taken,
 and that whatever else happens meanwhile (other messages, time-outs, cancellation, profiling, callbacks) still
 ends every future right and leaves the client working."""

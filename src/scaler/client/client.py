@@ -123,11 +123,7 @@ class Client:
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = FLAG_PROFILING if profiling else 0
-        task = NewTask(task_id, function_id, flags, refs, keywords, payloads)
-        if len(connection.sinks) == 1:  # nothing else outstanding: a round trip, not a burst (which is batched)
-            connection.send_alone(task)
-        else:
-            connection.submit_one(task)
+        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads))
         return future
 
     def map(

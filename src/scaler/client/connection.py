@@ -5,7 +5,7 @@ awake, so a burst of submits costs one wake-up and travels as one batch. Results
 collectors) right here; decoding the values waits until someone asks for them.
 
 A lone round trip (one task pending, its result waited for) leaves the I/O thread out: the calling thread sends the
-task (send_alone) and reads the result (wait_alone) itself, which saves a thread wake-up each way.
+task (submit_task) and reads the result (wait_alone) itself, which saves a thread wake-up each way.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from scaler.core.client.session import (
     CloseKind,
     Completed,
     Connected,
+    NewTask,
     Rejected,
     Request,
     Send,
@@ -168,7 +169,7 @@ class Connection:
         self._wake_pending = False
         self._wake_read, self._wake_write = os.pipe()
         # The socket, and who may use it: the I/O thread holds this lock except while it sleeps in epoll, so a user
-        # thread that takes it (without waiting) may send straight away (see send_alone).
+        # thread that takes it (without waiting) may send straight away (see submit_task).
         self._sock: zmq.Socket[Any] | None = None
         self._sock_fd = -1
         self._sock_lock = threading.Lock()
@@ -231,21 +232,21 @@ class Connection:
         self._requests.append(request)
         self._wake()
 
-    def send_alone(self, request: Request) -> None:
-        """Like submit_one, for a request that is all its sender waits for (a lone task, in a round trip): sent at
-        once from this thread if the I/O thread sleeps and holds nothing back, which spares waking that thread
-        to send it (a tenth of a round trip on a small machine). Otherwise, or if this thread is the I/O thread
-        (a done-callback), it goes the usual way. Requests keep their order either way: this sends only when
-        nothing handed over earlier waits to be sent."""
-        if self._requests or self._control or not self._sock_lock.acquire(blocking=False):
-            self.submit_one(request)
+    def submit_task(self, task: NewTask) -> None:
+        """Hand a task over whose result is registered already. If it is the only task pending (a round trip, not a
+        burst: bursts are batched), it is sent at once from this thread when the I/O thread sleeps and holds
+        nothing back, which spares waking that thread to send it (a tenth of a round trip on a small machine).
+        Otherwise, or if this thread is the I/O thread (a done-callback), it goes the usual way. Requests keep
+        their order either way: this sends only when nothing handed over earlier waits to be sent."""
+        if len(self.sinks) != 1 or self._requests or self._control or not self._sock_lock.acquire(blocking=False):
+            self.submit_one(task)
             return
         try:
             sock = self._sock
             if sock is None or self._requests or self._control or self.core.state != SessionState.CONNECTED:
-                self._requests.append(request)
+                self._requests.append(task)
             else:
-                for message in self.core.batch((request,)):
+                for message in self.core.batch((task,)):
                     send_message(sock, message)
                 # Sending made ZeroMQ read the socket's FD: input that came meanwhile no longer wakes the I/O
                 # thread's poll, so it is woken here to read it.
@@ -298,31 +299,18 @@ class Connection:
         poller = self._alone_poller
         poller.register(self._sock_fd, select.POLLIN)
         # Whoever used the socket last looked for input before letting go of it (the I/O thread before it sleeps,
-        # send_alone after it sent): a message waits unread only if the socket's FD says so. So the first look
+        # submit_task after it sent): a message waits unread only if the socket's FD says so. So the first look
         # is the poll.
         look = False
         try:
             while True:
                 if look:
                     with self._sock_lock:
-                        sock = self._sock
-                        if sock is None:
+                        if self._sock is None:
                             return None
-                        while has_input(sock):
-                            parts = small_to_bytes(recv_frames(sock))
-                            header = parts[0]
-                            lone = read_lone(header) if not self._inbox and type(header) is bytes else None
-                            if isinstance(lone, LoneResult) and lone.task_id == task_id and len(parts) <= 2:
-                                payload = parts[1] if len(parts) == 2 else b""
-                                if len(payload) == lone.size:
-                                    status = lone.status
-                                    message = TaskResults([task_id], bytes((status,)), [payload])
-                                    commands = self.core.received(time.monotonic(), message)
-                                    sink = self.sinks.pop(task_id, None)
-                                    if commands and sink is not None:
-                                        return sink, status, payload
-                            self._inbox.append(parts)
-                            self._wake()
+                        delivery = self._read_waiting(self._sock, task_id)
+                    if delivery is not None:
+                        return delivery
                 if future.done():
                     return None
                 wait = 0.1
@@ -336,6 +324,25 @@ class Connection:
                 look = True
         finally:
             poller.unregister(self._sock_fd)
+
+    def _read_waiting(self, sock: zmq.Socket[Any], task_id: int) -> tuple[ResultSink, int, Payload] | None:
+        """For wait_alone, with the socket's lock held: read what waits, up to the lone result of `task_id` (then
+        returned, with its sink, for delivery); anything else goes to the I/O thread's inbox, in order."""
+        while has_input(sock):
+            parts = small_to_bytes(recv_frames(sock))
+            header = parts[0]
+            lone = read_lone(header) if not self._inbox and type(header) is bytes else None
+            if isinstance(lone, LoneResult) and lone.task_id == task_id and len(parts) <= 2:
+                payload = parts[1] if len(parts) == 2 else b""
+                if len(payload) == lone.size:
+                    message = TaskResults([task_id], bytes((lone.status,)), [payload])
+                    commands = self.core.received(time.monotonic(), message)
+                    sink = self.sinks.pop(task_id, None)
+                    if commands and sink is not None:
+                        return sink, lone.status, payload
+            self._inbox.append(parts)
+            self._wake()
+        return None
 
     def _wake_receiver(self) -> None:
         if self._alone_write < 0:
@@ -382,7 +389,7 @@ class Connection:
     def _run(self) -> None:
         sock = connect_dealer(self.address, self.identity, context())
         lock = self._sock_lock
-        lock.acquire()  # held whenever this thread is not asleep in epoll (see send_alone)
+        lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task)
         self._sock = sock
         self._sock_fd = socket_fd(sock)
         # A plain epoll on the socket's FD and the wake pipe: cheaper than zmq.Poller. The FD only tells that
