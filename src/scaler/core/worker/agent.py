@@ -271,7 +271,6 @@ class AgentCore:
         ):
             return None
         self._last_heard = now
-        self._said_all_blocked = False
         refs = inline_layout(len(payloads))
         record = AgentTask(task_id, task.function_id, task.flags, refs, None, payloads)
         record.state = IN_PROCESSOR
