@@ -240,7 +240,11 @@ class AgentMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------------------------------- checks
     @invariant()
     def bookkeeping_agrees_with_itself(self) -> None:
+        """While the agent runs. A stopped agent (here: processors kept dying while starting) forgets its processors
+        and exits, ignoring every later event; the scheduler re-runs what it held."""
         core = self.core
+        if core.stopped:
+            return
         queued = [task for task in core.queue if task.state == QUEUED]
         assert core.queued == len(queued)
         held = {i for slot in core.processors.values() for i, task in slot.window.items() if task.state != 2}
