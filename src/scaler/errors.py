@@ -22,6 +22,10 @@ class ProtectedModeError(ScalerError, PermissionError):
     """client.shutdown() was refused: the scheduler runs in protected mode."""
 
 
+class KeysError(ScalerError, ValueError):
+    """A key directory is missing a file Scaler needs, or holds one it cannot read."""
+
+
 class TaskFailedError(ScalerError):
     """Scaler could not run the task (its worker kept dying, an object it needs is gone...)."""
 
@@ -29,6 +33,7 @@ class TaskFailedError(ScalerError):
 __all__ = [
     "ClientClosedError",
     "ConnectionFailedError",
+    "KeysError",
     "ProtectedModeError",
     "ProtocolError",
     "RemoteError",

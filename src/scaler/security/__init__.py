@@ -1,0 +1,1 @@
+"""CurveZMQ keys: the files that let a scheduler admit only the clients and workers it knows."""
