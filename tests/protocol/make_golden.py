@@ -50,7 +50,7 @@ def golden_messages() -> dict[str, m.Message]:
     """One representative message per kind, in the order of the schema's union."""
     messages: list[m.Message] = [
         m.Hello(m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000),
-        m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000),
+        m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000, max_payload_bytes=8 << 30),
         m.Refused("protocol version 2 is not supported; this scheduler speaks 1", 1),
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0, 0),
         m.HeartbeatEcho(0),
@@ -87,6 +87,7 @@ def golden_messages() -> dict[str, m.Message]:
             clients=[m.ClientStatus("client-1", 5, 1, 10)],
             protected=True,
             dropped_messages=1,
+            refused_peers=2,
         ),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}

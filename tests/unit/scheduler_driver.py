@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from scaler.core.scheduler import Command, Log, Received, SchedulerConfig, SchedulerCore, Send, Tick, Undeliverable
+from scaler.core.scheduler import (
+    Command,
+    Log,
+    PeerKey,
+    Received,
+    SchedulerConfig,
+    SchedulerCore,
+    Send,
+    Tick,
+    Undeliverable,
+)
 from scaler.protocol.messages import (
     ID_PREFIX_SHIFT,
     DispatchTasks,
@@ -101,8 +111,8 @@ class Driver:
         self.core.validate()
         return commands
 
-    def recv(self, peer: bytes, message: Message) -> list[Command]:
-        return self._after(self.core.handle(Received(self.now, peer, message)))
+    def recv(self, peer: bytes, message: Message, key: PeerKey | None = None) -> list[Command]:
+        return self._after(self.core.handle(Received(self.now, peer, message, key)))
 
     def tick(self, now: float) -> list[Command]:
         self.now = now
@@ -111,16 +121,16 @@ class Driver:
     def gone(self, peer: bytes) -> list[Command]:
         return self._after(self.core.handle(Undeliverable(self.now, peer)))
 
-    def client(self, peer: bytes = b"c1", name: str = "") -> int:
+    def client(self, peer: bytes = b"c1", name: str = "", key: PeerKey | None = None) -> int:
         """Connect a client; returns its id prefix."""
-        commands = self.recv(peer, Hello(PeerKind.CLIENT, name or peer.decode()))
+        commands = self.recv(peer, Hello(PeerKind.CLIENT, name or peer.decode()), key)
         prefix: int = sends(commands)[-1][1].id_prefix  # type: ignore[union-attr]
         self.prefixes[peer] = prefix
         return prefix
 
-    def worker(self, peer: bytes = b"w1", capacity: int = 4) -> list[Command]:
+    def worker(self, peer: bytes = b"w1", capacity: int = 4, key: PeerKey | None = None) -> list[Command]:
         """Connect a worker; returns every command the hello caused (its welcome, and any dispatch)."""
-        commands = self.recv(peer, Hello(PeerKind.WORKER, peer.decode(), queue_capacity=capacity))
+        commands = self.recv(peer, Hello(PeerKind.WORKER, peer.decode(), queue_capacity=capacity), key)
         self.prefixes[peer] = sends(commands)[0][1].id_prefix  # type: ignore[union-attr]
         return commands
 

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, SchedulerCore, Send, Stop
+from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
 from scaler.core.scheduler.tasks import InvariantError, TaskState
 from scaler.protocol.messages import (
     FLAG_PROFILING,
@@ -70,11 +71,12 @@ def test_client_hello_is_welcomed_with_a_fresh_prefix_and_the_client_timeout() -
     commands = d.recv(C, Hello(PeerKind.CLIENT, "alice"))
     assert commands == [
         Log(logging.INFO, "client alice connected"),
-        Send(C, Welcome(1, "scheduler", True, 60_000)),
+        Send(C, Welcome(1, "scheduler", True, 60_000, max_payload_bytes=LIMIT)),
     ]
     commands = d.recv(b"c2", Hello(PeerKind.CLIENT, ""))
-    assert sends(commands) == [(b"c2", Welcome(2, "scheduler", True, 60_000))]
-    assert [c.name for c in d.core.clients.values()] == ["alice", b"c2".hex()]  # a nameless peer is named by id
+    assert sends(commands) == [(b"c2", Welcome(2, "scheduler", True, 60_000, max_payload_bytes=LIMIT))]
+    # A nameless peer is named by its prefix: routing ids are never shown (knowing one lets a peer take its route).
+    assert [c.name for c in d.core.clients.values()] == ["alice", "unnamed-client-2"]
 
 
 def test_worker_hello_is_welcomed_with_the_worker_timeout() -> None:
@@ -82,7 +84,7 @@ def test_worker_hello_is_welcomed_with_the_worker_timeout() -> None:
     commands = d.recv(W1, Hello(PeerKind.WORKER, "w", queue_capacity=3))
     assert commands == [
         Log(logging.INFO, "worker w joined (queue capacity 3)"),
-        Send(W1, Welcome(1, "sched", False, 2500)),
+        Send(W1, Welcome(1, "sched", False, 2500, max_payload_bytes=LIMIT)),
     ]
     assert d.core.workers[W1].capacity == 3
 
@@ -147,7 +149,7 @@ def test_task_waits_in_the_queue_until_a_worker_joins() -> None:
     assert d.core.explain(t(1)) == f"task {t(1):#x} is queued: no worker is connected"
     assert d.core.state_counts[TaskState.QUEUED] == 1
     assert sends(d.worker(W1)) == [
-        (W1, Welcome(2, "scheduler", True, 10_000)),
+        (W1, Welcome(2, "scheduler", True, 10_000, max_payload_bytes=LIMIT)),
         (W1, PutObjects([F], [FN])),
         (W1, dispatch((t(1), F, [b"x"]))),
     ]

@@ -149,6 +149,7 @@ class Welcome:
     protected: bool = True
     peer_timeout_ms: int = 60_000
     protocol_version: int = PROTOCOL_VERSION
+    max_payload_bytes: int = 0  # 0: no limit stated
 
 
 @dataclass(slots=True)
@@ -333,6 +334,7 @@ class Status:
     clients: list[ClientStatus] = field(default_factory=list)
     protected: bool = True
     dropped_messages: int = 0
+    refused_peers: int = 0
 
 
 Message = (
@@ -475,6 +477,7 @@ def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
     b.schedulerName = m.scheduler_name
     b.protected = m.protected
     b.peerTimeoutMs = m.peer_timeout_ms
+    b.maxPayloadBytes = m.max_payload_bytes
     return []
 
 
@@ -561,6 +564,7 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     b.rssBytes = m.rss_bytes
     b.protected = m.protected
     b.droppedMessages = m.dropped_messages
+    b.refusedPeers = m.refused_peers
     for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
         out = b.init(column, len(counters))
         for i, (key, value) in enumerate(counters.items()):
@@ -708,6 +712,7 @@ def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
         protected=b.protected,
         peer_timeout_ms=b.peerTimeoutMs,
         protocol_version=b.protocolVersion,
+        max_payload_bytes=b.maxPayloadBytes,
     )
 
 
@@ -969,6 +974,7 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         clients=clients,
         protected=b.protected,
         dropped_messages=b.droppedMessages,
+        refused_peers=b.refusedPeers,
     )
 
 

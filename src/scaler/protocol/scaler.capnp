@@ -69,6 +69,9 @@ struct Welcome {
   schedulerName @2 :Text;
   protected @3 :Bool;           # true: ShutdownRequest will be refused
   peerTimeoutMs @4 :UInt32;     # a session silent this long is closed by the scheduler
+  maxPayloadBytes @5 :UInt64;   # the most bytes one payload (function, argument, object, result) may have; a
+                                # message with a bigger one gets Error(tooLarge) (results: status failed). 0: no
+                                # limit stated (a scheduler that predates this field)
 }
 
 struct Refused {
@@ -177,6 +180,8 @@ struct Status {
   clients @8 :List(ClientStatus);
   protected @9 :Bool;
   droppedMessages @10 :UInt64;  # messages answered with malformed, notConnected or badRequest
+  refusedPeers @11 :UInt64;     # connections and messages refused for their key: not authorized (the handshake
+                                # failed), authorized for the other role, or removed from the authorized keys
 }
 
 struct Counter {

@@ -2,14 +2,30 @@
 
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.core import SchedulerCore
-from scaler.core.scheduler.events import Command, Event, Log, Malformed, Received, Send, Stop, Tick, Undeliverable
+from scaler.core.scheduler.events import (
+    Command,
+    Event,
+    Forbidden,
+    Log,
+    Malformed,
+    PeerKey,
+    Received,
+    Revoked,
+    Send,
+    Stop,
+    Tick,
+    Undeliverable,
+)
 
 __all__ = [
     "Command",
     "Event",
+    "Forbidden",
     "Log",
     "Malformed",
+    "PeerKey",
     "Received",
+    "Revoked",
     "SchedulerConfig",
     "SchedulerCore",
     "Send",

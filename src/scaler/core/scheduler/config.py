@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_MAX_PAYLOAD_BYTES = 8 << 30  # 8 GiB
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -17,3 +19,6 @@ class SchedulerConfig:
     max_task_retries: int = 3
     # Least time between two balancing passes.
     balance_interval_seconds: float = 0.1
+    # The most bytes one payload (a function, an argument, an object, a result) may have. Bigger ones are refused
+    # with error tooLarge (a result: the task fails); clients check it before sending.
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES

@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import math
 import operator
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 from scaler.core.fair import FairQueue
+from scaler.core.limiter import LogLimiter
 from scaler.core.scheduler.config import SchedulerConfig
-from scaler.core.scheduler.events import Command, Event, Log, Malformed, Received, Send, Stop, Tick, Undeliverable
+from scaler.core.scheduler.events import (
+    Command,
+    Event,
+    Forbidden,
+    Log,
+    Malformed,
+    PeerKey,
+    Received,
+    Revoked,
+    Send,
+    Stop,
+    Tick,
+    Undeliverable,
+)
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
@@ -60,6 +74,10 @@ _EMPTY = b""
 # lost, only that many of its oldest tasks (plus one per extra processor) can have started.
 STARTED_AT_MOST = 64
 _ENDED_NAMES = ("success", "error", "canceled", "failed", "failed")  # by TaskStatus value (crashed ends failed)
+# Id prefixes of ended sessions are reused only once this many are waiting: ids stay unique for a long while in
+# normal use, and a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
+REUSE_PREFIXES_FROM = 4096
+_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 
 
 class SchedulerCore:
@@ -76,9 +94,13 @@ class SchedulerCore:
         self.received: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()
         self.dropped = 0
+        self.refused = 0  # messages and hellos refused for their key (the shell adds refused handshakes)
         self.stale_results = 0
         self.now = 0.0
         self._next_prefix = 1
+        self.max_prefix = MAX_ID_PREFIX
+        self._free_prefixes: deque[int] = deque()  # of ended sessions of which nothing remains, oldest first
+        self._limiter = LogLimiter()  # repeated warnings per peer: a few per window, then a summary
         self._out: list[Command] = []
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
         self._dirty_workers: dict[WorkerSession, None] = {}
@@ -112,16 +134,21 @@ class SchedulerCore:
             return
         self.now = max(self.now, event.now)
         if isinstance(event, Received):
-            self._on_received(event.peer, event.message)
+            self._on_received(event.peer, event.message, event.key)
         elif isinstance(event, Tick):
             self._on_tick()
         elif isinstance(event, Malformed):
             self.dropped += 1
-            code = ErrorCode.BAD_REQUEST if event.unexpected else ErrorCode.MALFORMED
-            self._send(event.peer, Error(code, event.reason))
-            self._out.append(Log.warning(f"dropped a message from {event.peer!r}: {event.reason}"))
+            if self._limiter.allow(self.now, "malformed message", event.peer):
+                code = ErrorCode.BAD_REQUEST if event.unexpected else ErrorCode.MALFORMED
+                self._send(event.peer, Error(code, event.reason))
+                self._out.append(Log.warning(f"dropped a message from {event.peer!r}: {event.reason}"))
         elif isinstance(event, Undeliverable):
             self._on_undeliverable(event.peer)
+        elif isinstance(event, Forbidden):
+            self._on_forbidden(event.peer, event.public, event.reason)
+        elif isinstance(event, Revoked):
+            self._on_revoked(event.keys)
 
     # ------------------------------------------------------------------------------------------- forwarding
     # The lone-message fast path. A single task with inline arguments, submitted while nothing waits in the ready
@@ -132,14 +159,19 @@ class SchedulerCore:
     # shell decodes the message and feeds it. What is skipped is decoding into columns, splitting, placing a
     # queue of one and encoding again: about a tenth of a round trip (docs/benchmarks.md).
 
-    def forward_submit(self, now: float, peer: bytes, task: LoneTask, payloads: tuple[Payload, ...]) -> bytes | None:
+    def forward_submit(
+        self, now: float, peer: bytes, task: LoneTask, payloads: tuple[Payload, ...], key: PeerKey | None = None
+    ) -> bytes | None:
         """The worker to forward this lone submitTasks to, already assigned its task; or None (feed it instead)."""
         if self._stopped or self._out or self._dirty_workers or self.state_counts[TaskState.QUEUED]:
             return None
         client = self.clients.get(peer)
         task_id = task.task_id
+        limit = self.config.max_payload_bytes
         if (
             client is None
+            or client.key != (key.public if key is not None else None)
+            or any(len(p) > limit for p in payloads)
             or task_id >> ID_PREFIX_SHIFT != client.prefix
             or not task_id & ID_COUNTER_MASK
             or task_id in self.tasks
@@ -167,13 +199,22 @@ class SchedulerCore:
         self.sent["dispatchTasks"] += 1
         return worker.identity
 
-    def forward_result(self, now: float, peer: bytes, result: LoneResult, payload: Payload) -> bytes | None:
+    def forward_result(
+        self, now: float, peer: bytes, result: LoneResult, payload: Payload, key: PeerKey | None = None
+    ) -> bytes | None:
         """The client to forward this lone taskResults to, its task already ended; or None (feed it instead)."""
         if self._stopped or self._out or self._dirty_clients or result.status > TaskStatus.ERROR:
             return None  # a crash may be retried, a cancel confirmed: the slow path decides
         worker = self.workers.get(peer)
         task = worker.assigned.get(result.task_id) if worker is not None else None
-        if worker is None or task is None or task.state != TaskState.ASSIGNED or task.dependents:
+        if (
+            worker is None
+            or task is None
+            or task.state != TaskState.ASSIGNED
+            or task.dependents
+            or worker.key != (key.public if key is not None else None)
+            or len(payload) > self.config.max_payload_bytes
+        ):
             return None
         client = task.client
         if task.flags & FLAG_SILENT or self.clients.get(client.identity) is not client or client.outbox.ids:
@@ -209,13 +250,17 @@ class SchedulerCore:
         return out
 
     # ------------------------------------------------------------------------------------------- dispatching
-    def _on_received(self, peer: bytes, message: Message) -> None:
+    def _on_received(self, peer: bytes, message: Message, key: PeerKey | None) -> None:
         self.received[MESSAGE_NAMES[type(message)]] += 1
         if isinstance(message, Hello):
-            self._on_hello(peer, message)
+            self._on_hello(peer, message, key)
             return
+        public = key.public if key is not None else None
         client = self.clients.get(peer)
         if client is not None:
+            if client.key != public:
+                self._wrong_key(peer, key, f"client {client.name}")
+                return
             client.last_seen = self.now
             handler = self._client_handlers.get(type(message))
             if handler is None:
@@ -225,6 +270,9 @@ class SchedulerCore:
             return
         worker = self.workers.get(peer)
         if worker is not None:
+            if worker.key != public:
+                self._wrong_key(peer, key, f"worker {worker.name}")
+                return
             worker.last_seen = self.now
             worker_handler = self._worker_handlers.get(type(message))
             if worker_handler is None:
@@ -234,48 +282,149 @@ class SchedulerCore:
             return
         if not isinstance(message, Disconnect):
             self.dropped += 1
-            self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
+            # One answer is enough for a peer to say hello again; a flood of them gets a few per window.
+            if self._limiter.allow(self.now, "message without a session", peer):
+                self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
 
     def _send(self, peer: bytes, message: Message) -> None:
         self._out.append(Send(peer, message))
 
+    def _warn(self, kind: str, peer: bytes, text: str) -> None:
+        """A warning about `peer`, rate-limited per peer and kind (LogLimiter)."""
+        if self._limiter.allow(self.now, kind, peer):
+            self._out.append(Log.warning(text))
+
+    def _info(self, kind: str, peer: bytes, text: str) -> None:
+        if self._limiter.allow(self.now, kind, peer):
+            self._out.append(Log.info(text))
+
     def _bad_request(self, peer: bytes, text: str, ids: list[int] | None = None) -> None:
         self.dropped += 1
-        self._send(peer, Error(ErrorCode.BAD_REQUEST, text, ids or []))
-        self._out.append(Log.warning(f"refused a request from {peer!r}: {text}"))
+        self._send(peer, Error(ErrorCode.BAD_REQUEST, text, ids or []))  # its ids fail futures: always answered
+        self._warn("refused request", peer, f"refused a request from {peer!r}: {text}")
+
+    def _too_large(self, peer: bytes, what: str, ids: list[int]) -> None:
+        self.dropped += 1
+        limit = self.config.max_payload_bytes
+        text = (
+            f"{len(ids)} {what} carry a payload of more than {limit:,} bytes, this scheduler's limit per payload "
+            "(scaler_scheduler --max-payload-bytes)"
+        )
+        self._send(peer, Error(ErrorCode.TOO_LARGE, text, ids))
+        self._warn("payload too large", peer, f"refused {what} from {peer!r}: {text}")
+
+    # ------------------------------------------------------------------------------------------- keys
+    def _wrong_key(self, peer: bytes, key: PeerKey | None, session: str) -> None:
+        """A message for a session that was opened with another key (or none): its connection is not that session's.
+        Dropped without an answer (the answer would go to whoever holds the routing id now)."""
+        self.refused += 1
+        self.dropped += 1
+        self._warn(
+            "message with another key",
+            peer,
+            f"dropped a message for {session} from {peer!r}: it came with {key!r}, not the key of that session",
+        )
+
+    def _on_forbidden(self, peer: bytes, public: bytes, reason: str) -> None:
+        self.refused += 1
+        self.dropped += 1
+        for sessions in (self.clients, self.workers):
+            session = sessions.get(peer)
+            if session is not None and session.key == public:
+                self._end_session(session, reason)
+        if self._limiter.allow(self.now, "refused key", peer):
+            self._send(peer, Refused(reason))
+            self._out.append(Log.warning(f"refused a message from {peer!r}: {reason}"))
+
+    def _on_revoked(self, keys: frozenset[bytes]) -> None:
+        sessions: list[ClientSession | WorkerSession] = [*self.clients.values(), *self.workers.values()]
+        for session in sessions:
+            if session.key is not None and session.key in keys:
+                reason = "its key was removed from the authorized keys"
+                self._send(session.identity, Refused(reason))
+                self._end_session(session, reason)
+
+    def _end_session(self, session: ClientSession | WorkerSession, reason: str) -> None:
+        if isinstance(session, ClientSession):
+            self._client_gone(session, reason)
+        else:
+            self._worker_lost(session, reason, count_attempt=False)
 
     # ------------------------------------------------------------------------------------------- sessions
-    def _on_hello(self, peer: bytes, hello: Hello) -> None:
+    def _on_hello(self, peer: bytes, hello: Hello, key: PeerKey | None) -> None:
         if hello.protocol_version != PROTOCOL_VERSION:
             reason = (
                 f"protocol version {hello.protocol_version} is not supported; this scheduler speaks {PROTOCOL_VERSION}"
             )
-            self._send(peer, Refused(reason))
-            self._out.append(Log.warning(f"refused {hello.name!r}: {reason}"))
+            self._refuse_hello(peer, hello, reason)
+            return
+        kind = _PEER_KIND_NAMES[hello.kind]
+        if key is not None and key.role != hello.kind:
+            self.refused += 1
+            role = _PEER_KIND_NAMES[key.role]
+            reason = (
+                f"the key {key.name!r} is authorized for {role}s only, and a {role} key cannot be used as a {kind}: "
+                f"give this {kind} a {kind} key (scaler_keygen makes them)"
+            )
+            self._refuse_hello(peer, hello, reason)
+            return
+        public = key.public if key is not None else None
+        current = self.clients.get(peer) or self.workers.get(peer)
+        if current is not None and current.key != public:
+            self.refused += 1
+            self._refuse_hello(peer, hello, "this connection's routing id belongs to a session of another key")
             return
         if hello.kind == PeerKind.WORKER and hello.queue_capacity < 1:
-            self._send(peer, Refused("a worker must accept at least one task (queueCapacity >= 1)"))
-            return
-        if self._next_prefix > MAX_ID_PREFIX:
-            self._send(peer, Refused("this scheduler has opened all the sessions it can; restart it"))
+            self._refuse_hello(peer, hello, "a worker must accept at least one task (queueCapacity >= 1)")
             return
         if peer in self.clients:
             self._client_gone(self.clients[peer], "it said hello again")
         if peer in self.workers:
             self._worker_lost(self.workers[peer], "it said hello again", count_attempt=False)
-        prefix = self._next_prefix
-        self._next_prefix += 1
-        name = hello.name or peer.hex()
+        prefix = self._take_prefix()
+        if prefix is None:
+            self._refuse_hello(peer, hello, "this scheduler has as many sessions open as it can hold (2**24 - 1)")
+            return
+        name = hello.name or f"unnamed-{kind}-{prefix}"
+        who = f"{kind} {name}" + (f" (key {key.name})" if key is not None else "")
         if hello.kind == PeerKind.CLIENT:
-            self.clients[peer] = ClientSession(peer, name, prefix, self.now)
-            self._out.append(Log.info(f"client {name} connected"))
+            self.clients[peer] = ClientSession(peer, name, prefix, self.now, public)
+            self._info("session", peer, f"{who} connected")
             timeout = self.config.client_timeout_seconds
         else:
-            self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now)
-            self._out.append(Log.info(f"worker {name} joined (queue capacity {hello.queue_capacity})"))
+            self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now, prefix, public)
+            self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity})")
             self._balance_due = True
             timeout = self.config.worker_timeout_seconds
-        self._send(peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000)))
+        limit = self.config.max_payload_bytes
+        self._send(
+            peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000), max_payload_bytes=limit)
+        )
+
+    def _refuse_hello(self, peer: bytes, hello: Hello, reason: str) -> None:
+        if self._limiter.allow(self.now, "refused hello", peer):
+            self._send(peer, Refused(reason))
+            self._out.append(Log.warning(f"refused {_PEER_KIND_NAMES[hello.kind]} {hello.name!r}: {reason}"))
+
+    def _take_prefix(self) -> int | None:
+        """An id prefix for a new session: a fresh one, or the oldest one of an ended session of which nothing
+        remains once enough are waiting (or the fresh ones are used up); None if there is none at all."""
+        free = self._free_prefixes
+        if free and (len(free) >= REUSE_PREFIXES_FROM or self._next_prefix > self.max_prefix):
+            return free.popleft()
+        if self._next_prefix > self.max_prefix:
+            return None
+        prefix = self._next_prefix
+        self._next_prefix += 1
+        return prefix
+
+    def _reclaim(self, client: ClientSession) -> None:
+        """A gone client's prefix is free again once none of its tasks or objects remains: no id it minted can
+        then be confused with one a new session mints (a worker's late result for a task of an ended session finds
+        no task, since tasks are looked up in the worker session they were assigned to)."""
+        if client.gone and not client.task_count and not client.objects and client.prefix:
+            self._free_prefixes.append(client.prefix)
+            client.prefix = 0
 
     def _on_client_heartbeat(self, client: ClientSession, message: Heartbeat) -> None:
         self._send(client.identity, HeartbeatEcho())
@@ -307,6 +456,8 @@ class SchedulerCore:
             self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
         if now - self._last_balance >= self.config.balance_interval_seconds:
             self._balance_due = True
+        for line in self._limiter.summary(now):
+            self._out.append(Log.warning(line))
 
     def _on_shutdown_request(self, client: ClientSession, message: ShutdownRequest) -> None:
         if self.config.protected:
@@ -328,6 +479,9 @@ class SchedulerCore:
 
     def _worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
         del self.workers[worker.identity]
+        if worker.prefix:  # a worker mints no ids: its prefix is free at once
+            self._free_prefixes.append(worker.prefix)
+            worker.prefix = 0
         tasks = list(worker.assigned.values())
         worker.assigned.clear()
         for oid in worker.objects:
@@ -349,13 +503,16 @@ class SchedulerCore:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
         self.ready.extendleft(requeued)  # in their original order, ahead of everything else
-        self._out.append(
-            Log.info(f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue")
+        self._info(
+            "session",
+            worker.identity,
+            f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue",
         )
         self._balance_due = True
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
+        client.gone = True
         mine = [t for t in self.tasks.values() if t.client is client]
         for task in mine:
             self._cancel(task)
@@ -365,13 +522,22 @@ class SchedulerCore:
                 obj.released = True
                 if obj.droppable:
                     self._drop_object(obj)
-        self._out.append(Log.info(f"client {client.name} left ({reason}); {len(mine)} unfinished tasks cancelled"))
+        self._info(
+            "session", client.identity, f"client {client.name} left ({reason}); {len(mine)} unfinished tasks cancelled"
+        )
+        self._reclaim(client)
 
     # ------------------------------------------------------------------------------------------- tasks
     def _on_submit(self, client: ClientSession, batch: SubmitTasks) -> None:
         bad_ids: list[int] = []
+        too_large: list[int] = []
         shared_ids: dict[int, int] = {}
+        limit = self.config.max_payload_bytes
+        oversized = bool(batch.payloads) and max(map(len, batch.payloads)) > limit
         for task_id, function_id, flags, refs, kws, pays in batch.split():
+            if oversized and any(len(p) > limit for p in pays):
+                too_large.append(task_id)
+                continue
             if (
                 task_id >> ID_PREFIX_SHIFT != client.prefix
                 or not task_id & ID_COUNTER_MASK
@@ -389,6 +555,8 @@ class SchedulerCore:
         if bad_ids:
             text = f"{len(bad_ids)} task ids are not this session's, have counter 0 or are already in use"
             self._bad_request(client.identity, text, bad_ids)
+        if too_large:
+            self._too_large(client.identity, "tasks", too_large)
 
     def _link(self, task: Task) -> None:
         """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
@@ -460,9 +628,21 @@ class SchedulerCore:
             else:
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
-                self._end(task, status, message.payloads[k], duration, peak)
+                payload = message.payloads[k]
+                if len(payload) > self.config.max_payload_bytes:
+                    status, payload = TaskStatus.FAILED, self._result_too_large(task, worker, len(payload))
+                self._end(task, status, payload, duration, peak)
         if not assigned:
             self._balance_due = True
+
+    def _result_too_large(self, task: Task, worker: WorkerSession, size: int) -> bytes:
+        limit = self.config.max_payload_bytes
+        text = (
+            f"the result of task {task.task_id:#x} is {size:,} bytes, more than this scheduler's limit of {limit:,} "
+            "bytes per payload (scaler_scheduler --max-payload-bytes)"
+        )
+        self._warn("payload too large", worker.identity, f"worker {worker.name} sent a result too large: {text}")
+        return text.encode()
 
     def _retry_or_fail(self, task: Task, reason: str) -> bool:
         """Count an attempt; True if the task should run again (the caller queues it), False if it failed."""
@@ -522,6 +702,8 @@ class SchedulerCore:
             client = task.client
             client.task_count -= 1
             client.completed += 1
+            if client.gone:
+                self._reclaim(client)
             self.ended[_ENDED_NAMES[status]] += 1
             if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak)
@@ -560,7 +742,12 @@ class SchedulerCore:
     # ------------------------------------------------------------------------------------------- objects
     def _on_put_objects(self, client: ClientSession, message: PutObjects) -> None:
         bad = []
+        too_large = []
+        limit = self.config.max_payload_bytes
         for k, object_id in enumerate(message.object_ids):
+            if len(message.payloads[k]) > limit:
+                too_large.append(object_id)
+                continue
             if (
                 object_id >> ID_PREFIX_SHIFT != client.prefix
                 or not object_id & ID_COUNTER_MASK
@@ -575,6 +762,8 @@ class SchedulerCore:
         if bad:
             text = f"{len(bad)} object ids are not this session's, have counter 0 or are already in use"
             self._bad_request(client.identity, text, bad)
+        if too_large:
+            self._too_large(client.identity, "objects", too_large)
 
     def _on_free_objects(self, client: ClientSession, message: FreeObjects) -> None:
         for object_id in message.ids:
@@ -587,6 +776,8 @@ class SchedulerCore:
     def _drop_object(self, obj: StoredObject) -> None:
         del self.objects[obj.object_id]
         obj.owner.objects.discard(obj.object_id)
+        if obj.owner.gone:
+            self._reclaim(obj.owner)
         for identity in obj.holders:
             worker = self.workers.get(identity)
             if worker is not None:
@@ -736,6 +927,7 @@ class SchedulerCore:
             clients=clients,
             protected=self.config.protected,
             dropped_messages=self.dropped,
+            refused_peers=self.refused,
         )
 
     def explain(self, task_id: int) -> str:
@@ -784,6 +976,20 @@ class SchedulerCore:
         for obj in self.objects.values():
             _check(obj.refs >= 0, f"{obj!r} has negative references")
             _check(not obj.droppable, f"{obj!r} should have been dropped")
+        self._validate_prefixes()
+
+    def _validate_prefixes(self) -> None:
+        """A free prefix belongs to no session and to no task or object still here; sessions' prefixes differ."""
+        free = set(self._free_prefixes)
+        _check(len(free) == len(self._free_prefixes), "a prefix is free twice")
+        live = [c.prefix for c in self.clients.values()] + [w.prefix for w in self.workers.values()]
+        _check(len(set(live)) == len(live), "two sessions share a prefix")
+        _check(all(p and p not in free for p in live), "a session's prefix is free (or 0)")
+        for record_id in (*self.tasks, *self.objects):
+            _check(record_id >> ID_PREFIX_SHIFT not in free, f"{record_id:#x} remains under a free prefix")
+        for task in self.tasks.values():
+            owner = task.client
+            _check(owner.prefix == task.task_id >> ID_PREFIX_SHIFT, f"{task!r}'s client lost its prefix early")
 
 
 def _check(condition: bool, text: str) -> None:

@@ -5,16 +5,31 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from scaler.protocol.messages import Message
+from scaler.protocol.messages import Message, PeerKind
+
+
+@dataclass(frozen=True, slots=True)
+class PeerKey:
+    """The CurveZMQ key a peer's connection authenticated with, as the shell's key check (ZAP) admitted it: the role
+    it is authorized for, its name (the key file's) and its public key (Z85). Without keys there is none."""
+
+    role: PeerKind
+    name: str
+    public: bytes
+
+    def __repr__(self) -> str:
+        return f"<PeerKey {self.role.name.lower()} {self.name} {self.public[:8].decode(errors='replace')}...>"
 
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """A decoded message arrived from `peer` (its ZeroMQ routing id)."""
+    """A decoded message arrived from `peer` (its ZeroMQ routing id), over a connection that authenticated with
+    `key` (None when the scheduler runs without keys)."""
 
     now: float
     peer: bytes
     message: Message
+    key: PeerKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +51,33 @@ class Undeliverable:
 
 
 @dataclass(frozen=True, slots=True)
+class Forbidden:
+    """A message from `peer` came over a connection whose key (`public`, Z85) is no longer authorized: it is
+    refused, and the session opened with that key ends."""
+
+    now: float
+    peer: bytes
+    public: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """These keys (public, Z85) were removed from the authorized keys: every session opened with one of them ends
+    now (clients: their tasks are cancelled; workers: their tasks run elsewhere)."""
+
+    now: float
+    keys: frozenset[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passes: timeouts and balancing are checked."""
 
     now: float
 
 
-Event = Received | Malformed | Undeliverable | Tick
+Event = Received | Malformed | Undeliverable | Forbidden | Revoked | Tick
 
 
 @dataclass(frozen=True, slots=True)

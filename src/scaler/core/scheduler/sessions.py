@@ -42,12 +42,25 @@ class ResultBuffer:
 
 
 class ClientSession:
-    __slots__ = ("completed", "identity", "last_seen", "name", "objects", "outbox", "prefix", "task_count")
+    __slots__ = (
+        "completed",
+        "gone",
+        "identity",
+        "key",
+        "last_seen",
+        "name",
+        "objects",
+        "outbox",
+        "prefix",
+        "task_count",
+    )
 
-    def __init__(self, identity: bytes, name: str, prefix: int, now: float) -> None:
+    def __init__(self, identity: bytes, name: str, prefix: int, now: float, key: bytes | None = None) -> None:
         self.identity = identity
         self.name = name
         self.prefix = prefix
+        self.key = key  # the public key (Z85) its connection authenticated with; None without keys
+        self.gone = False  # the session ended; its id prefix is reused once nothing of it remains
         self.last_seen = now
         self.task_count = 0  # unfinished tasks
         self.completed = 0
@@ -69,14 +82,20 @@ class WorkerSession:
         "free_outbox",
         "heartbeat",
         "identity",
+        "key",
         "last_seen",
         "name",
         "objects",
+        "prefix",
     )
 
-    def __init__(self, identity: bytes, name: str, capacity: int, now: float) -> None:
+    def __init__(
+        self, identity: bytes, name: str, capacity: int, now: float, prefix: int = 0, key: bytes | None = None
+    ) -> None:
         self.identity = identity
         self.name = name
+        self.prefix = prefix
+        self.key = key
         self.capacity = capacity
         self.last_seen = now
         self.assigned: dict[int, Task] = {}  # insertion order: the last ones are the likeliest still queued
