@@ -14,6 +14,11 @@ class ConnectionFailedError(ScalerError, ConnectionError):
     """The scheduler could not be reached, refused the connection, or stopped answering."""
 
 
+class AuthenticationError(ConnectionFailedError):
+    """The scheduler did not accept this peer's keys: a key it does not authorize, a key of the other role, keys
+    against a scheduler without keys, or none against one that needs them. The message says which and what to check."""
+
+
 class ClientClosedError(ScalerError, RuntimeError):
     """The client was disconnected (or shut down) and cannot be used any more."""
 
@@ -26,14 +31,21 @@ class KeysError(ScalerError, ValueError):
     """A key directory is missing a file Scaler needs, or holds one it cannot read."""
 
 
+class PayloadTooLargeError(ScalerError, ValueError):
+    """A function, argument or object is bigger, once serialized, than the scheduler accepts per payload
+    (scaler_scheduler --max-payload-bytes): send less, or raise the limit."""
+
+
 class TaskFailedError(ScalerError):
     """Scaler could not run the task (its worker kept dying, an object it needs is gone...)."""
 
 
 __all__ = [
+    "AuthenticationError",
     "ClientClosedError",
     "ConnectionFailedError",
     "KeysError",
+    "PayloadTooLargeError",
     "ProtectedModeError",
     "ProtocolError",
     "RemoteError",

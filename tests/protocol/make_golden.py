@@ -51,7 +51,7 @@ def golden_messages() -> dict[str, m.Message]:
     messages: list[m.Message] = [
         m.Hello(m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000),
         m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000, max_payload_bytes=8 << 30),
-        m.Refused("protocol version 2 is not supported; this scheduler speaks 1", 1),
+        m.Refused("the key 'w' is authorized for workers only", 1, key_problem=True),
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0, 0),
         m.HeartbeatEcho(0),
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.

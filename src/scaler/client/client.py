@@ -24,10 +24,11 @@ from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
-from scaler.errors import ClientClosedError, ConnectionFailedError, TaskFailedError
+from scaler.errors import ClientClosedError, ConnectionFailedError, PayloadTooLargeError, TaskFailedError
 from scaler.io.processes import current_pid, parse_address
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
+from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class Client:
         timeout_seconds: give up connecting, or declare the scheduler lost, after this much silence.
         heartbeat_interval_seconds: how often to tell the scheduler this client is alive.
         serializer: a Serializer for functions, arguments, objects and results (default: cloudpickle).
+        keys: the keys directory (scaler_keygen) for a scheduler that requires keys: its scheduler.key and
+            client.key_secret are used. Default: $SCALER_KEYS if set, else no keys; False: no keys, whatever
+            $SCALER_KEYS says. See docs/security.md.
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class Client:
         timeout_seconds: float = 60,
         heartbeat_interval_seconds: float = 2,
         serializer: Serializer | type[Serializer] = DEFAULT_SERIALIZER,
+        keys: str | os.PathLike[str] | PeerKeys | bool | None = None,
     ) -> None:
         parse_address(address)
         if not timeout_seconds > 0:
@@ -73,6 +78,15 @@ class Client:
         self._timeout = float(timeout_seconds)
         self._heartbeat = float(heartbeat_interval_seconds)
         self._serializer: Serializer = serializer  # type: ignore[assignment]
+        if isinstance(keys, PeerKeys):  # a client unpickled in a task: the keys it was given
+            self._keys: PeerKeys | None = keys
+        elif keys is False:
+            self._keys = None
+        elif isinstance(keys, bool):
+            raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
+        else:
+            directory = resolve(keys)
+            self._keys = load_peer_keys(directory, "client") if directory is not None else None
         self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
         self._objects: set[int] = set()
         # Reentrant: a function's weakref callback (_forget_function) may run in whatever thread the garbage
@@ -81,10 +95,11 @@ class Client:
         self._closed_by_user = False
         self._pid = os.getpid()
         name = f"client-{os.getpid()}-{threading.current_thread().name}"
-        self._connection = Connection(address, name, self._heartbeat, self._timeout)
+        self._connection = Connection(address, name, self._heartbeat, self._timeout, self._keys)
         self._connection.start()
         self._connection.wait_connected(self._timeout)
         self._prefix = self._connection.core.id_prefix
+        self._max_payload = self._connection.core.max_payload_bytes or (1 << 63)
 
     # ------------------------------------------------------------------------------------------- context
     def __enter__(self) -> Client:
@@ -94,8 +109,11 @@ class Client:
         self.disconnect()
 
     def __reduce__(self) -> tuple[Callable[..., Client], tuple[Any, ...]]:
-        """A client passed to a task reconnects from the worker, with the same settings."""
-        return _reconnect, (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
+        """A client passed to a task reconnects from the worker, with the same settings, and the same keys: whoever
+        runs the task may act as this client (docs/security.md). They travel inside the task's arguments, which
+        are encrypted on every connection when keys are used."""
+        settings = (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
+        return _reconnect, (*settings, self._keys)
 
     def __repr__(self) -> str:
         state = "disconnected" if self._connection.closed.is_set() else "connected"
@@ -424,6 +442,8 @@ class Client:
             payload = pack_function(self._serializer, fn)
         except Exception as exc:
             raise TypeError(f"the function {_label(fn)} could not be serialized: {exc}") from exc
+        if len(payload) > self._max_payload:
+            raise PayloadTooLargeError(self._too_large(f"the function {_label(fn)}", len(payload)))
         with self._lock:
             entry = self._functions.get(key)
             if entry is not None and _alive(entry[0]) is fn:  # another thread sent it meanwhile
@@ -490,7 +510,16 @@ class Client:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             kind = type(payload).__name__
             raise _Unserializable(lambda what: f"the serializer returned {kind} for {what}; it must return bytes")
+        if len(payload) > self._max_payload:
+            size = len(payload)
+            raise _Unserializable(lambda what: self._too_large(what, size), PayloadTooLargeError)
         return payload
+
+    def _too_large(self, what: str, size: int) -> str:
+        return (
+            f"{what} is {size:,} bytes once serialized, more than the scheduler's limit of {self._max_payload:,} "
+            "bytes per payload (scaler_scheduler --max-payload-bytes): send less, or raise the limit"
+        )
 
 
 @contextlib.contextmanager
@@ -525,15 +554,16 @@ def _alive(holder: weakref.ref[Any] | Callable[..., Any]) -> Any:
 
 
 class _Unserializable(Exception):
-    """The serializer failed on a value (the cause) or returned something else than bytes."""
+    """The serializer failed on a value (the cause), returned something else than bytes, or bytes over the limit."""
 
-    def __init__(self, describe: Callable[[str], str]) -> None:
+    def __init__(self, describe: Callable[[str], str], kind: type[Exception] = TypeError) -> None:
         super().__init__()
         self.describe = describe
+        self.kind = kind
 
-    def error(self, what: str) -> TypeError:
+    def error(self, what: str) -> Exception:
         """The error to raise, naming `what` was being serialized."""
-        return TypeError(self.describe(what))
+        return self.kind(self.describe(what))
 
 
 def _label(fn: Any) -> str:
@@ -553,13 +583,23 @@ _nested: dict[tuple[Any, ...], Client] = {}
 _nested_lock = threading.Lock()
 
 
-def _reconnect(address: str, profiling: bool, timeout: float, heartbeat: float, serializer: Serializer) -> Client:
-    """Unpickling a Client (inside a task) gives one shared, live client per address and settings."""
-    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, os.getpid())
+def _reconnect(
+    address: str,
+    profiling: bool,
+    timeout: float,
+    heartbeat: float,
+    serializer: Serializer,
+    keys: PeerKeys | None = None,
+) -> Client:
+    """Unpickling a Client (inside a task) gives one shared, live client per address, settings and key."""
+    public = keys.pair.public if keys is not None else None
+    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, public, os.getpid())
     with _nested_lock:
         client = _nested.get(key)
         if client is None or client._connection.closed.is_set():
-            client = Client(address, profiling, timeout, heartbeat, serializer)
+            client = Client(
+                address, profiling, timeout, heartbeat, serializer, keys=keys if keys is not None else False
+            )
             _nested[key] = client
         return client
 

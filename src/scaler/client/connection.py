@@ -37,12 +37,13 @@ from scaler.core.client.session import (
     Send,
     SessionState,
 )
-from scaler.errors import ConnectionFailedError, ProtectedModeError, TaskFailedError
+from scaler.errors import AuthenticationError, ConnectionFailedError, ProtectedModeError, TaskFailedError
+from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import hostname
 from scaler.io.sockets import (
-    connect_dealer,
     context,
     has_input,
+    new_dealer,
     recv_frames,
     recv_message,
     send_message,
@@ -60,6 +61,7 @@ from scaler.protocol.messages import (
     decode,
     read_lone,
 )
+from scaler.security.keys import PeerKeys
 from scaler.serializer import Serializer
 
 logger = logging.getLogger(__name__)
@@ -153,10 +155,14 @@ class CollectorSlot:
 class Connection:
     """Owns the socket and the I/O thread of one client."""
 
-    def __init__(self, address: str, name: str, heartbeat_interval: float, timeout: float) -> None:
+    def __init__(
+        self, address: str, name: str, heartbeat_interval: float, timeout: float, keys: PeerKeys | None = None
+    ) -> None:
         self.address = address
+        self.keys = keys
         self.core = ClientCore(name, heartbeat_interval, timeout)
-        self.identity = f"C|{hostname()}|{os.getpid()}|{os.urandom(4).hex()}".encode()
+        # The routing id: 128 random bits nobody else learns (with it, a peer could take this client's route).
+        self.identity = f"C|{hostname()}|{os.getpid()}|{os.urandom(16).hex()}".encode()
         self.sinks: dict[int, ResultSink] = {}
         self.connected = threading.Event()
         self.closed = threading.Event()
@@ -211,13 +217,15 @@ class Connection:
         if not self.connected.is_set():
             reason = self.close_reason or f"no scheduler answered within {timeout:g}s (is one running there?)"
             self.close(wait=True)
-            raise ConnectionFailedError(f"could not connect to {self.address}: {reason}")
+            error = AuthenticationError if self.close_kind == CloseKind.UNAUTHENTICATED else ConnectionFailedError
+            raise error(f"could not connect to {self.address}: {reason}")
 
     def register(self, items: Iterable[tuple[int, ResultSink]]) -> None:
         """File where results go; raises if the session already ended (no future may wait forever)."""
         with self._sinks_lock:
             if self._sinks_closed:
-                raise ConnectionFailedError(f"{self.close_reason} (scheduler {self.address})")
+                error = AuthenticationError if self.close_kind == CloseKind.UNAUTHENTICATED else ConnectionFailedError
+                raise error(f"{self.close_reason} (scheduler {self.address})")
             self.sinks.update(items)
 
     def mint(self, count: int = 1) -> range:
@@ -387,7 +395,9 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------- I/O thread
     def _run(self) -> None:
-        sock = connect_dealer(self.address, self.identity, context())
+        sock = new_dealer(self.identity, context(), self.keys)
+        watch = HandshakeWatch(sock, self.address, self.keys, "client")  # before connecting: no failure goes unseen
+        sock.connect(self.address)
         lock = self._sock_lock
         lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task)
         self._sock = sock
@@ -398,6 +408,7 @@ class Connection:
         self._epoll = poller = select.epoll()
         poller.register(self._sock_fd, select.EPOLLIN)
         poller.register(self._wake_read, select.EPOLLIN)
+        poller.register(watch.fd, select.EPOLLIN)
         try:
             self._execute(sock, self.core.start(time.monotonic(), hostname(), os.getpid()))
             next_tick = time.monotonic() + TICK_SECONDS
@@ -424,10 +435,13 @@ class Connection:
                         self._wake_pending = False
                         self._forward(sock)
                         sent = True
+                    elif fd == watch.fd:
+                        self._check_handshakes(sock, watch)
                     elif self._session_open():  # _forward may have closed it
                         self._receive(sock)
                 now = time.monotonic()
                 if now >= next_tick:
+                    self._check_handshakes(sock, watch)
                     self._execute(sock, self.core.tick(now))
                     next_tick = now + TICK_SECONDS
                     sent = True
@@ -438,6 +452,7 @@ class Connection:
             self._sock = None
             poller.close()
             self._epoll = None
+            watch.close(sock)
             sock.close(linger=2000)
             lock.release()
             self._wake_receiver()
@@ -450,6 +465,11 @@ class Connection:
             os.close(self._wake_read)
             os.close(self._wake_write)
             self.closed.set()
+
+    def _check_handshakes(self, sock: zmq.Socket[Any], watch: HandshakeWatch) -> None:
+        failure = watch.failure()
+        if failure is not None:
+            self._execute(sock, self.core.unauthenticated(failure))
 
     def _session_open(self) -> bool:
         return self.core.state != SessionState.CLOSED
@@ -543,7 +563,8 @@ class Connection:
         if command.kind != CloseKind.LOCAL:
             log = logger.info if command.kind == CloseKind.SHUTDOWN else logger.error
             log("client session ended: %s", command.reason)
-        error = ConnectionFailedError(f"{command.reason} (scheduler {self.address})")
+        kind = AuthenticationError if command.kind == CloseKind.UNAUTHENTICATED else ConnectionFailedError
+        error = kind(f"{command.reason} (scheduler {self.address})")
         with self._sinks_lock:
             sinks, self.sinks = self.sinks, {}
             self._sinks_closed = True

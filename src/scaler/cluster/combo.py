@@ -11,10 +11,12 @@ import signal
 from typing import Any
 
 from scaler.core.scheduler import SchedulerConfig
+from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.loop import check_event_loop
 from scaler.io.processes import check_cpu, default_monitor_address, die_with_parent, parse_address, setup_logging
 from scaler.scheduler.server import run_scheduler
+from scaler.security.keys import PeerKeys, ServerKeys, load_peer_keys, load_server_keys, resolve
 from scaler.worker.cluster import run_cluster
 
 logger = logging.getLogger(__name__)
@@ -32,11 +34,14 @@ def _scheduler_main(
     log_paths: tuple[str, ...],
     ready: multiprocessing.connection.Connection,
     cpu: str | int | None,
+    keys: ServerKeys | None,
 ) -> None:
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
     try:
-        run_scheduler(address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None), cpu=cpu)
+        run_scheduler(
+            address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None), cpu=cpu, keys=keys
+        )
     except Exception as exc:
         ready.send(f"{type(exc).__name__}: {exc}")
         raise SystemExit(1) from exc
@@ -49,10 +54,11 @@ def _cluster_main(
     event_loop: str,
     log_level: str,
     log_paths: tuple[str, ...],
+    keys: PeerKeys | None,
 ) -> None:
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
-    raise SystemExit(run_cluster(address, n_workers, config, event_loop, log_level, log_paths))
+    raise SystemExit(run_cluster(address, n_workers, config, event_loop, log_level, log_paths, keys))
 
 
 class SchedulerClusterCombo:
@@ -68,6 +74,11 @@ class SchedulerClusterCombo:
     this process may use), "none" (anywhere, as the OS decides) or a CPU number. Every message crosses between those
     two threads; on one CPU that costs a plain wake-up instead of an inter-processor interrupt (about 15 % of a
     round trip on a 2-vCPU virtual machine, docs/benchmarks.md). Workers and their processors are not pinned.
+
+    keys: a keys directory made by scaler_keygen (default: $SCALER_KEYS if set; False: none): the scheduler then
+    admits only authorized keys, over encrypted connections, and the workers use the directory's worker key.
+    Clients pass the same directory: Client(address, keys=DIR). See docs/security.md.
+    max_payload_bytes: the most bytes one function, argument, object or result may have once serialized.
     """
 
     def __init__(
@@ -86,6 +97,8 @@ class SchedulerClusterCombo:
         logging_level: str = "INFO",
         logging_paths: tuple[str, ...] = ("/dev/stdout",),
         scheduler_cpu: str | int | None = "auto",
+        keys: str | os.PathLike[str] | bool | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         parse_address(address)
         check_event_loop(event_loop)
@@ -102,6 +115,13 @@ class SchedulerClusterCombo:
             or max_processors_per_worker < 1
         ):
             raise ValueError(f"max_processors_per_worker must be at least 1, not {max_processors_per_worker!r}")
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
+            raise ValueError(f"max_payload_bytes must be a whole number of bytes >= 1, not {max_payload_bytes!r}")
+        if isinstance(keys, bool) and keys:
+            raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
+        directory = None if keys is False else resolve(keys)
+        server_keys = load_server_keys(directory) if directory is not None else None
+        worker_keys = load_peer_keys(directory, "worker") if directory is not None else None
         self._address = address
         self._monitor_address = monitor_address or default_monitor_address(address)
         self._n_workers = n_workers
@@ -110,6 +130,7 @@ class SchedulerClusterCombo:
             worker_timeout_seconds=worker_timeout_seconds,
             client_timeout_seconds=client_timeout_seconds,
             max_task_retries=max_task_retries,
+            max_payload_bytes=max_payload_bytes,
         )
         agent_config = AgentConfig(
             name="worker",
@@ -130,6 +151,7 @@ class SchedulerClusterCombo:
                 logging_paths,
                 send,
                 scheduler_cpu,
+                server_keys,
             ),
             name="scaler-scheduler",
         )
@@ -140,7 +162,7 @@ class SchedulerClusterCombo:
         self._wait_ready(receive)
         self._cluster = context.Process(
             target=_cluster_main,
-            args=(address, n_workers, agent_config, event_loop, logging_level, logging_paths),
+            args=(address, n_workers, agent_config, event_loop, logging_level, logging_paths, worker_keys),
             name="scaler-cluster",
         )
         self._cluster.start()

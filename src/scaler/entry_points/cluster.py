@@ -8,9 +8,11 @@ import os
 import sys
 
 from scaler.core.worker.agent import AgentConfig
-from scaler.entry_points.help import HelpFormatter
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter
+from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import hostname, parse_address, setup_logging
+from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 
 DEFAULTS = AgentConfig()
 
@@ -23,6 +25,13 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
     )
     p.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:8516")
     p.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="workers to start")
+    p.add_argument(
+        "--keys",
+        "-k",
+        metavar="DIR",
+        default=None,
+        help=KEYS_HELP + "; workers read scheduler.key and worker.key_secret there",
+    )
     p.add_argument(
         "--heartbeat-interval-seconds",
         "-hi",
@@ -71,6 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--num-of-workers, --per-worker-queue-size and --max-processors-per-worker must be at least 1")
     if args.heartbeat_interval_seconds <= 0 or args.death_timeout_seconds <= 0:
         p.error("--heartbeat-interval-seconds and --death-timeout-seconds must be positive")
+    keys: PeerKeys | None = None
+    directory = resolve(args.keys)
+    if directory is not None:
+        try:
+            keys = load_peer_keys(directory, "worker")
+        except KeysError as exc:
+            p.error(str(exc))
     setup_logging(args.logging_level, tuple(args.logging_paths))
     logging.info("logging to %s", tuple(args.logging_paths))
     from scaler.worker.cluster import run_cluster
@@ -85,7 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     sys.exit(
         run_cluster(
-            args.address, args.num_of_workers, config, args.event_loop, args.logging_level, tuple(args.logging_paths)
+            args.address,
+            args.num_of_workers,
+            config,
+            args.event_loop,
+            args.logging_level,
+            tuple(args.logging_paths),
+            keys,
         )
     )
 

@@ -7,9 +7,11 @@ import logging
 import sys
 
 from scaler.core.scheduler import SchedulerConfig
-from scaler.entry_points.help import HelpFormatter
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter, byte_size
+from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import check_cpu, default_monitor_address, parse_address, setup_logging
+from scaler.security.keys import ServerKeys, load_server_keys, resolve
 
 DEFAULTS = SchedulerConfig()
 
@@ -20,7 +22,12 @@ def parser() -> argparse.ArgumentParser:
         description="Run a Scaler scheduler: clients and workers connect to ADDRESS.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("address", help="address to listen on, e.g. tcp://0.0.0.0:8516")
+    p.add_argument(
+        "address",
+        help="address to listen on, e.g. tcp://127.0.0.1:8516 (this machine only); to listen on the network "
+        "(e.g. tcp://0.0.0.0:8516), use --keys",
+    )
+    p.add_argument("--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP)
     p.add_argument(
         "--monitor-address",
         "-ma",
@@ -55,6 +62,13 @@ def parser() -> argparse.ArgumentParser:
         help="times a task is re-run after its worker died, before it fails",
     )
     p.add_argument(
+        "--max-payload-bytes",
+        type=byte_size,
+        default=DEFAULTS.max_payload_bytes,
+        help="the most bytes one function, argument, object or result may have once serialized (K, M, G suffixes); "
+        "bigger ones are refused with a clear error",
+    )
+    p.add_argument(
         "--cpu",
         default="auto",
         help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use), none "
@@ -75,6 +89,13 @@ def main(argv: list[str] | None = None) -> None:
         parser().error(str(exc))
     if args.worker_timeout_seconds <= 0 or args.client_timeout_seconds <= 0 or args.max_task_retries < 0:
         parser().error("timeouts must be positive and --max-task-retries at least 0")
+    keys: ServerKeys | None = None
+    directory = resolve(args.keys)
+    if directory is not None:
+        try:
+            keys = load_server_keys(directory)
+        except KeysError as exc:
+            parser().error(str(exc))
     setup_logging(args.logging_level, tuple(args.logging_paths))
     logging.info("logging to %s", tuple(args.logging_paths))
     from scaler.scheduler.server import run_scheduler
@@ -84,10 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         worker_timeout_seconds=args.worker_timeout_seconds,
         client_timeout_seconds=args.client_timeout_seconds,
         max_task_retries=args.max_task_retries,
+        max_payload_bytes=args.max_payload_bytes,
     )
     monitor = args.monitor_address or default_monitor_address(args.address)
     try:
-        run_scheduler(args.address, monitor, config, args.event_loop, cpu=cpu)
+        run_scheduler(args.address, monitor, config, args.event_loop, cpu=cpu, keys=keys)
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)
         sys.exit(1)

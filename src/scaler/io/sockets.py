@@ -14,9 +14,20 @@ from typing import Any
 
 import zmq
 
+from scaler.io.curve import MAIN_DOMAIN, MONITOR_DOMAIN, make_client, make_server
+from scaler.io.ipc import check_private, claim, ipc_path, private_files
 from scaler.protocol.messages import Message, Payload, decode, encode
+from scaler.security.keys import PeerKeys
 
 COPY_BELOW = 64 * 1024  # frames smaller than this are copied (sending) or turned into bytes (receiving)
+# The scheduler's ROUTER, towards each peer: messages waiting to be read before its connection is held back (it then
+# waits in its own memory, TCP's flow control telling it to), and messages waiting to be sent before the peer counts
+# as not reading (its session ends). Peers keep far fewer: what they send is batched, what they get is asked for.
+ROUTER_RECEIVE_QUEUE = 1000
+ROUTER_SEND_QUEUE = 100_000
+# A frame carries one payload, a pack of small ones (about 1 MiB) or a header: ZeroMQ drops a connection that sends a
+# bigger frame than the largest payload allowed plus this, before it is read.
+FRAME_SLACK = 64 << 20
 _raw_send = zmq.backend.Socket.send
 _raw_recv = zmq.backend.Socket.recv
 _raw_get = zmq.backend.Socket.get
@@ -46,38 +57,83 @@ def _common(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
     return sock
 
 
-def bind_router(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+def bind_router(
+    address: str,
+    ctx: zmq.Context[Any] | None = None,
+    curve_secret: bytes | None = None,
+    max_payload_bytes: int | None = None,
+) -> zmq.Socket[Any]:
+    """The scheduler's socket for clients and workers. With `curve_secret`, only CurveZMQ connections the context's
+    ZAP handler admits get in; `max_payload_bytes` bounds the frames ZeroMQ accepts (plus FRAME_SLACK)."""
     sock: zmq.Socket[Any] = _common((ctx or context()).socket(zmq.ROUTER))
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises instead of dropping silently
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting with its routing id takes its session back
-    sock.bind(address)
+    sock.setsockopt(zmq.RCVHWM, ROUTER_RECEIVE_QUEUE)
+    sock.setsockopt(zmq.SNDHWM, ROUTER_SEND_QUEUE)
+    if max_payload_bytes is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, max_payload_bytes + FRAME_SLACK)
+    if curve_secret is not None:
+        make_server(sock, curve_secret, MAIN_DOMAIN)
+    _bind(sock, address)
     return sock
 
 
-def connect_dealer(address: str, identity: bytes, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+def new_dealer(identity: bytes, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None) -> zmq.Socket[Any]:
+    """A client's or worker's socket towards the scheduler, not connected yet (watch its handshakes first: see
+    io.curve.HandshakeWatch)."""
     sock: zmq.Socket[Any] = _common((ctx or context()).socket(zmq.DEALER))
     sock.setsockopt(zmq.IDENTITY, identity)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
-    sock.connect(address)
+    if keys is not None:
+        make_client(sock, keys)
     return sock
 
 
-def bind_publisher(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+def bind_publisher(
+    address: str, ctx: zmq.Context[Any] | None = None, curve_secret: bytes | None = None
+) -> zmq.Socket[Any]:
+    """The monitor socket. Over ipc only this user can connect (file permissions); over tcp with `curve_secret`, only
+    the client keys the context's ZAP handler admits."""
     sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 16)
-    sock.bind(address)
+    if curve_secret is not None and address.startswith("tcp://"):
+        make_server(sock, curve_secret, MONITOR_DOMAIN)
+    _bind(sock, address)
     return sock
 
 
-def connect_subscriber(address: str, ctx: zmq.Context[Any] | None = None) -> zmq.Socket[Any]:
+def new_subscriber(address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None) -> zmq.Socket[Any]:
+    """A subscriber for a monitor address, not connected yet; `keys` are used over tcp only (an ipc monitor is
+    guarded by file permissions)."""
     sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 16)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
+    if keys is not None and address.startswith("tcp://"):
+        make_client(sock, keys)
+    return sock
+
+
+def connect_subscriber(
+    address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None
+) -> zmq.Socket[Any]:
+    sock = new_subscriber(address, ctx, keys)
     sock.connect(address)
     return sock
+
+
+def _bind(sock: zmq.Socket[Any], address: str) -> None:
+    """Bind; an ipc path is claimed first (io.ipc.claim) and created so that only this user can connect."""
+    path = ipc_path(address)
+    if path is None:
+        sock.bind(address)
+        return
+    claim(path)
+    with private_files():
+        sock.bind(address)
+    check_private(path)
 
 
 def small_to_bytes(frames: Sequence[zmq.Frame]) -> list[Payload]:
@@ -106,10 +162,18 @@ def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = N
     send_frames(sock, frames)
 
 
-def send_frames(sock: zmq.Socket[Any], frames: list[Any]) -> None:
-    """Send frames (bytes, memoryviews, zmq.Frames) as one message, without copying the big ones."""
+def send_frames(sock: zmq.Socket[Any], frames: list[Any], first_flags: int = 0) -> None:
+    """Send frames (bytes, memoryviews, zmq.Frames) as one message, without copying the big ones. `first_flags`:
+    zmq.NOBLOCK raises zmq.Again when the peer's queue is full (the rest of a message never waits once its first
+    frame went)."""
     last = frames[-1]
-    for index in range(len(frames) - 1):
+    count = len(frames) - 1
+    if count == 0:
+        _raw_send(sock, last, first_flags, len(last) < COPY_BELOW, False)
+        return
+    first = frames[0]
+    _raw_send(sock, first, first_flags | _SNDMORE, len(first) < COPY_BELOW, False)
+    for index in range(1, count):
         frame = frames[index]
         _raw_send(sock, frame, _SNDMORE, len(frame) < COPY_BELOW, False)
     _raw_send(sock, last, 0, len(last) < COPY_BELOW, False)

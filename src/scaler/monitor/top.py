@@ -9,11 +9,15 @@ from typing import Any
 
 import zmq
 
-from scaler.entry_points.help import HelpFormatter
-from scaler.io.sockets import connect_subscriber, recv_message
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter
+from scaler.errors import KeysError
+from scaler.io.curve import HandshakeWatch
+from scaler.io.processes import parse_address
+from scaler.io.sockets import new_subscriber, recv_message
 from scaler.monitor.render import SHORTCUTS, render
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
+from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 
 
 def parser() -> argparse.ArgumentParser:
@@ -25,9 +29,44 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/0.0.0.0_8516_monitor"
     )
+    p.add_argument(
+        "--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP + "; used for a tcp:// monitor address only"
+    )
     p.add_argument("--once", action="store_true", help="print one status as text and exit (no full-screen view)")
     p.add_argument("--timeout", type=float, default=10.0, help="with --once: seconds to wait for a status")
     return p
+
+
+class Subscription:
+    """A subscriber to a monitor address, and a watch on its handshakes (a tcp:// monitor of a scheduler with keys
+    takes authorized client keys only)."""
+
+    def __init__(self, address: str, keys: PeerKeys | None) -> None:
+        self.address = address
+        self.sock = new_subscriber(address, keys=keys)
+        use_keys = keys if address.startswith("tcp://") else None
+        self.watch = HandshakeWatch(self.sock, address, use_keys, "client")
+        self.sock.connect(address)
+        self.failure: str | None = None
+
+    def next(self, timeout_ms: int) -> Status | None:
+        status = next_status(self.sock, timeout_ms)
+        if status is None and self.failure is None:
+            self.failure = self.watch.failure()
+        return status
+
+    def close(self) -> None:
+        self.watch.close(self.sock)
+        self.sock.close()
+
+
+def monitor_keys(address: str, keys: str | None) -> PeerKeys | None:
+    """The client keys to subscribe to `address` with: for tcp:// only, from `keys` or $SCALER_KEYS. KeysError if
+    the directory lacks them."""
+    directory = resolve(keys)
+    if directory is None or not address.startswith("tcp://"):
+        return None
+    return load_peer_keys(directory, "client")
 
 
 def next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
@@ -40,21 +79,25 @@ def next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
     return message if isinstance(message, Status) else None
 
 
-def run_once(address: str, timeout: float) -> int:
-    sock = connect_subscriber(address)
-    status = next_status(sock, int(timeout * 1000))
-    sock.close()
+def run_once(address: str, timeout: float, keys: PeerKeys | None = None) -> int:
+    feed = Subscription(address, keys)
+    status = feed.next(int(timeout * 1000))
+    failure = feed.failure
+    feed.close()
     if status is None:
+        if failure is not None:
+            print(failure)
+            return 1
         print(f"no status from {address} within {timeout:g}s (is a scheduler running with that monitor address?)")
         return 1
     print("\n".join(render(status)))
     return 0
 
 
-def run_screen(screen: Any, address: str) -> None:
+def run_screen(screen: Any, address: str, keys: PeerKeys | None = None) -> None:
     curses.curs_set(0)
     screen.nodelay(True)
-    sock = connect_subscriber(address)
+    feed = Subscription(address, keys)
     sort_key = "n"
     status: Status | None = None
     while True:
@@ -63,26 +106,33 @@ def run_screen(screen: Any, address: str) -> None:
             break
         if key != -1 and chr(key) in SHORTCUTS:
             sort_key = chr(key)
-        fresh = next_status(sock, 100)
+        fresh = feed.next(100)
         if fresh is not None:
             status = fresh
-        elif key == -1:
+        elif key == -1 and feed.failure is None:
             continue
         screen.erase()
         height, width = screen.getmaxyx()
-        lines = render(status, sort_key, width - 1) if status else [f"waiting for a status from {address} ..."]
+        waiting = feed.failure or f"waiting for a status from {address} ..."
+        lines = render(status, sort_key, width - 1) if status else [waiting]
         for row, line in enumerate(lines[: height - 1]):
             screen.addstr(row, 0, line)
         screen.refresh()
-    sock.close()
+    feed.close()
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if args.once:
-        sys.exit(run_once(args.monitor_address, args.timeout))
+    p = parser()
+    args = p.parse_args(argv)
     try:
-        curses.wrapper(run_screen, args.monitor_address)
+        parse_address(args.monitor_address)
+        keys = monitor_keys(args.monitor_address, args.keys)
+    except (ValueError, KeysError) as exc:
+        p.error(str(exc))
+    if args.once:
+        sys.exit(run_once(args.monitor_address, args.timeout, keys))
+    try:
+        curses.wrapper(run_screen, args.monitor_address, keys)
     except KeyboardInterrupt:
         pass
 

@@ -18,11 +18,12 @@ import time
 from importlib import resources
 from typing import Any
 
-from scaler.entry_points.help import HelpFormatter
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter
+from scaler.errors import KeysError
 from scaler.io.processes import parse_address, setup_logging
-from scaler.io.sockets import connect_subscriber
-from scaler.monitor.top import next_status
+from scaler.monitor.top import Subscription, monitor_keys
 from scaler.protocol.messages import Status
+from scaler.security.keys import PeerKeys
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ def status_json(status: Status | None, monitor_address: str, age_seconds: float 
 class StatusFeed:
     """The latest status published on a monitor address, kept up to date by a thread of its own."""
 
-    def __init__(self, monitor_address: str) -> None:
+    def __init__(self, monitor_address: str, keys: PeerKeys | None = None) -> None:
         self.monitor_address = monitor_address
+        self.keys = keys
         self._lock = threading.Lock()
         self._status: Status | None = None
         self._received_at = 0.0
@@ -64,15 +66,19 @@ class StatusFeed:
             return self._status, time.monotonic() - self._received_at
 
     def _run(self) -> None:
-        sock = connect_subscriber(self.monitor_address)
+        feed = Subscription(self.monitor_address, self.keys)
+        said = False
         try:
             while not self._stop.is_set():
-                status = next_status(sock, POLL_MS)
+                status = feed.next(POLL_MS)
                 if status is not None:
                     with self._lock:
                         self._status, self._received_at = status, time.monotonic()
+                elif feed.failure is not None and not said:
+                    logger.error("scaler_ui: %s", feed.failure)
+                    said = True
         finally:
-            sock.close()
+            feed.close()
 
 
 def page() -> bytes:
@@ -131,6 +137,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/127.0.0.1_2345_monitor"
     )
+    p.add_argument(
+        "--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP + "; used for a tcp:// monitor address only"
+    )
     p.add_argument("--host", default="127.0.0.1", help="the interface to serve on (0.0.0.0: every interface)")
     p.add_argument("--port", "-p", type=int, default=8081, help="the HTTP port to serve on")
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
@@ -142,12 +151,13 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         parse_address(args.monitor_address)
-    except ValueError as exc:
+        keys = monitor_keys(args.monitor_address, args.keys)
+    except (ValueError, KeysError) as exc:
         p.error(str(exc))
     if not 0 < args.port < 65536:
         p.error(f"--port must be from 1 to 65535, not {args.port}")
     setup_logging(args.logging_level, ("/dev/stdout",))
-    feed = StatusFeed(args.monitor_address)
+    feed = StatusFeed(args.monitor_address, keys)
     try:
         server = Server((args.host, args.port), make_handler(feed))
     except OSError as exc:

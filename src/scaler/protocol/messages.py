@@ -156,6 +156,7 @@ class Welcome:
 class Refused:
     reason: str
     scheduler_protocol_version: int = PROTOCOL_VERSION
+    key_problem: bool = False
 
 
 @dataclass(slots=True)
@@ -484,6 +485,7 @@ def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
 def _enc_refused(b: Any, m: Refused) -> list[Payload]:
     b.reason = m.reason
     b.schedulerProtocolVersion = m.scheduler_protocol_version
+    b.keyProblem = m.key_problem
     return []
 
 
@@ -718,7 +720,7 @@ def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
 
 def _dec_refused(b: Any, p: Sequence[Payload]) -> Refused:
     _no_payloads(p, "refused")
-    return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion)
+    return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion, key_problem=b.keyProblem)
 
 
 def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:

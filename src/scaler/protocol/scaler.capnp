@@ -77,6 +77,8 @@ struct Welcome {
 struct Refused {
   reason @0 :Text;
   schedulerProtocolVersion @1 :UInt32;
+  keyProblem @2 :Bool;          # true: refused for the key the peer's connection authenticated with (authorized
+                                # for the other role, or no longer authorized); the peer should say so, not retry
 }
 
 struct Heartbeat {

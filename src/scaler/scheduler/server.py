@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,11 +23,15 @@ import psutil
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from scaler.core.limiter import LogLimiter
 from scaler.core.scheduler import (
     Command,
+    Forbidden,
     Log,
     Malformed,
+    PeerKey,
     Received,
+    Revoked,
     SchedulerConfig,
     SchedulerCore,
     Send,
@@ -33,7 +39,7 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
-from scaler.io.processes import pin_to_cpu
+from scaler.io.processes import parse_address, pin_to_cpu
 from scaler.io.sockets import (
     bind_publisher,
     bind_router,
@@ -58,6 +64,8 @@ from scaler.protocol.messages import (
     encode,
     read_lone,
 )
+from scaler.scheduler.gate import KeyGate
+from scaler.security.keys import ServerKeys
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +75,14 @@ TICK_SECONDS = 0.05
 STATUS_SECONDS = 1.0
 PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
 BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent
+_NOBLOCK = int(zmq.NOBLOCK)
+_CONNECTION_EVENTS = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+_NOT_READING = "it does not read what it is sent (too many messages wait for it)"
 
 
 class SchedulerServer:
@@ -76,12 +92,17 @@ class SchedulerServer:
         monitor_address: str,
         config: SchedulerConfig,
         on_ready: Callable[[], None] | None = None,
+        keys: ServerKeys | None = None,
     ) -> None:
         self.on_ready = on_ready
         self.address = address
         self.monitor_address = monitor_address
         self.core = SchedulerCore(config)
         self.ctx = context()
+        self.keys = keys
+        self.gate: KeyGate | None = None
+        self.failed_handshakes = 0  # connections that failed their handshake other than by the gate's refusal
+        self._limiter = LogLimiter()
         self.router: zmq.Socket[Any] | None = None
         self.publisher: zmq.Socket[Any] | None = None
         self.process = psutil.Process()
@@ -97,13 +118,25 @@ class SchedulerServer:
         self._stopped = loop.create_future()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        self.router = _bind(bind_router, self.address, self.ctx, "listen on")
-        self.publisher = _bind(bind_publisher, self.monitor_address, self.ctx, "publish the monitor on")
-        logger.info("Scheduler: listening on %s", self.address)
+        secret = None
+        if self.keys is not None:
+            self.gate = KeyGate(self.ctx, self.keys)
+            zap = self.gate.start()  # before any CURVE socket binds
+            loop.add_reader(socket_fd(zap), self.gate.on_readable)
+            loop.call_soon(self.gate.on_readable)
+            loop.add_signal_handler(signal.SIGHUP, self._reload_keys, True)
+            secret = self.keys.pair.secret
+        limit = self.core.config.max_payload_bytes
+        self.router = _bind(lambda a, c: bind_router(a, c, secret, limit), self.address, self.ctx, "listen on")
+        self.publisher = _bind(
+            lambda a, c: bind_publisher(a, c, secret), self.monitor_address, self.ctx, "publish the monitor on"
+        )
+        logger.info("Scheduler: listening on %s%s", self.address, " (CurveZMQ keys required)" if secret else "")
         logger.info("Scheduler: monitor address is %s", self.monitor_address)
+        _warn_if_exposed(self.address, self.monitor_address, secret is not None)
         self.process.cpu_percent()
         loop.add_reader(socket_fd(self.router), self._on_readable)
-        self.disconnects = self.router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.disconnects = self.router.get_monitor_socket(_CONNECTION_EVENTS)
         loop.add_reader(socket_fd(self.disconnects), self._on_disconnect_events)
         loop.call_soon(self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals new edges
         if self.on_ready is not None:
@@ -125,6 +158,11 @@ class SchedulerServer:
             self.publisher.close(linger=0)
             # Let the last messages (Shutdown to every peer) leave before the process ends.
             self.router.close(linger=2000)
+            if self.gate is not None:
+                loop.remove_signal_handler(signal.SIGHUP)
+                if self.gate.sock is not None:
+                    loop.remove_reader(socket_fd(self.gate.sock))
+                self.gate.close()
             self.ctx.destroy(linger=2000)
 
     def _on_signal(self, sig: int) -> None:
@@ -141,15 +179,24 @@ class SchedulerServer:
         if router is None or (self._stopped is not None and self._stopped.done()):
             return
         core = self.core
+        gate = self.gate
         now = time.monotonic()
         fd_of = self._fd_of
         deadline = now + SLICE_SECONDS
+        key: PeerKey | None = None
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
             fd_of[frames[0].get(zmq.SRCFD)] = peer
+            if gate is not None:  # which key this connection authenticated with, and is it still authorized?
+                user = _user_id(frames[0])
+                key = gate.key_of(user)
+                if key is None:
+                    reason = f"authentication failed: its key {user} is no longer authorized"
+                    core.feed(Forbidden(now, peer, user.encode(), reason))
+                    continue
             parts = small_to_bytes(frames[1:])
             lone = read_lone(parts[0]) if parts and type(parts[0]) is bytes else None
-            if lone is not None and self._forward(router, now, peer, lone, parts):
+            if lone is not None and self._forward(router, now, peer, lone, parts, key):
                 if time.monotonic() >= deadline:
                     break
                 continue
@@ -160,14 +207,20 @@ class SchedulerServer:
             if isinstance(message, ProtocolError):
                 core.feed(Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage)))
             else:
-                core.feed(Received(now, peer, message))
+                core.feed(Received(now, peer, message, key))
             if time.monotonic() >= deadline:
                 break  # the rest stays in the socket; _recheck finds it and comes back after the loop's other work
         self._execute(core.flush())
         self._recheck()
 
     def _forward(
-        self, router: zmq.Socket[Any], now: float, peer: bytes, lone: LoneTask | LoneResult, parts: list[Payload]
+        self,
+        router: zmq.Socket[Any],
+        now: float,
+        peer: bytes,
+        lone: LoneTask | LoneResult,
+        parts: list[Payload],
+        key: PeerKey | None,
     ) -> bool:
         """Forward a lone submit or result as it is, if the core agrees (SchedulerCore.forward_submit); False if it
         does not, and the message is to be decoded and fed as usual."""
@@ -177,17 +230,19 @@ class SchedulerServer:
                 payloads = unpack_payloads(lone.sizes, payload_frames)
             except ProtocolError:
                 return False  # decode() says what is wrong with it
-            target = self.core.forward_submit(now, peer, lone, tuple(payloads))
+            target = self.core.forward_submit(now, peer, lone, tuple(payloads), key)
             header = dispatch_header(lone) if target is not None else b""
         else:
             if sum(map(len, payload_frames)) != lone.size or len(payload_frames) > 1:
                 return False
-            target = self.core.forward_result(now, peer, lone, payload_frames[0] if payload_frames else b"")
+            target = self.core.forward_result(now, peer, lone, payload_frames[0] if payload_frames else b"", key)
             header = lone.header
         if target is None:
             return False
         try:
-            send_frames(router, [target, header, *payload_frames])
+            send_frames(router, [target, header, *payload_frames], _NOBLOCK)
+        except zmq.Again:
+            self.core.feed(Undeliverable(now, target, _NOT_READING))
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
@@ -201,19 +256,53 @@ class SchedulerServer:
             self._loop.call_soon(self._on_readable)
 
     def _on_disconnect_events(self) -> None:
-        """A connection closed (a peer died or left): probe its peer now instead of waiting for its timeout."""
+        """A connection closed (a peer died or left): probe its peer now instead of waiting for its timeout. A
+        connection failed its handshake: count it (the key gate logs those it refused itself)."""
         sock = self.disconnects
         while sock is not None:
             try:
                 event = parse_monitor_message(sock.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                self._on_failed_handshake(int(event["event"]), int(event["value"]))
+                continue
             peer = self._fd_of.pop(int(event["value"]), None)
             logger.debug("Scheduler: connection %s closed (peer %r)", event["value"], peer)
             if peer is not None and self._loop is not None:
                 self._probe(peer)
                 for delay in PROBE_DELAYS:
                     self._loop.call_later(delay, self._probe, peer)
+
+    def _on_failed_handshake(self, kind: int, code: int) -> None:
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return  # refused by the gate, which counted and logged it with the peer's address
+        self.failed_handshakes += 1
+        if not self._limiter.allow(time.monotonic(), "failed handshake", kind):
+            return
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            why = "it has no keys" if self.keys is not None else "it uses keys and this scheduler runs without"
+        else:
+            why = f"ZeroMQ reports {zmq.Event(kind).name} (code {code:#x}): wrong scheduler key, or not a Scaler peer"
+        logger.warning("Scheduler: a connection to %s failed its handshake: %s", self.address, why)
+
+    def _reload_keys(self, force: bool = False) -> None:
+        """Re-read the authorized keys (SIGHUP: now; else only if their folders changed); sessions of keys that were
+        removed end at once."""
+        if self.gate is None or self.router is None:
+            return
+        if force:
+            logger.info("Scheduler: reloading the authorized keys")
+        try:
+            revoked = self.gate.reload(force)
+        except OSError as exc:
+            logger.error("Scheduler: could not read the authorized keys: %s (keeping the ones loaded)", exc)
+            return
+        if revoked:
+            logger.warning("Scheduler: %d keys are no longer authorized; their sessions end", len(revoked))
+            self.core.feed(Revoked(time.monotonic(), revoked))
+            self._execute(self.core.flush())
+            self._recheck()
 
     def _probe(self, peer: bytes) -> None:
         """Send a harmless message: if the peer's connection is gone, the router refuses it (ROUTER_MANDATORY)."""
@@ -222,7 +311,10 @@ class SchedulerServer:
         if peer not in self.core.workers and peer not in self.core.clients:
             return
         try:
-            send_frames(self.router, [peer, *encode(HeartbeatEcho())])
+            send_frames(self.router, [peer, *encode(HeartbeatEcho())], _NOBLOCK)
+        except zmq.Again:
+            self.core.feed(Undeliverable(time.monotonic(), peer, _NOT_READING))
+            self._execute(self.core.flush())
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
@@ -234,15 +326,17 @@ class SchedulerServer:
         router = self.router
         assert router is not None
         while commands:
-            undeliverable = []
+            undeliverable: dict[bytes, str] = {}
             for command in commands:
                 if isinstance(command, Send):
                     try:
-                        send_frames(router, [command.peer, *encode(command.message)])
+                        send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
+                    except zmq.Again:
+                        undeliverable.setdefault(command.peer, _NOT_READING)
                     except zmq.ZMQError as exc:
                         if exc.errno != zmq.EHOSTUNREACH:
                             raise
-                        undeliverable.append(command.peer)
+                        undeliverable.setdefault(command.peer, "its connection closed")
                 elif isinstance(command, Log):
                     logger.log(command.level, "Scheduler: %s", command.text)
                 elif isinstance(command, Stop):
@@ -250,8 +344,8 @@ class SchedulerServer:
                     if self._stopped is not None and not self._stopped.done():
                         self._stopped.set_result(command.reason)
             now = time.monotonic()
-            for peer in dict.fromkeys(undeliverable):
-                self.core.feed(Undeliverable(now, peer))
+            for peer, reason in undeliverable.items():
+                self.core.feed(Undeliverable(now, peer, reason))
             commands = self.core.flush() if undeliverable else []
 
     async def _tick_forever(self) -> None:
@@ -270,7 +364,11 @@ class SchedulerServer:
     async def _status_forever(self) -> None:
         while True:
             await asyncio.sleep(STATUS_SECONDS)
+            self._reload_keys()
+            for line in self._limiter.summary(time.monotonic()) + (self.gate.summary() if self.gate else []):
+                logger.warning("Scheduler: %s", line)
             status = self.core.status()
+            status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
             status.cpu_percent = self.process.cpu_percent()
             status.rss_bytes = self.process.memory_info().rss
             status.time_us = int(time.time() * 1e6)
@@ -291,6 +389,51 @@ def _bind(
         raise OSError(f"cannot {what} {address}: {exc.strerror}{hint}") from exc
 
 
+def _user_id(frame: zmq.Frame) -> str:
+    """The ZAP user id (the public key, Z85) of the connection a message came over; "" if it has none."""
+    try:
+        return str(frame.get("User-Id"))
+    except zmq.ZMQError:
+        return ""
+
+
+def _warn_if_exposed(address: str, monitor_address: str, keys: bool) -> None:
+    """Without keys, anyone who can reach a non-loopback address runs code on the workers: say so, and the fix."""
+    if keys:
+        return
+    for what, where, risk in (
+        ("listens on", address, "can run any code on the workers (as the user they run as) and read every task's data"),
+        ("publishes its monitor on", monitor_address, "can read the cluster's status (workers, clients, counts)"),
+    ):
+        if not is_loopback(where):
+            logger.warning(
+                "Scheduler: %s %s without keys: anyone who can connect to it %s. Create keys with `scaler_keygen "
+                "DIR` and start the scheduler, workers and clients with --keys DIR (see docs/security.md)",
+                what,
+                where,
+                risk,
+            )
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can reach `address`: ipc and inproc, or tcp on a loopback host."""
+    scheme, rest = parse_address(address)
+    if scheme != "tcp":
+        return True
+    host = rest.rpartition(":")[0].strip("[]")
+    if host in ("localhost", "*"):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)
+
+
 def run_scheduler(
     address: str,
     monitor_address: str,
@@ -298,6 +441,7 @@ def run_scheduler(
     event_loop: str = "builtin",
     on_ready: Callable[[], None] | None = None,
     cpu: str | int | None = "auto",
+    keys: ServerKeys | None = None,
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
     scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number."""
@@ -312,5 +456,5 @@ def run_scheduler(
     )
     if config.name == SchedulerConfig.name:
         config = dataclasses.replace(config, name=f"scheduler@{address}")
-    server = SchedulerServer(address, monitor_address, config, on_ready)
+    server = SchedulerServer(address, monitor_address, config, on_ready, keys)
     return run(server.run(), event_loop)

@@ -39,10 +39,11 @@ from scaler.core.worker.agent import (
     ToProcessor,
     ToScheduler,
 )
+from scaler.io.curve import HandshakeWatch
 from scaler.io.sockets import (
-    connect_dealer,
     context,
     has_input,
+    new_dealer,
     read_waiting,
     send_message,
     small_to_bytes,
@@ -50,7 +51,8 @@ from scaler.io.sockets import (
 )
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.frames import unpack as unpack_payloads
-from scaler.protocol.messages import ACCEPTED_BY_WORKER, decode, read_lone_dispatch
+from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode, read_lone_dispatch
+from scaler.security.keys import PeerKeys
 from scaler.worker import link, pipe
 from scaler.worker.processor import run_processor
 
@@ -61,13 +63,16 @@ DRAIN_LIMIT = 64
 
 
 class WorkerAgent:
-    def __init__(self, address: str, config: AgentConfig) -> None:
+    def __init__(self, address: str, config: AgentConfig, keys: PeerKeys | None = None) -> None:
         self.address = address
         self.config = config
+        self.keys = keys
         self.core = AgentCore(config)
         self.ctx = context()
-        self.identity = f"W|{config.hostname}|{os.getpid()}|{os.urandom(4).hex()}".encode()
+        # The routing id: 128 random bits nobody else learns (with it, a peer could take this worker's route).
+        self.identity = f"W|{config.hostname}|{os.getpid()}|{os.urandom(16).hex()}".encode()
         self.scheduler: zmq.Socket[Any] | None = None
+        self.watch: HandshakeWatch | None = None
         self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
         self.links: dict[int, link.AsyncLink] = {}
         self.running_slots: dict[int, mmap.mmap] = {}
@@ -80,11 +85,14 @@ class WorkerAgent:
     async def run(self) -> int:
         self._loop = loop = asyncio.get_running_loop()
         self._stopped = loop.create_future()
-        self.scheduler = connect_dealer(self.address, self.identity, self.ctx)
+        self.scheduler = new_dealer(self.identity, self.ctx, self.keys)
+        self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker")
+        self.scheduler.connect(self.address)
         self.me.cpu_percent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         loop.add_reader(socket_fd(self.scheduler), self._on_scheduler_readable)
+        loop.add_reader(self.watch.fd, self._on_handshake)
         self._handle(Started(time.monotonic()))
         loop.call_soon(self._on_scheduler_readable)  # drain once: a ZeroMQ FD only signals new edges
         ticker = loop.create_task(self._tick_forever())
@@ -93,6 +101,8 @@ class WorkerAgent:
         finally:
             ticker.cancel()
             loop.remove_reader(socket_fd(self.scheduler))
+            loop.remove_reader(self.watch.fd)
+            self.watch.close(self.scheduler)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             self._kill_all()
@@ -102,6 +112,12 @@ class WorkerAgent:
     # ------------------------------------------------------------------------------------------- events
     def _on_signal(self, sig: int) -> None:
         self._handle(StopRequested(time.monotonic(), f"received {signal.Signals(sig).name}"))
+
+    def _on_handshake(self) -> None:
+        """A failed handshake is the scheduler refusing this worker's keys: the agent stops, saying why."""
+        failure = self.watch.failure() if self.watch is not None else None
+        if failure is not None and not self.core.stopped:
+            self._handle(FromScheduler(time.monotonic(), Refused(failure, key_problem=True)))
 
     def _on_scheduler_readable(self) -> None:
         sock = self.scheduler
@@ -163,6 +179,7 @@ class WorkerAgent:
             if now - last_stats >= self.config.heartbeat_interval_seconds:
                 stats = self._stats()
                 last_stats = now
+            self._on_handshake()  # its FD may have fired before the loop watched it
             self._handle(Tick(now, *stats))
 
     def _stats(self) -> tuple[float, int, float, int]:
@@ -266,8 +283,8 @@ class WorkerAgent:
             self._kill(processor)
 
 
-def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin") -> int:
+def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin", keys: PeerKeys | None = None) -> int:
     """Entry point of a worker process: runs the agent until it stops; returns its exit code."""
     from scaler.io.loop import run
 
-    return run(WorkerAgent(address, config).run(), event_loop)
+    return run(WorkerAgent(address, config, keys).run(), event_loop)

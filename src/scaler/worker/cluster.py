@@ -12,6 +12,7 @@ import sys
 
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.processes import die_with_parent, hostname, setup_logging
+from scaler.security.keys import PeerKeys
 from scaler.worker.agent import run_worker
 
 logger = logging.getLogger(__name__)
@@ -19,7 +20,12 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _worker_main(
-    address: str, config: AgentConfig, event_loop: str, log_level: str, log_paths: tuple[str, ...]
+    address: str,
+    config: AgentConfig,
+    event_loop: str,
+    log_level: str,
+    log_paths: tuple[str, ...],
+    keys: PeerKeys | None,
 ) -> None:
     # Forked with SIGINT/SIGTERM blocked (see run_cluster): drop the cluster's handlers first, then let a signal
     # that is already pending act with its default action.
@@ -29,7 +35,7 @@ def _worker_main(
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
     config = dataclasses.replace(config, pid=os.getpid(), hostname=config.hostname or hostname())
-    sys.exit(run_worker(address, config, event_loop))
+    sys.exit(run_worker(address, config, event_loop, keys))
 
 
 def run_cluster(
@@ -39,14 +45,17 @@ def run_cluster(
     event_loop: str = "builtin",
     log_level: str = "INFO",
     log_paths: tuple[str, ...] = ("/dev/stdout",),
+    keys: PeerKeys | None = None,
 ) -> int:
-    """Start n_workers workers and wait for all of them to end. SIGINT/SIGTERM stop them gracefully."""
+    """Start n_workers workers and wait for all of them to end. SIGINT/SIGTERM stop them gracefully. `keys`: the
+    worker keys for a scheduler that requires keys."""
     logger.info(
-        "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s",
+        "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s%s",
         n_workers,
         config.heartbeat_interval_seconds,
         config.queue_capacity,
         event_loop,
+        f", worker key {keys.source}" if keys is not None else "",
     )
     workers: list[multiprocessing.process.BaseProcess] = []
     stopping = False
@@ -67,7 +76,7 @@ def run_cluster(
         worker_config = dataclasses.replace(config, name=f"{config.name}-{os.getpid()}-{index}")
         process = context.Process(
             target=_worker_main,
-            args=(address, worker_config, event_loop, log_level, log_paths),
+            args=(address, worker_config, event_loop, log_level, log_paths, keys),
             name=f"scaler-worker-{index}",
         )
         # A signal that reaches a child between fork() and Python's after-fork reset is dropped by CPython, so

@@ -49,6 +49,7 @@ class SessionState(enum.Enum):
 class CloseKind(enum.Enum):
     UNREACHABLE = "unreachable"  # never answered, or stopped answering
     REFUSED = "refused"  # said no to our hello
+    UNAUTHENTICATED = "unauthenticated"  # did not accept our keys (or we have none and it needs them)
     SHUTDOWN = "shutdown"  # the scheduler is stopping
     LOCAL = "local"  # we disconnected
 
@@ -123,6 +124,7 @@ class ClientCore:
         self.timeout = timeout_seconds
         self.state = SessionState.CONNECTING
         self.id_prefix = 0
+        self.max_payload_bytes = 0  # the scheduler's limit per payload (0: it stated none)
         self._started = 0.0
         self._last_heard = 0.0
         self._last_heartbeat = 0.0
@@ -145,10 +147,14 @@ class ClientCore:
         if isinstance(message, Welcome):
             self.state = SessionState.CONNECTED
             self.id_prefix = message.id_prefix
+            self.max_payload_bytes = message.max_payload_bytes
             if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
                 self.heartbeat_interval = min(self.heartbeat_interval, message.peer_timeout_ms / 4000)
             return [Connected(message.id_prefix, message.scheduler_name, message.protected)]
         if isinstance(message, Refused):
+            if message.key_problem:
+                text = f"authentication failed: the scheduler refused this client's key: {message.reason}"
+                return self._close(CloseKind.UNAUTHENTICATED, text)
             return self._close(CloseKind.REFUSED, f"the scheduler refused this client: {message.reason}")
         if isinstance(message, Shutdown):
             return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
@@ -179,6 +185,12 @@ class ClientCore:
             return []
         commands: list[ClientCommand] = [Send(Disconnect(reason))] if self.state == SessionState.CONNECTED else []
         return commands + self._close(CloseKind.LOCAL, reason or "the client disconnected")
+
+    def unauthenticated(self, reason: str) -> list[ClientCommand]:
+        """The connection's handshake failed: the scheduler did not accept our keys (`reason` says why)."""
+        if self.state == SessionState.CLOSED:
+            return []
+        return self._close(CloseKind.UNAUTHENTICATED, reason)
 
     def request_shutdown(self, reason: str) -> list[ClientCommand]:
         return [Send(ShutdownRequest(reason))] if self.state == SessionState.CONNECTED else []

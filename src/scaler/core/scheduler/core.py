@@ -144,7 +144,7 @@ class SchedulerCore:
                 self._send(event.peer, Error(code, event.reason))
                 self._out.append(Log.warning(f"dropped a message from {event.peer!r}: {event.reason}"))
         elif isinstance(event, Undeliverable):
-            self._on_undeliverable(event.peer)
+            self._on_undeliverable(event.peer, event.reason)
         elif isinstance(event, Forbidden):
             self._on_forbidden(event.peer, event.public, event.reason)
         elif isinstance(event, Revoked):
@@ -333,7 +333,7 @@ class SchedulerCore:
             if session is not None and session.key == public:
                 self._end_session(session, reason)
         if self._limiter.allow(self.now, "refused key", peer):
-            self._send(peer, Refused(reason))
+            self._send(peer, Refused(reason, key_problem=True))
             self._out.append(Log.warning(f"refused a message from {peer!r}: {reason}"))
 
     def _on_revoked(self, keys: frozenset[bytes]) -> None:
@@ -341,7 +341,7 @@ class SchedulerCore:
         for session in sessions:
             if session.key is not None and session.key in keys:
                 reason = "its key was removed from the authorized keys"
-                self._send(session.identity, Refused(reason))
+                self._send(session.identity, Refused(reason, key_problem=True))
                 self._end_session(session, reason)
 
     def _end_session(self, session: ClientSession | WorkerSession, reason: str) -> None:
@@ -366,13 +366,14 @@ class SchedulerCore:
                 f"the key {key.name!r} is authorized for {role}s only, and a {role} key cannot be used as a {kind}: "
                 f"give this {kind} a {kind} key (scaler_keygen makes them)"
             )
-            self._refuse_hello(peer, hello, reason)
+            self._refuse_hello(peer, hello, reason, key_problem=True)
             return
         public = key.public if key is not None else None
         current = self.clients.get(peer) or self.workers.get(peer)
         if current is not None and current.key != public:
             self.refused += 1
-            self._refuse_hello(peer, hello, "this connection's routing id belongs to a session of another key")
+            reason = "this connection's routing id belongs to a session of another key"
+            self._refuse_hello(peer, hello, reason, key_problem=True)
             return
         if hello.kind == PeerKind.WORKER and hello.queue_capacity < 1:
             self._refuse_hello(peer, hello, "a worker must accept at least one task (queueCapacity >= 1)")
@@ -401,9 +402,9 @@ class SchedulerCore:
             peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000), max_payload_bytes=limit)
         )
 
-    def _refuse_hello(self, peer: bytes, hello: Hello, reason: str) -> None:
+    def _refuse_hello(self, peer: bytes, hello: Hello, reason: str, key_problem: bool = False) -> None:
         if self._limiter.allow(self.now, "refused hello", peer):
-            self._send(peer, Refused(reason))
+            self._send(peer, Refused(reason, key_problem=key_problem))
             self._out.append(Log.warning(f"refused {_PEER_KIND_NAMES[hello.kind]} {hello.name!r}: {reason}"))
 
     def _take_prefix(self) -> int | None:
@@ -441,11 +442,11 @@ class SchedulerCore:
         reason = f"disconnected{': ' + message.reason if message.reason else ''}"
         self._worker_lost(worker, reason, count_attempt=False)
 
-    def _on_undeliverable(self, peer: bytes) -> None:
+    def _on_undeliverable(self, peer: bytes, reason: str) -> None:
         if peer in self.workers:
-            self._worker_lost(self.workers[peer], "its connection closed", count_attempt=True)
+            self._worker_lost(self.workers[peer], reason, count_attempt=True)
         elif peer in self.clients:
-            self._client_gone(self.clients[peer], "its connection closed")
+            self._client_gone(self.clients[peer], reason)
 
     def _on_tick(self) -> None:
         now = self.now

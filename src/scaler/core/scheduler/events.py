@@ -44,10 +44,11 @@ class Malformed:
 
 @dataclass(frozen=True, slots=True)
 class Undeliverable:
-    """A message to `peer` could not be delivered: it is no longer connected."""
+    """A message to `peer` could not be delivered: it is no longer connected, or it does not read what it is sent."""
 
     now: float
     peer: bytes
+    reason: str = "its connection closed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,7 @@ class AgentCore:
         self.connected = False
         self.stopped = False
         self.mean_duration_us = 0.0
+        self.max_payload_bytes = 0  # the scheduler's limit per payload, from its welcome (0: none stated)
         self.lag_us = 0
         self.completed = 0
         self._next_processor = 0
@@ -326,6 +327,7 @@ class AgentCore:
         elif isinstance(message, Welcome):
             self._forget_session()
             self.connected = True
+            self.max_payload_bytes = message.max_payload_bytes
             if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
                 self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
             self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
@@ -716,6 +718,15 @@ class AgentCore:
         return max(1, min(self.config.max_window, by_time))
 
     def _add_result(self, task: AgentTask, status: int, payload: Payload, duration_us: int, peak: int) -> None:
+        limit = self.max_payload_bytes
+        if limit and len(payload) > limit and status in (TaskStatus.SUCCESS, TaskStatus.ERROR):
+            what = "result" if status == TaskStatus.SUCCESS else "exception"
+            text = (
+                f"the {what} of task {task.task_id:#x} is {len(payload):,} bytes once serialized, more than the "
+                f"scheduler's limit of {limit:,} bytes per payload (scaler_scheduler --max-payload-bytes)"
+            )
+            self._out.append(Log.warning(text))
+            status, payload = TaskStatus.FAILED, text.encode()
         self._results_ids.append(task.task_id)
         self._results_statuses.append(status)
         self._results_payloads.append(payload)
