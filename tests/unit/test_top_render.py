@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from scaler.monitor.render import fmt_bytes, fmt_lag, render
 from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
 
@@ -62,3 +64,13 @@ def test_workers_sort_by_their_tasks_waiting_on_nested_tasks() -> None:
     assert "[waiting]" in header
     rows = [line for line in lines if line.lstrip().startswith("w-")]
     assert [line.split()[0] for line in rows] == ["w-b", "w-a"] and " 40 " in rows[0]
+
+
+def test_dropped_messages_and_refused_peers_show_only_when_there_were_some() -> None:
+    quiet = "\n".join(render(_status()))
+    assert "dropped" not in quiet and "refused" not in quiet
+    status = _status()
+    status.dropped_messages, status.refused_peers = 1234, 7
+    lines = render(status)
+    assert any(re.search(r"dropped +1,234", line) for line in lines)
+    assert any(re.search(r"refused +7\b", line) for line in lines)

@@ -24,7 +24,13 @@ from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
-from scaler.errors import ClientClosedError, ConnectionFailedError, PayloadTooLargeError, TaskFailedError
+from scaler.errors import (
+    AuthenticationError,
+    ClientClosedError,
+    ConnectionFailedError,
+    PayloadTooLargeError,
+    TaskFailedError,
+)
 from scaler.io.processes import current_pid, parse_address
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
@@ -373,6 +379,8 @@ class Client:
         if connection.closed.is_set():
             if self._closed_by_user or connection.close_kind in (CloseKind.LOCAL, None):
                 raise ClientClosedError("this client is disconnected; create a new Client to submit work")
+            if connection.close_kind == CloseKind.UNAUTHENTICATED:
+                raise AuthenticationError(f"this client's session ended: {connection.close_reason}")
             raise ConnectionFailedError(f"this client lost its scheduler: {connection.close_reason}")
         return connection
 

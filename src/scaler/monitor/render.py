@@ -64,8 +64,13 @@ def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:
 def render(status: Status, sort_key: str = "n", width: int = 200) -> list[str]:
     """The screen for one status: summary sections, a rule, shortcuts, the worker table and the clients."""
     counts = status.tasks_by_state
+    own = [("cpu", f"{status.cpu_percent:.1f}%"), ("rss", fmt_bytes(status.rss_bytes))]
+    if status.dropped_messages:  # bad messages and refused keys: shown only when there were some
+        own.append(("dropped", f"{status.dropped_messages:,}"))
+    if status.refused_peers:
+        own.append(("refused", f"{status.refused_peers:,}"))
     sections = [
-        _section("scheduler", [("cpu", f"{status.cpu_percent:.1f}%"), ("rss", fmt_bytes(status.rss_bytes))]),
+        _section("scheduler", own),
         _section("task_manager", [(k, f"{v:,}") for k, v in counts.items()]),
         _section("scheduler_sent", [(k, f"{v:,}") for k, v in sorted(status.sent.items(), key=lambda i: -i[1])]),
         _section(

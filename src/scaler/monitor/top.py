@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import curses
 import sys
+import time
 from typing import Any
 
 import zmq
@@ -19,6 +20,8 @@ from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 
+_WATCH_MS = 100  # a status is waited for in slices this long, to see a failed handshake at once
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -27,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     p.add_argument(
-        "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/0.0.0.0_8516_monitor"
+        "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/127.0.0.1_8516_monitor"
     )
     p.add_argument(
         "--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP + "; used for a tcp:// monitor address only"
@@ -50,10 +53,20 @@ class Subscription:
         self.failure: str | None = None
 
     def next(self, timeout_ms: int) -> Status | None:
-        status = next_status(self.sock, timeout_ms)
-        if status is None and self.failure is None:
-            self.failure = self.watch.failure()
-        return status
+        """The next status within `timeout_ms`; None at the deadline, or as soon as a handshake fails for the first
+        time (`failure` then says why; later calls wait their whole timeout again)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            status = next_status(self.sock, min(left_ms, _WATCH_MS))
+            if status is not None:
+                return status
+            if self.failure is None:
+                self.failure = self.watch.failure()
+                if self.failure is not None:
+                    return None
+            if left_ms == 0:
+                return None
 
     def close(self) -> None:
         self.watch.close(self.sock)
