@@ -311,6 +311,24 @@ def test_refused_hello_stops_with_an_error_code() -> None:
     a(Started(0.0))
     commands = a.sched(Refused("too old"))
     assert commands[-1] == Stop("the scheduler refused this worker: too old", 1)
+    # said at ERROR: a worker that fails says why even when only warnings are logged
+    assert Log(logging.ERROR, "stopping: the scheduler refused this worker: too old") in commands
+
+
+def test_a_result_over_the_schedulers_payload_limit_fails_its_task() -> None:
+    a = with_tasks(1)
+    a.core.max_payload_bytes = 8  # as a Welcome(max_payload_bytes=8) sets it
+    commands = a.proc(0, pm.Results([t(1)], bytes([TaskStatus.SUCCESS]), [100], [0], [b"r" * 9]))
+    [results] = [c.message for c in commands if isinstance(c, ToScheduler)]
+    assert results.statuses == bytes([TaskStatus.FAILED])  # type: ignore[union-attr]
+    assert b"is 9 bytes once serialized, more than the scheduler's limit of 8" in results.payloads[0]  # type: ignore[union-attr, operator]
+
+
+def test_the_welcome_gives_the_payload_limit() -> None:
+    a = Agent()
+    a(Started(0.0))
+    a.sched(Welcome(7, "sched", max_payload_bytes=1234))
+    assert a.core.max_payload_bytes == 1234
 
 
 def test_stop_request_says_goodbye_to_the_scheduler() -> None:

@@ -56,11 +56,11 @@ def private_files() -> Iterator[None]:
 
 
 def check_private(path: str) -> None:
-    """Make sure the socket file at `path` is ours and closed to others (a stricter umask had its say already)."""
+    """Make sure the socket file at `path` is ours, and mode 0600 (the umask of private_files left it 0700)."""
     info = os.lstat(path)
     if info.st_uid != os.geteuid():
         raise OSError(f"{path} belongs to {_user(info.st_uid)} right after we bound it: someone raced us there")
-    if stat.S_IMODE(info.st_mode) & 0o077:
+    if stat.S_IMODE(info.st_mode) != 0o600:
         os.chmod(path, 0o600)
 
 

@@ -7,6 +7,7 @@ Pure: events in, commands out; no sockets, no clock, no processes.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from scaler.core.fair import FairQueue, owner_of_task
@@ -503,7 +504,8 @@ class AgentCore:
         return sum(len(slot.waiting) for slot in self.processors.values() if slot.state == BLOCKED)
 
     def _stop(self, reason: str, exit_code: int = 0) -> None:
-        self._out.append(Log.info(f"stopping: {reason}"))
+        # A worker that fails says why at ERROR: shown even when only warnings are (scaler_cluster -ll WARNING).
+        self._out.append(Log(logging.ERROR if exit_code else logging.INFO, f"stopping: {reason}"))
         for processor in list(self.processors):
             self._out.append(KillProcessor(processor))
         self.processors.clear()
