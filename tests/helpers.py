@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -55,3 +56,44 @@ def session_members(session_id: int) -> list[psutil.Process]:
         except (OSError, psutil.Error):
             continue
     return members
+
+
+class RoundTrips:
+    """A real client doing round trips (and, with `map_every`, a map of 20 tasks every that many) in a thread while
+    something else goes on; every result is checked. `done` counts them; the first failure ends the thread and is
+    kept in `errors`. Use as a context manager, or call stop()."""
+
+    def __init__(self, address: str, keys: str | bool = False, map_every: int = 0) -> None:
+        from scaler import Client
+
+        self.client = Client(address, timeout_seconds=30, keys=keys)
+        self.map_every = map_every
+        self.done = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> RoundTrips:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.client.disconnect()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                assert self.client.submit(pow, n, 2).result(timeout=30) == n * n
+                if self.map_every and n % self.map_every == 0:
+                    assert self.client.map(pow, [(i, 2) for i in range(20)], timeout=30) == [i * i for i in range(20)]
+                self.done += 1
+            except BaseException as exc:
+                self.errors.append(exc)
+                return

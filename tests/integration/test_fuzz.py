@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import random
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from scaler.io.curve import make_client
 from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.security.keys import PeerKeys, generate, load_peer_keys
-from tests.helpers import free_address
+from tests.helpers import RoundTrips, free_address
 from tests.protocol.make_golden import golden_messages
 
 EXAMPLES = int(os.environ.get("SCALER_FUZZ_EXAMPLES", "300"))
@@ -106,36 +105,6 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:
     finally:
         secured.shutdown()
         open_one.shutdown()
-
-
-class RoundTrips:
-    """A real client doing round trips and small maps in a thread; every result is checked."""
-
-    def __init__(self, address: str, keys: str | bool) -> None:
-        self.client = Client(address, timeout_seconds=30, keys=keys)
-        self.done = 0
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        self.client.disconnect()
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            try:
-                assert self.client.submit(pow, n, 2).result(timeout=30) == n * n
-                if n % 10 == 0:
-                    assert self.client.map(pow, [(i, 2) for i in range(20)], timeout=30) == [i * i for i in range(20)]
-                self.done += 1
-            except BaseException as exc:
-                self.errors.append(exc)
-                return
 
 
 # ------------------------------------------------------------------------------------------------ strategies
@@ -321,8 +290,8 @@ def test_live_schedulers_survive_fuzzing_while_real_clients_work(targets: list[T
             if keys is not None:
                 keys_dir = os.path.dirname(keys.source)
     workers = [
-        RoundTrips(targets[0].cluster.address, False),
-        RoundTrips(targets[1].cluster.address, str(keys_dir)),
+        RoundTrips(targets[0].cluster.address, False, map_every=10),
+        RoundTrips(targets[1].cluster.address, str(keys_dir), map_every=10),
     ]
     ctx: zmq.Context[Any] = zmq.Context()
     processes = [psutil.Process(t.cluster._scheduler.pid) for t in targets]

@@ -6,7 +6,6 @@ The figures of the issue's longer runs (15 s of garbage, 60 s of hellos) come fr
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import zmq
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.messages import Hello, PeerKind, encode
-from tests.helpers import free_address
+from tests.helpers import RoundTrips, free_address
 
 FLOOD_SECONDS = 3.0
 
@@ -64,37 +63,6 @@ def flood(address: str, frames: list[bytes], seconds: float, sample: psutil.Proc
     finally:
         ctx.destroy(linger=0)
     return sent, peak
-
-
-class RoundTrips:
-    """A real client doing round trips in a thread while something else goes on; every result is checked."""
-
-    def __init__(self, address: str) -> None:
-        self.client = Client(address, timeout_seconds=15)
-        self.done = 0
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RoundTrips:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self.client.disconnect()
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            try:
-                assert self.client.submit(pow, n, 2).result(timeout=15) == n * n
-                self.done += 1
-            except BaseException as exc:
-                self.errors.append(exc)
-                return
 
 
 def test_a_garbage_flood_costs_little_memory_and_log_and_the_scheduler_keeps_serving(

@@ -29,15 +29,29 @@ def parser() -> argparse.ArgumentParser:
         description="Show a scheduler's status like top. Keys: the shortcuts shown sort the workers; q quits.",
         formatter_class=HelpFormatter,
     )
+    add_monitor_arguments(p)
+    p.add_argument("--once", action="store_true", help="print one status as text and exit (no full-screen view)")
+    p.add_argument("--timeout", type=float, default=10.0, help="with --once: seconds to wait for a status")
+    return p
+
+
+def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments scaler_top and scaler_ui share: the monitor address and the keys to read it with."""
     p.add_argument(
         "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/127.0.0.1_8516_monitor"
     )
     p.add_argument(
         "--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP + "; used for a tcp:// monitor address only"
     )
-    p.add_argument("--once", action="store_true", help="print one status as text and exit (no full-screen view)")
-    p.add_argument("--timeout", type=float, default=10.0, help="with --once: seconds to wait for a status")
-    return p
+
+
+def checked_monitor(p: argparse.ArgumentParser, args: argparse.Namespace) -> PeerKeys | None:
+    """The keys to subscribe with (see monitor_keys), once the address is checked; a usage error otherwise."""
+    try:
+        parse_address(args.monitor_address)
+        return monitor_keys(args.monitor_address, args.keys)
+    except (ValueError, KeysError) as exc:
+        p.error(str(exc))
 
 
 class Subscription:
@@ -137,11 +151,7 @@ def run_screen(screen: Any, address: str, keys: PeerKeys | None = None) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
-    try:
-        parse_address(args.monitor_address)
-        keys = monitor_keys(args.monitor_address, args.keys)
-    except (ValueError, KeysError) as exc:
-        p.error(str(exc))
+    keys = checked_monitor(p, args)
     if args.once:
         sys.exit(run_once(args.monitor_address, args.timeout, keys))
     try:

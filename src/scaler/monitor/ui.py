@@ -18,10 +18,9 @@ import time
 from importlib import resources
 from typing import Any
 
-from scaler.entry_points.help import KEYS_HELP, HelpFormatter
-from scaler.errors import KeysError
-from scaler.io.processes import parse_address, setup_logging
-from scaler.monitor.top import Subscription, monitor_keys
+from scaler.entry_points.help import HelpFormatter
+from scaler.io.processes import setup_logging
+from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
 from scaler.security.keys import PeerKeys
 
@@ -134,12 +133,7 @@ def parser() -> argparse.ArgumentParser:
         description="Serve a web page showing a scheduler's status, read from its monitor address.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument(
-        "monitor_address", help="the address the scheduler logs at start, e.g. ipc:///tmp/127.0.0.1_2345_monitor"
-    )
-    p.add_argument(
-        "--keys", "-k", metavar="DIR", default=None, help=KEYS_HELP + "; used for a tcp:// monitor address only"
-    )
+    add_monitor_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="the interface to serve on (0.0.0.0: every interface)")
     p.add_argument("--port", "-p", type=int, default=8081, help="the HTTP port to serve on")
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
@@ -149,11 +143,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
-    try:
-        parse_address(args.monitor_address)
-        keys = monitor_keys(args.monitor_address, args.keys)
-    except (ValueError, KeysError) as exc:
-        p.error(str(exc))
+    keys = checked_monitor(p, args)
     if not 0 < args.port < 65536:
         p.error(f"--port must be from 1 to 65535, not {args.port}")
     setup_logging(args.logging_level, ("/dev/stdout",))
