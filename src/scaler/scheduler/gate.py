@@ -62,7 +62,7 @@ class KeyGate:
     # ------------------------------------------------------------------------------------------- reloading
     def reload(self, force: bool = False) -> frozenset[bytes]:
         """Read the authorized folders again if they changed (or `force`); returns the public keys that were
-        authorized and no longer are (their sessions must end)."""
+        authorized and no longer are, or are now authorized for the other role (their sessions must end)."""
         fingerprint = authorized_fingerprint(self.directory)
         if fingerprint == self._fingerprint and not force:
             return frozenset()
@@ -70,9 +70,9 @@ class KeyGate:
         table, problems = read_authorized(self.directory)
         for problem in problems:
             logger.warning("Scheduler: keys: %s", problem)
-        before = {key.public for key in self.by_user.values()}
+        before = {(key.public, key.role) for key in self.by_user.values()}
         self.by_user = {public.decode(): _peer_key(key) for public, key in table.items()}
-        after = {key.public for key in self.by_user.values()}
+        after = {(key.public, key.role) for key in self.by_user.values()}
         counts = {role: sum(1 for key in table.values() if key.role == role) for role in _ROLES}
         if before != after or force:
             logger.info(
@@ -81,7 +81,7 @@ class KeyGate:
                 counts["worker"],
                 self.directory,
             )
-        return frozenset(before - after)
+        return frozenset(public for public, _ in before - after)
 
     # ------------------------------------------------------------------------------------------- ZAP
     def on_readable(self) -> None:
