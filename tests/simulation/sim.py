@@ -9,6 +9,11 @@ Faults are injected while the run lasts: workers killed mid-task (their connecti
 that disconnect and rejoin, slow workers, tasks whose processor crashes, clients that vanish, cancels, and
 balance requests answered partially.
 
+Like the scheduler's shell, the simulation forwards the lone submits and results the core agrees to forward
+(forward_submit, forward_result), trying each one before it is fed, and some client waves go out one task per
+message so that lone submits happen. With check_forwards, each forward is also replayed through the slow path on a
+copy of the core, and both must leave the whole core (tests/core_dump.py) and send the same messages.
+
 Checked as it runs: validate() after every flush; a worker is never given a task twice, never beyond its
 capacity, always holds the objects its task needs, and is never told to free an object one of its tasks needs; a
 task never runs twice unless the worker of its earlier run was lost (or that run crashed); results go to the
@@ -18,6 +23,7 @@ a plausible outcome; nothing is left in the scheduler; workers still in a sessio
 
 from __future__ import annotations
 
+import copy
 import heapq
 import random
 from collections import Counter, deque
@@ -48,6 +54,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.core.scheduler.sessions import WorkerSession
+from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     FLAG_SILENT,
     ID_PREFIX_SHIFT,
@@ -61,13 +68,20 @@ from scaler.protocol.messages import (
     FreeObjects,
     Heartbeat,
     Hello,
+    LoneTask,
     Message,
     PeerKind,
     PutObjects,
+    SubmitTasks,
     TaskResults,
     TaskStatus,
     Welcome,
+    decode,
+    dispatch_header,
+    encode,
+    read_lone,
 )
+from tests.core_dump import canonical, first_difference
 
 OK, RAISES, CRASHES, CRASHES_ONCE = 0, 1, 2, 3  # what a task does when run
 SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time are fed in one batch
@@ -96,6 +110,9 @@ class SimConfig:
     vanish_clients: int = 1
     # Whether a worker forgets the tasks it holds when a welcome opens a new session (see SimWorker.deliver).
     worker_forgets_on_welcome: bool = True
+    lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
+    forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
+    check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
     scheduler: SchedulerConfig = field(
         default_factory=lambda: SchedulerConfig(
             worker_timeout_seconds=3.0, client_timeout_seconds=8.0, max_task_retries=3, balance_interval_seconds=0.2
@@ -145,6 +162,7 @@ class Simulation:
         self.crashed_once: set[int] = set()
         self.client_by_prefix: dict[int, SimClient] = {}
         self.flushes = 0
+        self.forwarded = 0
         self.trace: list[str] | None = [] if trace else None
         self.finished_at: int | None = None
 
@@ -178,12 +196,18 @@ class Simulation:
             self.after(TICK_MS, self._tick)
 
     def _flush(self) -> None:
-        """Feed what arrived, flush once (like one wake-up of the shell), and deliver the commands."""
+        """Feed what arrived (forwarding the lone messages the core agrees to forward, as the shell does), flush
+        once (like one wake-up of the shell), and deliver the commands, forwarded messages first."""
         now = self.now / 1000
+        forwarded: list[Command] = []
         for event in self._to_scheduler:
-            self.core.feed(event)
+            sent = self._forward(event) if self.config.forwarding and isinstance(event, Received) else None
+            if sent is not None:
+                forwarded.append(sent)
+            else:
+                self.core.feed(event)
         self._to_scheduler.clear()
-        commands = self._flush_core()
+        commands = forwarded + self._flush_core()
         while True:
             unreachable = self._route(commands)
             if not unreachable:
@@ -191,6 +215,40 @@ class Simulation:
             for peer in unreachable:
                 self.core.feed(Undeliverable(now, peer))
             commands = self._flush_core()
+
+    def _forward(self, event: Received) -> Send | None:
+        """What the shell does with a lone submit or result: ask the core, and send the message on as it came."""
+        message = event.message
+        if not isinstance(message, (SubmitTasks, TaskResults)):
+            return None
+        frames = encode(message)
+        lone = read_lone(frames[0])  # type: ignore[arg-type]
+        if lone is None:
+            return None
+        slow = copy.deepcopy(self.core) if self.config.check_forwards else None
+        before = canonical(self.core) if slow is not None else None
+        if isinstance(lone, LoneTask):
+            payloads = tuple(unpack_payloads(lone.sizes, frames[1:]))
+            target = self.core.forward_submit(event.now, event.peer, lone, payloads)
+            header = dispatch_header(lone)
+        else:
+            target = self.core.forward_result(event.now, event.peer, lone, frames[1] if len(frames) > 1 else b"")
+            header = lone.header
+        if target is None:
+            if before is not None and canonical(self.core) != before:
+                self.fail(f"a refused forward changed the core: {first_difference(self.core, slow)}")
+            return None
+        self.forwarded += 1
+        sent = Send(target, decode([header, *frames[1:]]))
+        if slow is not None:
+            fast = copy.deepcopy(self.core)
+            fast_commands = [sent, *fast.flush()]
+            slow_commands = slow.handle(event)
+            if canonical(fast) != canonical(slow):
+                self.fail(f"forwarding left another state than the slow path: {first_difference(fast, slow)}")
+            if sorted(map(repr, fast_commands)) != sorted(map(repr, slow_commands)):
+                self.fail(f"forwarding sent {fast_commands!r:.500}, the slow path {slow_commands!r:.500}")
+        return sent
 
     def _flush_core(self) -> list[Command]:
         commands = self.core.flush()
@@ -628,7 +686,11 @@ class SimClient:
             self.tasks[task_id] = TaskInfo(outcome, parents, silent)
             if not silent:
                 self.open.add(task_id)
-        self._submit(requests)
+        if rng.random() < self.sim.config.lone_rate:
+            for request in requests:  # one message per task: lone submits, which the shell may forward
+                self._submit([request])
+        else:
+            self._submit(requests)
         self.wave += 1
         if rng.random() < 0.5:
             self.sim.after(rng.randrange(10, 2_000), self.cancel_some)

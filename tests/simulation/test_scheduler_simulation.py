@@ -105,3 +105,14 @@ def test_the_simulation_catches_a_broken_scheduler(core: type[SchedulerCore], co
     with pytest.raises(AssertionError, match=complaint) as failure:
         simulate(SimConfig(seed=SEEDS[0], workers=150), core=core)
     assert f"seed={SEEDS[0]}" in str(failure.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
+def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(seed: int) -> None:
+    """Every lone submit and result the core forwards (as the shell does) is replayed through the slow path on a copy
+    of the core: both must leave the same whole core and send the same messages, while workers die, hang and come
+    back (SimConfig.check_forwards)."""
+    config = SimConfig(seed=seed, workers=40, clients=3, waves=3, wave_size=(20, 100), check_forwards=True)
+    sim = simulate(config)
+    assert sim.forwarded > 100, f"only {sim.forwarded} forwards: the shortcut was hardly taken"
+    assert sim.summary()["workers_lost"] > 0

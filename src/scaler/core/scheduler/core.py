@@ -163,7 +163,9 @@ class SchedulerCore:
         self, now: float, peer: bytes, task: LoneTask, payloads: tuple[Payload, ...], key: PeerKey | None = None
     ) -> bytes | None:
         """The worker to forward this lone submitTasks to, already assigned its task; or None (feed it instead)."""
-        if self._stopped or self._out or self._dirty_workers or self.state_counts[TaskState.QUEUED]:
+        # An empty ready queue, not only no queued task: the slow path would also drop the ended tasks the queue
+        # still holds (it skips them lazily), and the state must end up the same either way.
+        if self._stopped or self._out or self._dirty_workers or self.ready:
             return None
         client = self.clients.get(peer)
         task_id = task.task_id
