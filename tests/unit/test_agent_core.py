@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from scaler.core.scheduler.events import Log
 from scaler.core.worker import messages as pm
 from scaler.core.worker.agent import (
-    GONE,
     QUEUED,
     AgentCommand,
     AgentConfig,
@@ -84,14 +85,8 @@ class Agent:
 
 
 def check(core: AgentCore) -> None:
-    """The agent's own bookkeeping agrees with itself: every task it holds is in exactly one place."""
-    queued = [task for task in core.queue if task.state == QUEUED]
-    assert core.queued == len(queued) == len({id(task) for task in queued})
-    windows = [task for slot in core.processors.values() for task in slot.window.values() if task.state != GONE]
-    assert {task.task_id for task in queued} | {task.task_id for task in windows} == set(core.tasks)
-    assert len(queued) + len(windows) == len(core.tasks)
-    for task_id, task in core.tasks.items():
-        assert task.task_id == task_id
+    """The agent's own invariants (AgentCore.validate), after every event."""
+    core.validate()
 
 
 def connected(config: AgentConfig = CONFIG) -> Agent:
@@ -392,6 +387,33 @@ def test_processors_dying_while_starting_stop_the_agent_after_three() -> None:
     assert a(ProcessorExited(0.1, 0, 1))[-1] == StartProcessor(1)
     assert a(ProcessorExited(0.2, 1, 1))[-1] == StartProcessor(2)
     assert a(ProcessorExited(0.3, 2, 1))[-1] == Stop("processors keep dying while starting", 1)
+
+
+def test_a_blocked_processor_gives_up_its_cancelled_and_its_asked_back_tasks_at_once() -> None:
+    """Tasks of its window it had not started: one being cancelled ends cancelled, one the scheduler asked back goes
+    back to it; neither returns to the queue (before, both ran after all)."""
+    a = warmed(5)  # t(2)..t(5) in processor 0
+    a.sched(CancelTasks([t(3)]))
+    a.sched(BalanceRequest([t(4)]))
+    commands = a.proc(0, pm.Blocked(1, [t(2)]))
+    assert ToScheduler(BalanceResponse([t(4)])) in commands
+    assert ToScheduler(TaskResults([t(3)], bytes([TaskStatus.CANCELED]), [b""])) in commands
+    assert t(3) not in a.core.tasks and t(4) not in a.core.tasks
+    assert [task.task_id for task in a.core.queue if task.state == QUEUED] == [t(5)]
+
+
+def test_a_processor_message_out_of_turn_is_an_invariant_error() -> None:
+    from scaler.core.scheduler.tasks import InvariantError
+
+    a = connected()
+    with pytest.raises(InvariantError, match="cannot become unblocked while ready"):
+        a.core.feed(FromProcessor(0.0, 0, pm.Unblocked()))
+
+
+def test_a_stopped_agent_holds_nothing() -> None:
+    a = warmed(5)
+    a.sched(Shutdown("bye"))
+    assert a.core.stopped and not a.core.tasks and not a.core.queued and not a.core.processors
 
 
 def test_blocked_processor_hands_its_queue_to_a_new_one_and_resumes_later() -> None:

@@ -54,12 +54,11 @@ from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
     ACCEPTED_BY_CLIENT,
     ErrorCode,
-    LoneResult,
     Payload,
     TaskResults,
     TaskStatus,
     decode,
-    read_lone,
+    read_lone_result,
 )
 from scaler.security.keys import PeerKeys
 from scaler.serializer import Serializer
@@ -338,16 +337,12 @@ class Connection:
         returned, with its sink, for delivery); anything else goes to the I/O thread's inbox, in order."""
         while has_input(sock):
             parts = small_to_bytes(recv_frames(sock))
-            header = parts[0]
-            lone = read_lone(header) if not self._inbox and type(header) is bytes else None
-            if isinstance(lone, LoneResult) and lone.task_id == task_id and len(parts) <= 2:
-                payload = parts[1] if len(parts) == 2 else b""
-                if len(payload) == lone.size:
-                    message = TaskResults([task_id], bytes((lone.status,)), [payload])
-                    commands = self.core.received(time.monotonic(), message)
-                    sink = self.sinks.pop(task_id, None)
-                    if commands and sink is not None:
-                        return sink, lone.status, payload
+            message = read_lone_result(parts) if not self._inbox else None
+            if message is not None and message.task_ids[0] == task_id:
+                commands = self.core.received(time.monotonic(), message)
+                sink = self.sinks.pop(task_id, None)
+                if commands and sink is not None:
+                    return sink, message.statuses[0], message.payloads[0]
             self._inbox.append(parts)
             self._wake()
         return None

@@ -742,9 +742,8 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
 # ---------------------------------------------------------------------------------------------------- forwarding
 @dataclass(slots=True)
 class LoneTask:
-    """A submitTasks (or dispatchTasks) header read without decoding: one task, every argument inline (no
-    references), no keywords. The scheduler can forward such a submit to a worker as it is, its header relabelled
-    (dispatch_header); a worker can hand such a dispatch to an idle processor without decoding it."""
+    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
+    The scheduler can forward such a submit to a worker as it is, its header relabelled (dispatch_header)."""
 
     header: bytes
     task_id: int
@@ -780,20 +779,27 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
         ids, statuses, sizes = fields[_R_IDS], fields[_R_STATUSES], fields[_R_SIZES]
         if len(ids) != 8 or len(statuses) != 1 or len(sizes) != 8 or fields[_R_DURATIONS] or fields[_R_PEAKS]:
             return None
+        if statuses[0] > _LAST_STATUS:
+            return None  # malformed: decode() says so
         task_id, size = _U64_TWO.unpack(ids + sizes)
         return LoneResult(header, task_id, statuses[0], size)
     return None
 
 
-def read_lone_dispatch(header: bytes) -> LoneTask | None:
-    """The header of a dispatchTasks of one task whose arguments all travel inline, without keywords (a worker may
-    hand it to an idle processor without decoding it), or None: decode() it."""
-    if _fast is None:
+def read_lone_result(parts: Sequence[Payload]) -> TaskResults | None:
+    """The TaskResults that the frames of a lone result (one result, no profiling: read_lone) decode to, read without
+    pycapnp; None if they are anything else (then decode() them). Whenever it is not None it equals decode(parts)
+    (tests/property/test_lone_reading.py): a way of reading, not a second path."""
+    header = parts[0] if parts else None
+    if type(header) is not bytes or len(parts) > 2:
         return None
-    read = _fast.read(header)
-    if read is None or read[0] != _DISPATCH_KIND:
+    lone = read_lone(header)
+    if not isinstance(lone, LoneResult):
         return None
-    return _lone_task(header, read[1])
+    payload = parts[1] if len(parts) == 2 else b""
+    if len(payload) != lone.size:
+        return None
+    return TaskResults([lone.task_id], bytes((lone.status,)), [payload])
 
 
 def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
@@ -821,6 +827,7 @@ def dispatch_header(submit: LoneTask) -> bytes:
     return submit.header[:_KIND_AT] + _DISPATCH_KIND_BYTES + submit.header[_KIND_AT + 2 :]
 
 
+_LAST_STATUS = max(TaskStatus)
 _U16_ONE = struct.Struct("<H")
 _U64_TWO = struct.Struct("<QQ")
 _KIND_AT = 16

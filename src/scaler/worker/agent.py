@@ -50,8 +50,7 @@ from scaler.io.sockets import (
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.frames import unpack as unpack_payloads
-from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode, read_lone_dispatch
+from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode
 from scaler.security.keys import PeerKeys
 from scaler.worker import link, pipe
 from scaler.worker.processor import run_processor
@@ -126,8 +125,6 @@ class WorkerAgent:
         now = time.monotonic()
         for frames in read_waiting(sock, self._burst, DRAIN_LIMIT):
             parts = small_to_bytes(frames)
-            if type(parts[0]) is bytes and self._forward(now, parts):
-                continue
             try:
                 message = decode(parts, ACCEPTED_BY_WORKER)
             except ProtocolError as exc:
@@ -136,22 +133,6 @@ class WorkerAgent:
             self.core.feed(FromScheduler(now, message))
         self._execute(self.core.flush())
         self._recheck()
-
-    def _forward(self, now: float, parts: list[Any]) -> bool:
-        """Hand a lone task (read_lone_dispatch) to the active processor without decoding it, if the core agrees
-        (AgentCore.forward_dispatch); False if not: then it is decoded and fed as usual."""
-        lone = read_lone_dispatch(parts[0])
-        if lone is None:
-            return False
-        try:
-            payloads = unpack_payloads(lone.sizes, parts[1:])
-        except ProtocolError:
-            return False  # decode() says what is wrong with it
-        command = self.core.forward_dispatch(now, lone, tuple(payloads))
-        if command is None:
-            return False
-        self._to_processor(command)
-        return True
 
     def _on_processor_messages(self, processor: int, messages: list[list[bytearray]]) -> None:
         if self.core.stopped:

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from scaler.core.fair import FairQueue, owner_of_task
 from scaler.core.scheduler.events import Log
+from scaler.core.scheduler.tasks import InvariantError
 from scaler.core.worker import messages as pm
+from scaler.core.worker.states import (
+    AgentTask,
+    ProcessorSlot,
+    ProcessorState,
+    ProcessorStep,
+    TaskState,
+    TaskStep,
+)
 from scaler.protocol.messages import (
     FLAG_PROFILING,
     BalanceRequest,
@@ -26,7 +35,6 @@ from scaler.protocol.messages import (
     Heartbeat,
     HeartbeatEcho,
     Hello,
-    LoneTask,
     Message,
     Payload,
     PeerKind,
@@ -36,7 +44,6 @@ from scaler.protocol.messages import (
     TaskResults,
     TaskStatus,
     Welcome,
-    inline_layout,
 )
 
 
@@ -141,55 +148,14 @@ AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Kill
 
 
 # ---------------------------------------------------------------------------------------------- state
-QUEUED, IN_PROCESSOR, GONE = 0, 1, 2
+QUEUED, IN_PROCESSOR, GONE = TaskState.QUEUED, TaskState.IN_PROCESSOR, TaskState.GONE
+STARTING, READY, BLOCKED = ProcessorState.STARTING, ProcessorState.READY, ProcessorState.BLOCKED
 HELLO_RETRY_SECONDS = 10.0  # say hello again if no welcome came for this long (a second hello ends the first)
 DEATHS_WITHOUT_PROGRESS = 3  # a processor dying this often outside any task: blame the task it was given first
-STARTING, READY, BLOCKED = "starting", "ready", "blocked"
-
-
-class AgentTask:
-    __slots__ = ("arg_refs", "flags", "function_id", "keywords", "payloads", "processor", "state", "task_id")
-
-    def __init__(
-        self,
-        task_id: int,
-        function_id: int,
-        flags: int,
-        arg_refs: tuple[int, ...],
-        keywords: tuple[str, ...] | None,
-        payloads: tuple[Payload, ...],
-    ) -> None:
-        self.task_id = task_id
-        self.function_id = function_id
-        self.flags = flags
-        self.arg_refs = arg_refs
-        self.keywords = keywords
-        self.payloads = payloads
-        self.state = QUEUED
-        self.processor = -1  # the processor it was given to, while IN_PROCESSOR
 
 
 def _owner(task: AgentTask) -> int:
     return owner_of_task(task.task_id)
-
-
-class ProcessorSlot:
-    __slots__ = ("epoch", "objects", "processor", "state", "waiting", "window")
-
-    def __init__(self, processor: int) -> None:
-        self.processor = processor
-        self.state = STARTING
-        self.window: dict[int, AgentTask] = {}  # tasks sent to it, in order; the first one is running
-        self.objects: set[int] = set()
-        self.epoch = 0  # the number of its latest Blocked
-        self.waiting: set[int] = set()  # while BLOCKED: its started tasks, all waiting on nested tasks
-
-    def idle_in_wait(self) -> bool:
-        """Blocked, and holding nothing but its waiting tasks: it can run tasks inside its wait (help)."""
-        return self.state == BLOCKED and all(task_id in self.waiting for task_id in self.window)
-
-    def __repr__(self) -> str:
-        return f"<Processor {self.processor} {self.state} window={len(self.window)}>"
 
 
 class AgentCore:
@@ -252,35 +218,6 @@ class AgentCore:
         elif isinstance(event, StopRequested):
             self._out.append(ToScheduler(Disconnect(event.reason)))
             self._stop(event.reason)
-
-    def forward_dispatch(self, now: float, task: LoneTask, payloads: tuple[Payload, ...]) -> ToProcessor | None:
-        """The RunTasks for a lone dispatchTasks (one task, every argument inline: read_lone_dispatch) when the slow
-        path would hand it to the active processor at once and do nothing else, recorded as the slow path records
-        it; None otherwise (then feed the message as usual), having changed nothing.
-
-        That is: nothing queued and nothing waiting to go out, the active processor ready with room in its window,
-        and already holding the task's function."""
-        if self.stopped or self._out or self.queued or self._results_ids or self.active is None:
-            return None
-        slot = self.processors[self.active]
-        task_id = task.task_id
-        if (
-            slot.state != READY
-            or task.function_id not in slot.objects
-            or task_id in self.tasks
-            or len(slot.window) >= self._window_size()
-            or len(payloads) != len(task.sizes)
-        ):
-            return None
-        self._last_heard = now
-        refs = inline_layout(len(payloads))
-        record = AgentTask(task_id, task.function_id, task.flags, refs, None, payloads)
-        record.state = IN_PROCESSOR
-        record.processor = slot.processor
-        self.tasks[task_id] = record
-        slot.window[task_id] = record
-        run = pm.RunTasks([], [(task_id, task.function_id, task.flags, refs, None)], list(payloads))
-        return ToProcessor(slot.processor, run)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
@@ -356,11 +293,9 @@ class AgentCore:
         its tasks and forgot which objects we had)."""
         dropped = self.queued
         self._drop_all_queued()
-        for task in self.tasks.values():
-            task.state = GONE  # results of tasks running now would be stale
-        self.tasks.clear()
-        self._canceling.clear()
-        self._giving_back.clear()
+        for task in list(self.tasks.values()):
+            self._leave(task)  # results of tasks running now would be stale
+
         self.objects.clear()
         for slot in self.processors.values():
             if slot.objects and slot.state != STARTING:
@@ -430,11 +365,10 @@ class AgentCore:
             task = slot.window.pop(task_id, None)
             if task is None or task.state == GONE:
                 continue
-            del self.tasks[task_id]
-            task.state = GONE
             if task_id in self._canceling:
-                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
+                self._end(task, TaskStatus.CANCELED, b"")
             else:
+                self._leave(task)
                 given_back.append(task_id)
         gone = set(removed)
         for task_id in requested:
@@ -457,9 +391,40 @@ class AgentCore:
         return given
 
     def _unqueue(self, task: AgentTask) -> None:
-        task.state = GONE
+        """A queued task leaves (the queue skips it when it meets it)."""
         self.queued -= 1
+        self._leave(task)
+
+    def _leave(self, task: AgentTask) -> None:
+        """The one way a task leaves this agent: ended, given back, or dropped with its session."""
         del self.tasks[task.task_id]
+        task.move(TaskStep.LEAVE)
+        self._canceling.discard(task.task_id)
+        self._giving_back.discard(task.task_id)
+
+    def _end(self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
+        """The task leaves with an outcome, which goes to the scheduler with the next flush."""
+        self._leave(task)
+        self._add_result(task, status, payload, duration_us, peak)
+
+    def _requeue(self, tasks: list[AgentTask]) -> None:
+        """Tasks a processor gave up without a result (it blocked before starting them, or died) go back to the
+        front of the queue, in their order; those meanwhile cancelled end cancelled, and those meanwhile asked back
+        by the scheduler go back to it."""
+        again, given_back = [], []
+        for task in tasks:
+            if task.task_id in self._canceling:
+                self._end(task, TaskStatus.CANCELED, b"")
+            elif task.task_id in self._giving_back:
+                self._leave(task)
+                given_back.append(task.task_id)
+            else:
+                task.move(TaskStep.BACK)
+                again.append(task)
+        self.queued += len(again)
+        self.queue.extendleft(again)
+        if given_back:
+            self._out.append(ToScheduler(BalanceResponse(given_back)))
 
     def _drop_all_queued(self) -> None:
         for task in self.queue:
@@ -509,6 +474,10 @@ class AgentCore:
         for processor in list(self.processors):
             self._out.append(KillProcessor(processor))
         self.processors.clear()
+        self.active = None
+        self._drop_all_queued()  # a stopped agent holds nothing: the scheduler runs its tasks elsewhere
+        for task in list(self.tasks.values()):
+            self._leave(task)
         self._out.append(Stop(reason, exit_code))
         self.stopped = True
 
@@ -527,12 +496,12 @@ class AgentCore:
         if isinstance(message, pm.Results):
             self._on_processor_results(slot, message)
         elif isinstance(message, pm.Ready):
-            slot.state = READY
+            slot.move(ProcessorStep.READY)
             self._start_failures = 0
         elif isinstance(message, pm.Blocked):
             self._on_blocked(slot, message.epoch, message.waiting)
         elif isinstance(message, pm.Unblocked):
-            slot.state = READY
+            slot.move(ProcessorStep.UNBLOCKED)
             self._out.append(ToProcessor(slot.processor, pm.Resume()))
         elif isinstance(message, pm.Discarded):
             self._on_discarded(slot, message.removed, message.requested)
@@ -548,11 +517,7 @@ class AgentCore:
             self.completed += 1
             if task.state == GONE:
                 continue  # our session was lost meanwhile: nobody waits for it
-            self._canceling.discard(task_id)
-            self._giving_back.discard(task_id)
-            del self.tasks[task_id]
-            task.state = GONE
-            self._add_result(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k])
+            self._end(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k])
         if not slot.window and slot.processor != self.active and slot.state == READY:
             self._retire(slot)
 
@@ -567,7 +532,7 @@ class AgentCore:
         """Its running task waits on nested tasks (`waiting`: that one and, if it ran inside another task's
         wait, the tasks below it). Every other task of its window goes to another processor (the blocked one
         forgot them, and is told to discard them before it is told to resume)."""
-        slot.state = BLOCKED
+        slot.move(ProcessorStep.BLOCKED)
         slot.epoch = epoch
         slot.waiting = set(waiting)
         back = [task for task in slot.window.values() if task.task_id not in slot.waiting]
@@ -575,11 +540,7 @@ class AgentCore:
             del slot.window[task.task_id]
         if back:
             self._out.append(ToProcessor(slot.processor, pm.Discard([t.task_id for t in back])))
-        back = [task for task in back if task.state != GONE]
-        for task in back:
-            task.state = QUEUED
-        self.queued += len(back)
-        self.queue.extendleft(back)
+        self._requeue([task for task in back if task.state != GONE])
         if self.active == slot.processor:
             self.active = None
 
@@ -591,7 +552,7 @@ class AgentCore:
             return
         if self.active == processor:
             self.active = None
-        again = []
+        again: list[AgentTask] = []
         if not running_task and slot.window:
             # It died between tasks (receiving one, say): harmless once, a loop if it always happens.
             self._deaths_without_progress += 1
@@ -599,28 +560,15 @@ class AgentCore:
                 running_task = next(iter(slot.window))
                 self._deaths_without_progress = 0
         for task in slot.window.values():
-            self._giving_back.discard(task.task_id)
-            if task.task_id == running_task and task.state != GONE:
-                del self.tasks[task.task_id]
-                task.state = GONE
-                if task.task_id in self._canceling:  # we killed it to cancel it
-                    self._canceling.discard(task.task_id)
-                    self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
-                    continue
+            if task.state == GONE:
+                continue
+            if task.task_id == running_task and task.task_id not in self._canceling:
                 text = f"the processor running this task died (exit code {exit_code})"
                 self._out.append(Log.warning(f"task {task.task_id:#x}: {text}"))
-                self._add_result(task, TaskStatus.CRASHED, text.encode(), 0, 0)
-            elif task.state != GONE and task.task_id in self._canceling:
-                self._canceling.discard(task.task_id)
-                del self.tasks[task.task_id]
-                task.state = GONE
-                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
-            elif task.state != GONE:
-                again.append(task)
-        for task in again:
-            task.state = QUEUED
-        self.queued += len(again)
-        self.queue.extendleft(again)
+                self._end(task, TaskStatus.CRASHED, text.encode())
+            else:
+                again.append(task)  # not started, finished with a result that died with it, or being cancelled
+        self._requeue(again)
         if slot.state == STARTING:
             self._start_failures += 1
             self._out.append(Log.warning(f"processor {processor} died while starting (exit code {exit_code})"))
@@ -685,12 +633,9 @@ class AgentCore:
             missing = self._send_objects(slot, task, object_ids, object_payloads)
             self.queued -= 1
             if missing is not None:
-                del self.tasks[task.task_id]
-                task.state = GONE
-                text = f"object {missing:#x} was not sent to this worker"
-                self._add_result(task, TaskStatus.FAILED, text.encode(), 0, 0)
+                self._end(task, TaskStatus.FAILED, f"object {missing:#x} was not sent to this worker".encode())
                 continue
-            task.state = IN_PROCESSOR
+            task.move(TaskStep.TO_PROCESSOR)
             task.processor = slot.processor
             slot.window[task.task_id] = task
             tasks.append((task.task_id, task.function_id, task.flags, task.arg_refs, task.keywords))
@@ -712,6 +657,36 @@ class AgentCore:
                 ids.append(ref)
                 payloads.append(payload)
         return None
+
+    # ------------------------------------------------------------------------------------------- queries
+    def validate(self) -> None:
+        """Check every invariant; raise InvariantError on the first broken one. For tests (after every event) and
+        debugging (SCALER_DEBUG)."""
+        queued = [task for task in self.queue if task.state == QUEUED]
+        _check(self.queued == len(queued) == len({id(task) for task in queued}), f"{self.queued} queued, not so")
+        held: dict[int, AgentTask] = {task.task_id: task for task in queued}
+        for slot in self.processors.values():
+            _check(slot.state != STARTING or not slot.window, f"{slot!r} is starting and holds tasks")
+            for task_id, task in slot.window.items():
+                _check(task.task_id == task_id, f"{task!r} filed under {task_id:#x}")
+                if task.state == GONE:
+                    continue  # left (its session ended); its result, if one comes, is dropped
+                _check(task.state == IN_PROCESSOR and task.processor == slot.processor, f"{task!r} is not in {slot!r}")
+                _check(task_id not in held, f"{task!r} is in two places")
+                held[task_id] = task
+        _check(held.keys() == self.tasks.keys(), f"held {sorted(held)} but filed {sorted(self.tasks)}")
+        for task_id, task in self.tasks.items():
+            _check(held[task_id] is task, f"{task!r} is not the task filed under its id")
+        in_processors = {task_id for task_id, task in held.items() if task.state == IN_PROCESSOR}
+        _check(self._canceling <= in_processors, f"cancelling {sorted(self._canceling - in_processors)}: not running")
+        _check(self._giving_back <= in_processors, f"giving back {sorted(self._giving_back - in_processors)}")
+        if self.active is not None:
+            active = self.processors.get(self.active)
+            _check(active is not None and active.state != BLOCKED, f"the active processor is {active!r}")
+        _check(len(self.processors) <= self.config.max_processors, f"{len(self.processors)} processors")
+        columns = (self._results_statuses, self._results_payloads, self._results_durations, self._results_peaks)
+        _check(all(len(c) == len(self._results_ids) for c in columns), "the results columns differ in length")
+        _check(not self.stopped or not self.processors, "a stopped agent still has processors")
 
     def _window_size(self) -> int:
         if self.mean_duration_us <= 0:
@@ -736,3 +711,8 @@ class AgentCore:
         self._results_peaks.append(peak)
         if task.flags & FLAG_PROFILING:
             self._results_profiled = True
+
+
+def _check(condition: bool, text: str) -> None:
+    if not condition:
+        raise InvariantError(text)
