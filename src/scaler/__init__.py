@@ -1,14 +1,32 @@
 """Scaler: an efficient, lightweight and reliable distributed computation engine.
 
 from scaler import Client, SchedulerClusterCombo, Serializer
+
+Names are loaded on first use: a program that only needs a Client never loads the scheduler's or the workers' code.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from scaler.about import __version__
-from scaler.client.client import Client
-from scaler.client.future import ProfilingInfo, ScalerFuture
-from scaler.client.object_reference import ObjectReference
-from scaler.cluster.combo import SchedulerClusterCombo
-from scaler.serializer import Serializer
+
+if TYPE_CHECKING:
+    from scaler.client.client import Client
+    from scaler.client.future import ProfilingInfo, ScalerFuture
+    from scaler.client.object_reference import ObjectReference
+    from scaler.cluster.combo import SchedulerClusterCombo
+    from scaler.serializer import Serializer
+
+_WHERE = {
+    "Client": "scaler.client.client",
+    "ObjectReference": "scaler.client.object_reference",
+    "ProfilingInfo": "scaler.client.future",
+    "ScalerFuture": "scaler.client.future",
+    "SchedulerClusterCombo": "scaler.cluster.combo",
+    "Serializer": "scaler.serializer",
+}
 
 __all__ = [
     "Client",
@@ -19,3 +37,16 @@ __all__ = [
     "Serializer",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scaler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.io.curve import make_client
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.security.keys import PeerKeys, generate, load_peer_keys
@@ -196,9 +197,9 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
 def random_fields(draw: st.DrawFn) -> list[bytes]:
     """A header of any kind whose every field holds a random value of its type (columns of random lengths)."""
     name = draw(st.sampled_from(sorted(STRUCTS)))
-    root = m._schema.Message.new_message()
+    root = codec._schema.Message.new_message()
     body = root.init(name)
-    schema = getattr(m._schema, STRUCTS[name]).schema
+    schema = getattr(codec._schema, STRUCTS[name]).schema
     for field_name, field in schema.fields.items():
         kind = field.proto.slot.type.which()
         if kind == "data":

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 
 BATCHES: list[Any] = [
@@ -27,13 +28,13 @@ BATCHES: list[Any] = [
 
 def _pycapnp_frames(message: Any, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     with monkeypatch.context() as patch:
-        patch.setattr(m, "_fast", None)
+        patch.setattr(codec, "_fast", None)
         return [bytes(frame) for frame in m.encode(message)]  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("message", BATCHES)
 def test_the_fast_writer_writes_what_pycapnp_writes(message: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert m._fast is not None
+    assert codec._fast is not None
     expected = _pycapnp_frames(message, monkeypatch)
     for _ in range(2):  # the second time from the remembered template
         assert [bytes(frame) for frame in m.encode(message)] == expected  # type: ignore[call-overload]
@@ -48,7 +49,7 @@ def test_the_fast_reader_reads_what_pycapnp_writes(message: Any, monkeypatch: py
 
 def test_fields_laid_out_out_of_slot_order_are_read_too() -> None:
     """Cap'n Proto lets a writer place fields anywhere: here the last field's bytes come first."""
-    fast = m._fast
+    fast = codec._fast
     assert fast is not None
     kind = fast.kinds["taskResults"]
     count = fast.result_pointers

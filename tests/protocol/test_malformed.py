@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.protocol.errors import ProtocolError
@@ -25,7 +26,7 @@ GOLDEN = {name: m.encode(message) for name, message in golden_messages().items()
 
 def raw(name: str, **fields: Any) -> bytes:
     """A header with the union member `name` and its fields set as given, bypassing every check of encode()."""
-    root = m._schema.Message.new_message()
+    root = codec._schema.Message.new_message()
     body = root.init(name)
     for key, value in fields.items():
         setattr(body, key, value)
@@ -311,7 +312,7 @@ def test_golden_messages_decode() -> None:
 def _status_with_empty_struct_list(count: int, pointer_index: int = 4) -> bytes:
     """A ~120-byte status header whose `workers` list claims `count` zero-sized elements (a Cap'n Proto list of
     structs may declare elements with no data and no pointers: they cost no bytes on the wire)."""
-    node = m._schema.Status.schema.node.struct
+    node = codec._schema.Status.schema.node.struct
     data_words, pointer_count = node.dataWordCount, node.pointerCount
     words = [
         struct.pack("<IHH", 0, 1, 1),  # root: Message struct right after, 1 data word, 1 pointer
@@ -414,7 +415,7 @@ def test_a_known_shape_cut_short_is_refused(name: str) -> None:
 
 def test_the_fast_reader_forgets_shapes_beyond_its_bound() -> None:
     """Hostile peers sending many shapes cost a bounded memory."""
-    fast = m._fast
+    fast = codec._fast
     assert fast is not None
     for count in range(1, 5000):
         message = m.TaskResults(

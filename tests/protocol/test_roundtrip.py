@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
 from scaler.protocol.errors import ProtocolError
@@ -128,16 +129,16 @@ def test_every_message_kind_has_examples() -> None:
 
 
 def test_message_names_are_the_capnp_union_members() -> None:
-    members = [field.name for field in m._schema.Message.schema.node.struct.fields]
+    members = [field.name for field in codec._schema.Message.schema.node.struct.fields]
     assert sorted(members) == sorted(m.MESSAGE_NAMES.values())
-    assert set(m._ENCODERS) == set(m._DECODERS) == set(members)
+    assert set(codec._ENCODERS) == set(codec._DECODERS) == set(members)
 
 
 def test_enums_match_the_schema() -> None:
     schema_enums = {
-        m.PeerKind: m._schema.PeerKind.schema.enumerants,
-        m.TaskStatus: m._schema.TaskStatus.schema.enumerants,
-        m.ErrorCode: m._schema.ErrorCode.schema.enumerants,
+        m.PeerKind: codec._schema.PeerKind.schema.enumerants,
+        m.TaskStatus: codec._schema.TaskStatus.schema.enumerants,
+        m.ErrorCode: codec._schema.ErrorCode.schema.enumerants,
     }
     for cls, enumerants in schema_enums.items():
         assert len(cls) == len(enumerants), cls

@@ -1,12 +1,15 @@
 """The pure cores stay pure: no module under scaler.core (nor the graph planner) imports I/O, threads, the clock,
 unseeded randomness, or any shell module. Checked on the source (AST), so an import hidden in a function counts.
 
-Only what a core module imports itself is judged: scaler.protocol.messages importing capnp is its own business.
+Only what a core module imports itself is judged here; test_the_pure_cores_import_with_io_modules_blocked checks
+what the imports pull in, in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,7 +47,7 @@ FORBIDDEN = {
     "zmq",
 }
 # Scaler modules a pure core may import: other core modules, and the protocol's records and pure helpers.
-ALLOWED_SCALER = ("scaler.core", "scaler.protocol.messages", "scaler.protocol.columns", "scaler.protocol.errors")
+ALLOWED_SCALER = ("scaler.core", "scaler.protocol.records", "scaler.protocol.columns", "scaler.protocol.errors")
 FORBIDDEN_CALLS = {"open", "print", "input", "breakpoint", "exec", "eval", "compile", "__import__"}
 
 
@@ -162,7 +165,7 @@ def test_the_checker_catches(source: str, expected: str) -> None:
         "from random import Random\nr = Random(7)",
         "import logging\nLEVEL = logging.WARNING",
         "from logging import INFO",
-        "from scaler.protocol.messages import Hello",
+        "from scaler.protocol.records import Hello",
         "from scaler.protocol.columns import pack_u64",
         "from .placement import water_fill",
         "from scaler.core.worker import messages",
@@ -171,3 +174,38 @@ def test_the_checker_catches(source: str, expected: str) -> None:
 )
 def test_the_checker_accepts(source: str) -> None:
     assert violations(source, "scaler.core.scheduler.example") == []
+
+
+BLOCKED = ("capnp", "zmq", "psutil", "asyncio", "cloudpickle", "tblib", "socket", "select", "multiprocessing")
+PURE_PACKAGES = (
+    "scaler.core.scheduler",
+    "scaler.core.worker.agent",
+    "scaler.core.client.session",
+    "scaler.client.graph",
+)
+
+
+def test_the_pure_cores_import_with_io_modules_blocked() -> None:
+    """In a fresh interpreter where importing Cap'n Proto, ZeroMQ, psutil, asyncio, sockets or multiprocessing fails,
+    the cores and the graph planner still import (nothing they pull in at import time needs them)."""
+    code = "\n".join(
+        [
+            "import sys",
+            f"for name in {BLOCKED!r}:",
+            "    sys.modules[name] = None  # importing it now raises ImportError",
+            *(f"import {name}" for name in PURE_PACKAGES),
+            "print('imported')",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr
+
+
+def test_importing_scaler_for_a_client_leaves_the_servers_out() -> None:
+    code = (
+        "import sys; from scaler import Client; "
+        "print(sorted(m for m in sys.modules if m.startswith(('scaler.scheduler', 'scaler.worker', "
+        "'scaler.cluster', 'psutil'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

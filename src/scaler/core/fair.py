@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-from scaler.protocol.messages import ID_PREFIX_SHIFT
+from scaler.protocol.records import ID_PREFIX_SHIFT
 
 T = TypeVar("T")
 

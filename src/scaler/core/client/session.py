@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from scaler.protocol.messages import (
+from scaler.protocol.records import (
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
     CancelTasks,

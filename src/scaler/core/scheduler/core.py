@@ -33,7 +33,7 @@ from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, InvariantError, Task, TaskEvent, TaskState
-from scaler.protocol.messages import (
+from scaler.protocol.records import (
     FLAG_SILENT,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,

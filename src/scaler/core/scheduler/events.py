@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from scaler.protocol.messages import Message, PeerKind
+from scaler.protocol.records import Message, PeerKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scaler.protocol.messages import Heartbeat, Payload, TaskResults
+from scaler.protocol.records import Heartbeat, Payload, TaskResults
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.tasks import Task

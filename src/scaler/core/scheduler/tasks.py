@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scaler.protocol.messages import Payload
+from scaler.protocol.records import Payload
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.sessions import ClientSession, WorkerSession

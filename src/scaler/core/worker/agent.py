@@ -22,7 +22,7 @@ from scaler.core.worker.states import (
     TaskState,
     TaskStep,
 )
-from scaler.protocol.messages import (
+from scaler.protocol.records import (
     FLAG_PROFILING,
     BalanceRequest,
     BalanceResponse,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scaler.protocol.messages import Payload
+from scaler.protocol.records import Payload
 
 # One task for a processor: (task id, function object id, flags, argument refs, keywords or None).
 ProcessorTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None"]

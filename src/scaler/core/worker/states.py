@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from scaler.core.scheduler.tasks import InvariantError
-from scaler.protocol.messages import Payload
+from scaler.protocol.records import Payload
 
 
 class TaskState(enum.IntEnum):

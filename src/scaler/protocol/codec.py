@@ -1,0 +1,627 @@
+"""The Cap'n Proto codec of the protocol: records (scaler.protocol.records) to ZeroMQ frames and back.
+
+`encode(message)` gives the frames to send (header first, then payloads); `decode(frames)` does the reverse
+and raises ProtocolError for anything malformed. Structural checks (column lengths, payload counts) live here;
+what a message means is for the receiving core to judge. No sockets here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import capnp
+
+from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
+from scaler.protocol.errors import ProtocolError, UnexpectedMessage
+from scaler.protocol.fastpath import FastPath
+from scaler.protocol.frames import pack as pack_payloads
+from scaler.protocol.frames import unpack as unpack_payloads
+from scaler.protocol.records import (
+    MESSAGE_NAMES,
+    BalanceRequest,
+    BalanceResponse,
+    CancelTasks,
+    ClientStatus,
+    Disconnect,
+    DispatchTasks,
+    Error,
+    ErrorCode,
+    FreeObjects,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    IdMessage,
+    Message,
+    Payload,
+    PeerKind,
+    PutObjects,
+    ReasonMessage,
+    Refused,
+    Shutdown,
+    ShutdownRequest,
+    Status,
+    SubmitTasks,
+    TaskBatch,
+    TaskResults,
+    TaskStatus,
+    Welcome,
+    WorkerStatus,
+)
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+# These bound what a hostile or broken peer can make us traverse: a few times the header's own size (a list of
+# empty structs costs nothing on the wire but one word each to traverse), and a shallow nesting.
+_TRAVERSAL_SLACK_WORDS = 1024
+_NESTING_LIMIT = 16
+
+capnp.remove_import_hook()
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
+_schema: Any = capnp.load(SCHEMA_PATH)
+try:
+    _fast: FastPath | None = FastPath(_schema)
+except LookupError:  # a schema this fast path does not know: pycapnp does everything
+    _fast = None
+if _fast is not None:
+    _SUBMIT_KIND, _DISPATCH_KIND, _RESULTS_KIND = (
+        _fast.kinds[name] for name in ("submitTasks", "dispatchTasks", "taskResults")
+    )
+    _T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_KEYWORDS, _T_SIZES = (
+        _fast.task_slots[name]
+        for name in ("taskIds", "functionIds", "flags", "argCounts", "argRefs", "keywords", "payloadSizes")
+    )
+    _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS = (
+        _fast.result_slots[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory")
+    )
+    # The fields the fast writers set, in the order they pass them: it must be slot order.
+    _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES)
+    _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES)
+    if list(_T_WRITTEN) != sorted(_T_WRITTEN) or list(_R_WRITTEN) != sorted(_R_WRITTEN):
+        _fast = None
+
+
+_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
+_ERROR_CODE_NAMES = {
+    ErrorCode.MALFORMED: "malformed",
+    ErrorCode.NOT_CONNECTED: "notConnected",
+    ErrorCode.BAD_REQUEST: "badRequest",
+    ErrorCode.PROTECTED: "protected",
+    ErrorCode.TOO_LARGE: "tooLarge",
+}
+
+_Batch = TypeVar("_Batch", bound=TaskBatch)
+
+
+# ---------------------------------------------------------------------------------------------------- encoding
+def encode(message: Message) -> list[Payload]:
+    """The frames of `message`: its Cap'n Proto header, then its payload frames (not copied)."""
+    kind = type(message)
+    if _fast is not None:
+        if kind is TaskResults:
+            return _fast_results(_fast, message)  # type: ignore[arg-type]
+        if (kind is SubmitTasks or kind is DispatchTasks) and not message.keywords:  # type: ignore[union-attr]
+            return _fast_tasks(_fast, message)  # type: ignore[arg-type]
+    root = _schema.Message.new_message()
+    name = MESSAGE_NAMES[type(message)]
+    body = root.init(name)
+    payloads = _ENCODERS[name](body, message)
+    return [root.to_bytes(), *payloads]
+
+
+_templates: dict[tuple[int, ...], bytes] = {}  # message templates by kind and field sizes (see FastPath.template)
+_TEMPLATE_CACHE = 4096
+
+
+def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...]) -> bytes:
+    """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set)."""
+    sizes: list[int | None] = [None] * pointer_count
+    for slot, size in zip(slots, key[1:], strict=True):
+        sizes[slot] = None if size < 0 else size
+    if len(_templates) >= _TEMPLATE_CACHE:
+        _templates.clear()
+    template = _templates[key] = fast.template(key[0], pointer_count, sizes)
+    return template
+
+
+def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
+    sizes, frames = pack_payloads(m.payloads)
+    fields = (
+        pack_u64(m.task_ids),
+        pack_u64(m.function_ids),
+        bytes(m.flags),
+        pack_u16(m.arg_counts),
+        pack_u64(m.arg_refs),
+        pack_u64(sizes),
+    )
+    ids, functions, flags, counts, refs, sizes_column = fields
+    key = (
+        _SUBMIT_KIND if type(m) is SubmitTasks else _DISPATCH_KIND,
+        len(ids),
+        len(functions),
+        len(flags),
+        len(counts),
+        len(refs),
+        len(sizes_column),
+    )
+    template = _templates.get(key) or _template(fast, key, fast.task_pointers, _T_WRITTEN)
+    frames.insert(0, template % fields)
+    return frames
+
+
+def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
+    sizes, frames = pack_payloads(m.payloads)
+    ids, statuses, sizes_column = pack_u64(m.task_ids), bytes(m.statuses), pack_u64(sizes)
+    if m.durations_us is None and m.peak_memory is None:  # the common case
+        key: tuple[int, ...] = (_RESULTS_KIND, len(ids), len(statuses), -1, -1, len(sizes_column))
+        fields: tuple[bytes, ...] = (ids, statuses, sizes_column)
+    else:
+        durations = None if m.durations_us is None else pack_u64(m.durations_us)
+        peaks = None if m.peak_memory is None else pack_u64(m.peak_memory)
+        key = (
+            _RESULTS_KIND,
+            len(ids),
+            len(statuses),
+            -1 if durations is None else len(durations),
+            -1 if peaks is None else len(peaks),
+            len(sizes_column),
+        )
+        fields = tuple(field for field in (ids, statuses, durations, peaks, sizes_column) if field is not None)
+    template = _templates.get(key) or _template(fast, key, fast.result_pointers, _R_WRITTEN)
+    frames.insert(0, template % fields)
+    return frames
+
+
+def _enc_hello(b: Any, m: Hello) -> list[Payload]:
+    b.protocolVersion = m.protocol_version
+    b.kind = _PEER_KIND_NAMES[m.kind]
+    b.name = m.name
+    b.hostname = m.hostname
+    b.pid = m.pid
+    b.heartbeatIntervalMs = m.heartbeat_interval_ms
+    b.queueCapacity = m.queue_capacity
+    return []
+
+
+def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
+    b.protocolVersion = m.protocol_version
+    b.idPrefix = m.id_prefix
+    b.schedulerName = m.scheduler_name
+    b.protected = m.protected
+    b.peerTimeoutMs = m.peer_timeout_ms
+    b.maxPayloadBytes = m.max_payload_bytes
+    return []
+
+
+def _enc_refused(b: Any, m: Refused) -> list[Payload]:
+    b.reason = m.reason
+    b.schedulerProtocolVersion = m.scheduler_protocol_version
+    b.keyProblem = m.key_problem
+    return []
+
+
+def _enc_heartbeat(b: Any, m: Heartbeat) -> list[Payload]:
+    b.cpuPercent = m.cpu_percent
+    b.rssBytes = m.rss_bytes
+    b.lagUs = m.lag_us
+    b.queued = m.queued
+    b.running = m.running
+    b.processorCpuPercent = m.processor_cpu_percent
+    b.processorRssBytes = m.processor_rss_bytes
+    b.processors = m.processors
+    b.blockedProcessors = m.blocked_processors
+    b.waitingTasks = m.waiting_tasks
+    return []
+
+
+def _enc_echo(b: Any, m: HeartbeatEcho) -> list[Payload]:
+    b.sentAtUs = m.sent_at_us
+    return []
+
+
+def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.functionIds = pack_u64(m.function_ids)
+    b.flags = bytes(m.flags)
+    b.argCounts = pack_u16(m.arg_counts)
+    b.argRefs = pack_u64(m.arg_refs)
+    if m.keywords:
+        b.keywords = m.keywords
+    return _payload_frames(b, m.payloads)
+
+
+def _payload_frames(b: Any, payloads: list[Payload]) -> list[Payload]:
+    sizes, frames = pack_payloads(payloads)
+    b.payloadSizes = pack_u64(sizes)
+    return frames
+
+
+def _enc_results(b: Any, m: TaskResults) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.statuses = bytes(m.statuses)
+    if m.durations_us is not None:
+        b.durationsUs = pack_u64(m.durations_us)
+    if m.peak_memory is not None:
+        b.peakMemory = pack_u64(m.peak_memory)
+    return _payload_frames(b, m.payloads)
+
+
+def _enc_ids(b: Any, m: IdMessage) -> list[Payload]:
+    b.ids = pack_u64(m.ids)
+    return []
+
+
+def _enc_objects(b: Any, m: PutObjects) -> list[Payload]:
+    b.objectIds = pack_u64(m.object_ids)
+    if m.names:
+        b.names = m.names
+    return _payload_frames(b, m.payloads)
+
+
+def _enc_reason(b: Any, m: ReasonMessage) -> list[Payload]:
+    b.reason = m.reason
+    return []
+
+
+def _enc_error(b: Any, m: Error) -> list[Payload]:
+    b.code = _ERROR_CODE_NAMES[m.code]
+    b.message = m.message
+    b.ids = pack_u64(m.ids)
+    return []
+
+
+def _enc_status(b: Any, m: Status) -> list[Payload]:
+    b.schedulerName = m.scheduler_name
+    b.timeUs = m.time_us
+    b.cpuPercent = m.cpu_percent
+    b.rssBytes = m.rss_bytes
+    b.protected = m.protected
+    b.droppedMessages = m.dropped_messages
+    b.refusedPeers = m.refused_peers
+    for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
+        out = b.init(column, len(counters))
+        for i, (key, value) in enumerate(counters.items()):
+            out[i].name = key
+            out[i].value = value
+    workers = b.init("workers", len(m.workers))
+    for i, w in enumerate(m.workers):
+        _set_fields(workers[i], w, _WORKER_STATUS_FIELDS)
+    clients = b.init("clients", len(m.clients))
+    for i, c in enumerate(m.clients):
+        _set_fields(clients[i], c, _CLIENT_STATUS_FIELDS)
+    return []
+
+
+_WORKER_STATUS_FIELDS = {
+    "name": "name",
+    "agent_cpu_percent": "agentCpuPercent",
+    "agent_rss_bytes": "agentRssBytes",
+    "cpu_percent": "cpuPercent",
+    "rss_bytes": "rssBytes",
+    "free": "free",
+    "sent": "sent",
+    "queued": "queued",
+    "lag_us": "lagUs",
+    "processors": "processors",
+    "blocked_processors": "blockedProcessors",
+    "running": "running",
+    "completed": "completed",
+    "waiting": "waiting",
+}
+_CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
+
+
+def _set_fields(target: Any, source: Any, fields: dict[str, str]) -> None:
+    for py_name, capnp_name in fields.items():
+        setattr(target, capnp_name, getattr(source, py_name))
+
+
+_ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
+    "hello": _enc_hello,
+    "welcome": _enc_welcome,
+    "refused": _enc_refused,
+    "heartbeat": _enc_heartbeat,
+    "heartbeatEcho": _enc_echo,
+    "submitTasks": _enc_tasks,
+    "dispatchTasks": _enc_tasks,
+    "taskResults": _enc_results,
+    "cancelTasks": _enc_ids,
+    "putObjects": _enc_objects,
+    "freeObjects": _enc_ids,
+    "balanceRequest": _enc_ids,
+    "balanceResponse": _enc_ids,
+    "disconnect": _enc_reason,
+    "shutdownRequest": _enc_reason,
+    "shutdown": _enc_reason,
+    "error": _enc_error,
+    "status": _enc_status,
+}
+
+
+# ---------------------------------------------------------------------------------------------------- decoding
+def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> Message:
+    """The message in `frames` (header first). Raises ProtocolError if it is not a valid message, or if it is of
+    a kind not in `accept` (when given)."""
+    if not frames:
+        raise ProtocolError("empty message")
+    header = bytes(frames[0])  # type: ignore[call-overload]
+    payloads = frames[1:]
+    if _fast is not None:
+        read = _fast.read(header)
+        if read is not None:
+            kind, fields = read
+            name = _fast.names[kind]
+            if accept is not None and name not in accept:
+                raise UnexpectedMessage(f"a {name!r} message is not expected here")
+            if kind == _RESULTS_KIND:
+                return _results(
+                    fields[_R_IDS],
+                    fields[_R_STATUSES],
+                    fields[_R_SIZES],
+                    payloads,
+                    fields[_R_DURATIONS],
+                    fields[_R_PEAKS],
+                )
+            if not fields[_T_KEYWORDS]:  # keywords are a list of texts: pycapnp reads those
+                batch_class: type[SubmitTasks | DispatchTasks] = SubmitTasks if kind == _SUBMIT_KIND else DispatchTasks
+                return _task_batch(
+                    batch_class,
+                    fields[_T_IDS],
+                    fields[_T_FUNCTIONS],
+                    fields[_T_FLAGS],
+                    fields[_T_COUNTS],
+                    fields[_T_REFS],
+                    None,
+                    fields[_T_SIZES],
+                    payloads,
+                )
+    try:
+        with _schema.Message.from_bytes(
+            header,
+            traversal_limit_in_words=4 * (len(header) // 8) + _TRAVERSAL_SLACK_WORDS,
+            nesting_limit=_NESTING_LIMIT,
+        ) as root:
+            name = str(root.which())
+            if accept is not None and name not in accept:
+                raise UnexpectedMessage(f"a {name!r} message is not expected here")
+            decoder = _DECODERS.get(name)
+            if decoder is None:
+                raise ProtocolError(f"unknown message kind {name!r}")
+            message: Message = decoder(getattr(root, name), payloads)
+            return message
+    except ProtocolError:  # including UnexpectedMessage
+        raise
+    except Exception as exc:  # pycapnp raises KjException and friends for garbage
+        raise ProtocolError(f"undecodable header: {exc}") from exc
+
+
+def _payloads(b: Any, frames: Sequence[Payload], what: str) -> list[Payload]:
+    return unpack_payloads(unpack_u64(b.payloadSizes, None, f"{what}.payloadSizes"), frames)
+
+
+def _no_payloads(payloads: Sequence[Payload], what: str) -> None:
+    if payloads:
+        raise ProtocolError(f"{what} carries no payload frames, got {len(payloads)}")
+
+
+def _dec_hello(b: Any, p: Sequence[Payload]) -> Hello:
+    _no_payloads(p, "hello")
+    return Hello(
+        kind=PeerKind.CLIENT if str(b.kind) == "client" else PeerKind.WORKER,
+        name=b.name,
+        hostname=b.hostname,
+        pid=b.pid,
+        heartbeat_interval_ms=b.heartbeatIntervalMs,
+        queue_capacity=b.queueCapacity,
+        protocol_version=b.protocolVersion,
+    )
+
+
+def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
+    _no_payloads(p, "welcome")
+    return Welcome(
+        id_prefix=b.idPrefix,
+        scheduler_name=b.schedulerName,
+        protected=b.protected,
+        peer_timeout_ms=b.peerTimeoutMs,
+        protocol_version=b.protocolVersion,
+        max_payload_bytes=b.maxPayloadBytes,
+    )
+
+
+def _dec_refused(b: Any, p: Sequence[Payload]) -> Refused:
+    _no_payloads(p, "refused")
+    return Refused(reason=b.reason, scheduler_protocol_version=b.schedulerProtocolVersion, key_problem=b.keyProblem)
+
+
+def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
+    _no_payloads(p, "heartbeat")
+    return Heartbeat(
+        cpu_percent=b.cpuPercent,
+        rss_bytes=b.rssBytes,
+        lag_us=b.lagUs,
+        queued=b.queued,
+        running=b.running,
+        processor_cpu_percent=b.processorCpuPercent,
+        processor_rss_bytes=b.processorRssBytes,
+        processors=b.processors,
+        blocked_processors=b.blockedProcessors,
+        waiting_tasks=b.waitingTasks,
+    )
+
+
+def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
+    _no_payloads(p, "heartbeatEcho")
+    return HeartbeatEcho(sent_at_us=b.sentAtUs)
+
+
+def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:
+    keywords = list(b.keywords) if len(b.keywords) else None
+    return _task_batch(cls, b.taskIds, b.functionIds, b.flags, b.argCounts, b.argRefs, keywords, b.payloadSizes, p)
+
+
+def _task_batch(
+    cls: type[_Batch],
+    ids_column: bytes,
+    functions_column: bytes,
+    flags: bytes,
+    counts_column: bytes,
+    refs_column: bytes,
+    keywords: list[str] | None,
+    sizes_column: bytes,
+    frames: Sequence[Payload],
+) -> _Batch:
+    if _LITTLE_ENDIAN:  # the columns as they are, checked after (the common, fast way)
+        try:
+            task_ids = memoryview(ids_column).cast("Q").tolist()
+            function_ids = memoryview(functions_column).cast("Q").tolist()
+            arg_counts = memoryview(counts_column).cast("H").tolist()
+            arg_refs = memoryview(refs_column).cast("Q").tolist()
+            sizes = memoryview(sizes_column).cast("Q").tolist()
+        except TypeError:  # a column that is not a whole number of values: say which
+            pass
+        else:
+            n = len(task_ids)
+            if (
+                len(function_ids) == n
+                and len(flags) == n
+                and len(arg_counts) == n
+                and sum(arg_counts) == len(arg_refs)
+                and (keywords is None or len(keywords) == len(arg_refs))
+            ):
+                payloads = unpack_payloads(sizes, frames)
+                if arg_refs.count(0) == len(payloads):
+                    return cls(task_ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
+    # Slowly, each check in turn, to say what is wrong (or on a big-endian machine).
+    task_ids = unpack_u64(ids_column, None, "taskIds")
+    n = len(task_ids)
+    function_ids = unpack_u64(functions_column, n, "functionIds")
+    check_u8(flags, n, "flags")
+    arg_counts = unpack_u16(counts_column, n, "argCounts")
+    arg_refs = unpack_u64(refs_column, None, "argRefs")
+    if sum(arg_counts) != len(arg_refs):
+        raise ProtocolError(f"argRefs: {len(arg_refs)} values but argCounts add up to {sum(arg_counts)}")
+    if keywords is not None and len(keywords) != len(arg_refs):
+        raise ProtocolError(f"keywords: {len(keywords)} values for {len(arg_refs)} arguments")
+    payloads = unpack_payloads(unpack_u64(sizes_column, None, "tasks.payloadSizes"), frames)
+    if arg_refs.count(0) != len(payloads):
+        raise ProtocolError(f"{arg_refs.count(0)} inline arguments but {len(payloads)} payloads")
+    return cls(task_ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
+
+
+def _dec_results(b: Any, p: Sequence[Payload]) -> TaskResults:
+    return _results(b.taskIds, b.statuses, b.payloadSizes, p, b.durationsUs, b.peakMemory)
+
+
+def _results(
+    ids_column: bytes,
+    statuses: bytes,
+    sizes_column: bytes,
+    frames: Sequence[Payload],
+    durations_column: bytes,
+    peaks_column: bytes,
+) -> TaskResults:
+    if _LITTLE_ENDIAN and not durations_column and not peaks_column:  # the common, fast way
+        try:
+            task_ids = memoryview(ids_column).cast("Q").tolist()
+            sizes = memoryview(sizes_column).cast("Q").tolist()
+        except TypeError:
+            pass
+        else:
+            n = len(task_ids)
+            if len(statuses) == n and (not n or max(statuses) <= TaskStatus.FAILED):
+                payloads = unpack_payloads(sizes, frames)
+                if len(payloads) == n:
+                    return TaskResults(task_ids, bytes(statuses), payloads)
+    task_ids = unpack_u64(ids_column, None, "taskIds")
+    n = len(task_ids)
+    check_u8(statuses, n, "statuses")
+    payloads = unpack_payloads(unpack_u64(sizes_column, None, "results.payloadSizes"), frames)
+    if len(payloads) != n:
+        raise ProtocolError(f"{n} results but {len(payloads)} payloads")
+    if n and max(statuses) > TaskStatus.FAILED:
+        raise ProtocolError("statuses: unknown status value")
+    durations = unpack_u64(durations_column, n, "durationsUs") if len(durations_column) else None
+    peaks = unpack_u64(peaks_column, n, "peakMemory") if len(peaks_column) else None
+    return TaskResults(task_ids, bytes(statuses), payloads, durations, peaks)
+
+
+def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, Sequence[Payload]], IdMessage]:
+    def decoder(b: Any, p: Sequence[Payload]) -> IdMessage:
+        _no_payloads(p, MESSAGE_NAMES[cls])
+        return cls(unpack_u64(b.ids, None, "ids"))
+
+    return decoder
+
+
+def _dec_objects(b: Any, p: Sequence[Payload]) -> PutObjects:
+    ids = unpack_u64(b.objectIds, None, "objectIds")
+    payloads = _payloads(b, p, "objects")
+    if len(payloads) != len(ids):
+        raise ProtocolError(f"{len(ids)} objects but {len(payloads)} payloads")
+    names = list(b.names) if len(b.names) else None
+    if names is not None and len(names) != len(ids):
+        raise ProtocolError(f"names: {len(names)} values for {len(ids)} objects")
+    return PutObjects(ids, payloads, names)
+
+
+def _dec_reason(cls: type[ReasonMessage]) -> Callable[[Any, Sequence[Payload]], ReasonMessage]:
+    def decoder(b: Any, p: Sequence[Payload]) -> ReasonMessage:
+        _no_payloads(p, MESSAGE_NAMES[cls])
+        return cls(b.reason)
+
+    return decoder
+
+
+def _dec_error(b: Any, p: Sequence[Payload]) -> Error:
+    _no_payloads(p, "error")
+    code = {v: k for k, v in _ERROR_CODE_NAMES.items()}[str(b.code)]
+    return Error(code, b.message, unpack_u64(b.ids, None, "ids"))
+
+
+def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
+    _no_payloads(p, "status")
+
+    def counters(items: Any) -> dict[str, int]:
+        return {c.name: c.value for c in items}
+
+    workers = [WorkerStatus(**{k: getattr(w, v) for k, v in _WORKER_STATUS_FIELDS.items()}) for w in b.workers]
+    clients = [ClientStatus(**{k: getattr(c, v) for k, v in _CLIENT_STATUS_FIELDS.items()}) for c in b.clients]
+    return Status(
+        scheduler_name=b.schedulerName,
+        time_us=b.timeUs,
+        cpu_percent=b.cpuPercent,
+        rss_bytes=b.rssBytes,
+        tasks_by_state=counters(b.tasksByState),
+        sent=counters(b.sent),
+        received=counters(b.received),
+        workers=workers,
+        clients=clients,
+        protected=b.protected,
+        dropped_messages=b.droppedMessages,
+        refused_peers=b.refusedPeers,
+    )
+
+
+_DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
+    "hello": _dec_hello,
+    "welcome": _dec_welcome,
+    "refused": _dec_refused,
+    "heartbeat": _dec_heartbeat,
+    "heartbeatEcho": _dec_echo,
+    "submitTasks": lambda b, p: _dec_task_batch(b, p, SubmitTasks),
+    "dispatchTasks": lambda b, p: _dec_task_batch(b, p, DispatchTasks),
+    "taskResults": _dec_results,
+    "cancelTasks": _dec_ids(CancelTasks),
+    "putObjects": _dec_objects,
+    "freeObjects": _dec_ids(FreeObjects),
+    "balanceRequest": _dec_ids(BalanceRequest),
+    "balanceResponse": _dec_ids(BalanceResponse),
+    "disconnect": _dec_reason(Disconnect),
+    "shutdownRequest": _dec_reason(ShutdownRequest),
+    "shutdown": _dec_reason(Shutdown),
+    "error": _dec_error,
+    "status": _dec_status,
+}

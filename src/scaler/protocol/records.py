@@ -1,0 +1,351 @@
+"""The protocol's messages as Python records: one small class per member of scaler.capnp's `Message` union, the
+enums and constants of the schema, and which messages each role accepts.
+
+Pure data; no Cap'n Proto, no sockets: the cores import this, never the codec (scaler.protocol.codec turns records
+into frames and back; scaler.protocol.messages gathers everything for the shells).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+PROTOCOL_VERSION = 1
+ID_PREFIX_SHIFT = 40
+ID_COUNTER_MASK = (1 << ID_PREFIX_SHIFT) - 1
+MAX_ID_PREFIX = (1 << 24) - 1
+
+FLAG_PROFILING = 1
+FLAG_SILENT = 2
+
+# What each role accepts; anything else is refused before its fields are read.
+ACCEPTED_BY_SCHEDULER = frozenset(
+    {
+        "hello",
+        "heartbeat",
+        "submitTasks",
+        "taskResults",
+        "cancelTasks",
+        "putObjects",
+        "freeObjects",
+        "balanceResponse",
+        "disconnect",
+        "shutdownRequest",
+    }
+)
+ACCEPTED_BY_WORKER = frozenset(
+    {
+        "welcome",
+        "refused",
+        "heartbeatEcho",
+        "dispatchTasks",
+        "cancelTasks",
+        "putObjects",
+        "freeObjects",
+        "balanceRequest",
+        "shutdown",
+        "error",
+    }
+)
+ACCEPTED_BY_CLIENT = frozenset({"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error"})
+ACCEPTED_BY_MONITOR = frozenset({"status"})
+
+
+class Payload(Protocol):
+    """Anything ZeroMQ can send as a frame: bytes, memoryview, zmq.Frame."""
+
+    def __len__(self) -> int: ...
+
+
+class PeerKind(enum.IntEnum):
+    CLIENT = 0
+    WORKER = 1
+
+
+class TaskStatus(enum.IntEnum):
+    SUCCESS = 0
+    ERROR = 1
+    CANCELED = 2
+    CRASHED = 3
+    FAILED = 4
+
+
+class ErrorCode(enum.IntEnum):
+    MALFORMED = 0
+    NOT_CONNECTED = 1
+    BAD_REQUEST = 2
+    PROTECTED = 3
+    TOO_LARGE = 4
+
+
+@dataclass(slots=True)
+class Hello:
+    kind: PeerKind
+    name: str
+    hostname: str = ""
+    pid: int = 0
+    heartbeat_interval_ms: int = 2000
+    queue_capacity: int = 0
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclass(slots=True)
+class Welcome:
+    id_prefix: int
+    scheduler_name: str = ""
+    protected: bool = True
+    peer_timeout_ms: int = 60_000
+    protocol_version: int = PROTOCOL_VERSION
+    max_payload_bytes: int = 0  # 0: no limit stated
+
+
+@dataclass(slots=True)
+class Refused:
+    reason: str
+    scheduler_protocol_version: int = PROTOCOL_VERSION
+    key_problem: bool = False
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    lag_us: int = 0
+    queued: int = 0
+    running: int = 0
+    processor_cpu_percent: float = 0.0
+    processor_rss_bytes: int = 0
+    processors: int = 0
+    blocked_processors: int = 0
+    waiting_tasks: int = 0
+
+
+@dataclass(slots=True)
+class HeartbeatEcho:
+    sent_at_us: int = 0
+
+
+@dataclass(slots=True)
+class TaskBatch:
+    """n tasks as columns. `payloads` holds one frame per argument whose ref is 0, in order."""
+
+    task_ids: list[int]
+    function_ids: list[int]
+    flags: bytes
+    arg_counts: list[int]
+    arg_refs: list[int]
+    keywords: list[str] | None
+    payloads: list[Payload]
+
+    def split(self) -> Iterator[SplitTask]:
+        """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads).
+
+        Layouts of inline-only arguments are shared tuples (a million queued tasks share a handful)."""
+        refs_all, payloads, keywords = self.arg_refs, self.payloads, self.keywords
+        function_ids, flags, counts = self.function_ids, self.flags, self.arg_counts
+        arg_pos = pay_pos = 0
+        for k, task_id in enumerate(self.task_ids):
+            count = counts[k]
+            refs = tuple(refs_all[arg_pos : arg_pos + count])
+            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
+            arg_pos += count
+            if not any(refs):
+                inline = count
+                if count < len(_ZERO_LAYOUTS):  # inline_layout(count), without the call: once per task
+                    refs = _ZERO_LAYOUTS[count]
+            else:
+                inline = refs.count(0)
+            if kws is not None and not any(kws):
+                kws = None
+            yield task_id, function_ids[k], flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
+            pay_pos += inline
+
+
+SplitTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None", tuple[Payload, ...]]
+_ZERO_LAYOUTS = [(0,) * n for n in range(64)]
+
+
+def inline_layout(count: int) -> tuple[int, ...]:
+    """The argument refs of a task whose `count` arguments all travel inline: (0,) * count, one shared tuple per
+    small count (a million queued tasks share a handful)."""
+    return _ZERO_LAYOUTS[count] if count < len(_ZERO_LAYOUTS) else (0,) * count
+
+
+class SubmitTasks(TaskBatch):
+    __slots__ = ()
+
+
+class DispatchTasks(TaskBatch):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class TaskResults:
+    task_ids: list[int]
+    statuses: bytes
+    payloads: list[Payload]
+    durations_us: list[int] | None = None
+    peak_memory: list[int] | None = None
+
+
+@dataclass(slots=True)
+class IdMessage:
+    ids: list[int]
+
+
+class CancelTasks(IdMessage):
+    __slots__ = ()
+
+
+class FreeObjects(IdMessage):
+    __slots__ = ()
+
+
+class BalanceRequest(IdMessage):
+    __slots__ = ()
+
+
+class BalanceResponse(IdMessage):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class PutObjects:
+    object_ids: list[int]
+    payloads: list[Payload]
+    names: list[str] | None = None
+
+
+@dataclass(slots=True)
+class ReasonMessage:
+    reason: str = ""
+
+
+class Disconnect(ReasonMessage):
+    __slots__ = ()
+
+
+class ShutdownRequest(ReasonMessage):
+    __slots__ = ()
+
+
+class Shutdown(ReasonMessage):
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class Error:
+    code: ErrorCode
+    message: str
+    ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WorkerStatus:
+    name: str
+    agent_cpu_percent: float = 0.0
+    agent_rss_bytes: int = 0
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    free: int = 0
+    sent: int = 0
+    queued: int = 0
+    lag_us: int = 0
+    processors: int = 0
+    blocked_processors: int = 0
+    running: int = 0
+    completed: int = 0
+    waiting: int = 0
+
+
+@dataclass(slots=True)
+class ClientStatus:
+    name: str
+    tasks: int = 0
+    objects: int = 0
+    completed: int = 0
+
+
+@dataclass(slots=True)
+class Status:
+    scheduler_name: str = ""
+    time_us: int = 0
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    tasks_by_state: dict[str, int] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=dict)
+    received: dict[str, int] = field(default_factory=dict)
+    workers: list[WorkerStatus] = field(default_factory=list)
+    clients: list[ClientStatus] = field(default_factory=list)
+    protected: bool = True
+    dropped_messages: int = 0
+    refused_peers: int = 0
+
+
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | Heartbeat
+    | HeartbeatEcho
+    | SubmitTasks
+    | DispatchTasks
+    | TaskResults
+    | CancelTasks
+    | PutObjects
+    | FreeObjects
+    | BalanceRequest
+    | BalanceResponse
+    | Disconnect
+    | ShutdownRequest
+    | Shutdown
+    | Error
+    | Status
+)
+
+# The union member name of each message class, as in scaler.capnp; also the name counters use.
+MESSAGE_NAMES: dict[type, str] = {
+    Hello: "hello",
+    Welcome: "welcome",
+    Refused: "refused",
+    Heartbeat: "heartbeat",
+    HeartbeatEcho: "heartbeatEcho",
+    SubmitTasks: "submitTasks",
+    DispatchTasks: "dispatchTasks",
+    TaskResults: "taskResults",
+    CancelTasks: "cancelTasks",
+    PutObjects: "putObjects",
+    FreeObjects: "freeObjects",
+    BalanceRequest: "balanceRequest",
+    BalanceResponse: "balanceResponse",
+    Disconnect: "disconnect",
+    ShutdownRequest: "shutdownRequest",
+    Shutdown: "shutdown",
+    Error: "error",
+    Status: "status",
+}
+
+
+@dataclass(slots=True)
+class LoneTask:
+    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
+    The scheduler can forward such a submit to a worker as it is, its header relabelled (dispatch_header)."""
+
+    header: bytes
+    task_id: int
+    function_id: int
+    flags: int
+    sizes: list[int]  # of its arguments' payloads, in order
+
+
+@dataclass(slots=True)
+class LoneResult:
+    """A taskResults header read without decoding: one result, no profiling columns. The scheduler can forward
+    such a message to the task's client as it is."""
+
+    header: bytes
+    task_id: int
+    status: int
+    size: int  # of its payload
