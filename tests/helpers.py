@@ -30,6 +30,22 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval:
         time.sleep(interval)
 
 
+def my_children() -> list[psutil.Process]:
+    """The live direct children of this process (zombies waiting to be reaped do not count)."""
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    alive = []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.Error:
+            continue
+    return alive
+
+
 def my_descendants() -> list[psutil.Process]:
     try:
         return psutil.Process().children(recursive=True)
@@ -97,3 +113,23 @@ class RoundTrips:
             except BaseException as exc:
                 self.errors.append(exc)
                 return
+
+
+def stop_children_born_since(before: set[int], timeout: float) -> list[str]:
+    """Children of this process not in `before` that are still running after `timeout` seconds: described, and
+    killed with everything they started. [] when they all ended in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        born = [p for p in my_children() if p.pid not in before]
+        if not born or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    described = []
+    for process in born:
+        try:
+            described.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+            tree = [*process.children(recursive=True), process]
+        except psutil.Error:
+            continue
+        kill_tree(tree)
+    return described

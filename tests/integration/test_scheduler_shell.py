@@ -11,6 +11,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -180,3 +181,42 @@ def test_a_lone_task_and_its_result_are_forwarded_as_they_are(monkeypatch: pytes
         ("forward_result", client_peer),
     ]
     assert not server.core.tasks
+
+
+def test_an_exception_in_the_tick_is_counted_and_the_scheduler_still_times_out_a_silent_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the shells shared a driver, an exception in SchedulerCore._on_tick ended the tick task silently: the
+    scheduler kept serving but never again timed out a dead worker."""
+    address = free_address()
+    monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-tick-{os.getpid()}"
+    server = SchedulerServer(address, monitor, SchedulerConfig(worker_timeout_seconds=0.5))
+    server.driver.debug = False  # the production rule: log, count, serve on
+    ticks = 0
+    on_tick = server.core._on_tick
+
+    def tick_once_broken() -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks == 3:
+            raise RuntimeError("a bug in the tick")
+        on_tick()
+
+    monkeypatch.setattr(server.core, "_on_tick", tick_once_broken)
+    lost: list[bool] = []
+
+    def peer(ctx: zmq.Context[Any]) -> None:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, b"W|tick-test")
+        sock.connect(address)
+        send_message(sock, Hello(PeerKind.WORKER, "silent", queue_capacity=1))
+        assert sock.poll(TIMEOUT_MS) and isinstance(recv_message(sock), Welcome)
+        deadline = time.monotonic() + 10
+        while b"W|tick-test" in server.core.workers and time.monotonic() < deadline:
+            time.sleep(0.05)  # silent: no heartbeat
+        lost.append(b"W|tick-test" not in server.core.workers)
+
+    serve_with_peers(server, peer)
+    assert ticks > 3 and server.driver.errors == 1
+    assert lost == [True], "the silent worker was never timed out"

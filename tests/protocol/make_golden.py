@@ -88,6 +88,7 @@ def golden_messages() -> dict[str, m.Message]:
             protected=True,
             dropped_messages=1,
             refused_peers=2,
+            handler_errors=0,
         ),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}

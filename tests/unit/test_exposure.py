@@ -109,3 +109,25 @@ def test_byte_sizes(text: str, size: int) -> None:
 def test_bad_byte_sizes(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="a size in bytes"):
         byte_size(text)
+
+
+def test_a_child_left_running_is_found_described_and_killed() -> None:
+    """What tests/conftest.py's _no_orphans does after every test: it can fail."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.helpers import my_children, stop_children_born_since
+
+    before = {p.pid for p in my_children()}
+    assert stop_children_born_since(before, timeout=0.1) == []
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        leftovers = stop_children_born_since(before, timeout=0.2)
+        assert len(leftovers) == 1 and leftovers[0].startswith(f"{child.pid} ") and "sleep(60)" in leftovers[0]
+        assert not psutil.pid_exists(child.pid)  # killed (and reaped)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)

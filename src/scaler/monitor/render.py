@@ -69,6 +69,8 @@ def render(status: Status, sort_key: str = "n", width: int = 200) -> list[str]:
         own.append(("dropped", f"{status.dropped_messages:,}"))
     if status.refused_peers:
         own.append(("refused", f"{status.refused_peers:,}"))
+    if status.handler_errors:  # bugs the scheduler survived: its log has their tracebacks
+        own.append(("errors", f"{status.handler_errors:,}"))
     sections = [
         _section("scheduler", own),
         _section("task_manager", [(k, f"{v:,}") for k, v in counts.items()]),

@@ -280,6 +280,7 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     b.protected = m.protected
     b.droppedMessages = m.dropped_messages
     b.refusedPeers = m.refused_peers
+    b.handlerErrors = m.handler_errors
     for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
         out = b.init(column, len(counters))
         for i, (key, value) in enumerate(counters.items()):
@@ -602,6 +603,7 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         protected=b.protected,
         dropped_messages=b.droppedMessages,
         refused_peers=b.refusedPeers,
+        handler_errors=b.handlerErrors,
     )
 
 

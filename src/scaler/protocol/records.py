@@ -282,6 +282,7 @@ class Status:
     protected: bool = True
     dropped_messages: int = 0
     refused_peers: int = 0
+    handler_errors: int = 0
 
 
 Message = (

@@ -184,6 +184,8 @@ struct Status {
   droppedMessages @10 :UInt64;  # messages answered with malformed, notConnected or badRequest
   refusedPeers @11 :UInt64;     # connections and messages refused for their key: not authorized (the handshake
                                 # failed), authorized for the other role, or removed from the authorized keys
+  handlerErrors @12 :UInt64;    # exceptions the scheduler survived while handling events (each is logged with its
+                                # traceback): 0 unless there is a bug
 }
 
 struct Counter {

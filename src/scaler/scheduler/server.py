@@ -7,7 +7,6 @@ message per peer for everything decided. A peer that cannot be delivered to is r
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import errno
 import ipaddress
@@ -39,6 +38,7 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
+from scaler.io.driver import Driver
 from scaler.io.processes import parse_address, pin_to_cpu
 from scaler.io.sockets import (
     bind_publisher,
@@ -93,6 +93,7 @@ class SchedulerServer:
         config: SchedulerConfig,
         on_ready: Callable[[], None] | None = None,
         keys: ServerKeys | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.on_ready = on_ready
         self.address = address
@@ -106,25 +107,28 @@ class SchedulerServer:
         self.router: zmq.Socket[Any] | None = None
         self.publisher: zmq.Socket[Any] | None = None
         self.process = psutil.Process()
-        self._stopped: asyncio.Future[str] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.driver: Driver[str] = Driver("Scheduler", clock)
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
-        self._loop = loop = asyncio.get_running_loop()
-        self._stopped = loop.create_future()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            return await self.driver.serve(self._start)
+        finally:
+            self._close()
+
+    def _start(self) -> None:
+        driver = self.driver
+        driver.on_signals(self._on_signal)
         secret = None
         if self.keys is not None:
             self.gate = KeyGate(self.ctx, self.keys)
             zap = self.gate.start()  # before any CURVE socket binds
-            loop.add_reader(socket_fd(zap), self.gate.on_readable)
-            loop.call_soon(self.gate.on_readable)
-            loop.add_signal_handler(signal.SIGHUP, self._reload_keys, True)
+            driver.reader(socket_fd(zap), "the key gate", self.gate.on_readable)
+            driver.soon("the key gate", self.gate.on_readable)
+            driver.on_signals(lambda _: self._reload_keys(True), (signal.SIGHUP,))
             secret = self.keys.pair.secret
         limit = self.core.config.max_payload_bytes
         self.router = _bind(lambda a, c: bind_router(a, c, secret, limit), self.address, self.ctx, "listen on")
@@ -135,52 +139,46 @@ class SchedulerServer:
         logger.info("Scheduler: monitor address is %s", self.monitor_address)
         _warn_if_exposed(self.address, self.monitor_address, secret is not None)
         self.process.cpu_percent()
-        loop.add_reader(socket_fd(self.router), self._on_readable)
+        driver.reader(socket_fd(self.router), "reading messages", self._on_readable)
         self.disconnects = self.router.get_monitor_socket(_CONNECTION_EVENTS)
-        loop.add_reader(socket_fd(self.disconnects), self._on_disconnect_events)
-        loop.call_soon(self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals new edges
+        driver.reader(socket_fd(self.disconnects), "connection events", self._on_disconnect_events)
+        driver.soon("connection events", self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals edges
         if self.on_ready is not None:
             self.on_ready()
-        ticker = loop.create_task(self._tick_forever())
-        status = loop.create_task(self._status_forever())
-        loop.call_soon(self._on_readable)
-        try:
-            return await self._stopped
-        finally:
-            ticker.cancel()
-            status.cancel()
-            loop.remove_reader(socket_fd(self.router))
-            loop.remove_reader(socket_fd(self.disconnects))
-            self.router.disable_monitor()
-            self.disconnects.close(linger=0)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            self.publisher.close(linger=0)
+        driver.every(TICK_SECONDS, "the tick", self._tick)
+        driver.every(STATUS_SECONDS, "the status", self._publish_status)
+        driver.soon("reading messages", self._on_readable)
+
+    def _close(self) -> None:
+        if self.router is not None:
+            if self.disconnects is not None:
+                self.router.disable_monitor()
+                self.disconnects.close(linger=0)
             # Let the last messages (Shutdown to every peer) leave before the process ends.
             self.router.close(linger=2000)
-            if self.gate is not None:
-                loop.remove_signal_handler(signal.SIGHUP)
-                if self.gate.sock is not None:
-                    loop.remove_reader(socket_fd(self.gate.sock))
-                self.gate.close()
-            self.ctx.destroy(linger=2000)
+        if self.publisher is not None:
+            self.publisher.close(linger=0)
+        if self.gate is not None:
+            self.gate.close()
+        self.ctx.destroy(linger=2000)
 
     def _on_signal(self, sig: int) -> None:
         logger.info("Scheduler: received %s, stopping", signal.Signals(sig).name)
         if self.router is None:  # not serving yet: nobody to tell
-            if self._stopped is not None and not self._stopped.done():
-                self._stopped.set_result(f"received {signal.Signals(sig).name} while starting")
+            self.driver.stop(f"received {signal.Signals(sig).name} while starting")
             return
         self.core.stop(f"the scheduler received {signal.Signals(sig).name}")
-        self._execute(self.core.flush())
+        self._execute(self._flush())
 
     def _on_readable(self) -> None:
         router = self.router
-        if router is None or (self._stopped is not None and self._stopped.done()):
+        if router is None or self.driver.stopping:
             return
         core = self.core
         gate = self.gate
-        now = time.monotonic()
+        guard = self.driver.guard
+        clock = self.driver.clock
+        now = clock()
         fd_of = self._fd_of
         deadline = now + SLICE_SECONDS
         key: PeerKey | None = None
@@ -192,26 +190,35 @@ class SchedulerServer:
                 key = gate.key_of(user)
                 if key is None:
                     reason = f"authentication failed: its key {user} is no longer authorized"
-                    core.feed(Forbidden(now, peer, user.encode(), reason))
+                    guard("handling a message", core.feed, Forbidden(now, peer, user.encode(), reason))
                     continue
             parts = small_to_bytes(frames[1:])
             lone = read_lone(parts[0]) if parts and type(parts[0]) is bytes else None
             if lone is not None and self._forward(router, now, peer, lone, parts, key):
-                if time.monotonic() >= deadline:
+                if clock() >= deadline:
                     break
                 continue
             try:
                 message: Message | ProtocolError = decode(parts, ACCEPTED_BY_SCHEDULER)
             except ProtocolError as exc:
                 message = exc
-            if isinstance(message, ProtocolError):
-                core.feed(Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage)))
-            else:
-                core.feed(Received(now, peer, message, key))
-            if time.monotonic() >= deadline:
+            event = (
+                Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage))
+                if isinstance(message, ProtocolError)
+                else Received(now, peer, message, key)
+            )
+            guard("handling a message", core.feed, event)  # a bug handling one message must not stop the others
+            if clock() >= deadline:
                 break  # the rest stays in the socket; _recheck finds it and comes back after the loop's other work
-        self._execute(core.flush())
+        self._execute(self._flush())
         self._recheck()
+
+    def _flush(self) -> list[Command]:
+        """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush."""
+        commands = self.core.flush()
+        if self.driver.debug:
+            self.core.validate()
+        return commands
 
     def _forward(
         self,
@@ -252,8 +259,8 @@ class SchedulerServer:
     def _recheck(self) -> None:
         """Sending may have taken the FD's edge: look once more, or a message could wait for the next tick."""
         self._burst = self.router is not None and has_input(self.router)
-        if self._burst and self._loop is not None:
-            self._loop.call_soon(self._on_readable)
+        if self._burst and self.driver.loop is not None:
+            self.driver.soon("reading messages", self._on_readable)
 
     def _on_disconnect_events(self) -> None:
         """A connection closed (a peer died or left): probe its peer now instead of waiting for its timeout. A
@@ -269,16 +276,16 @@ class SchedulerServer:
                 continue
             peer = self._fd_of.pop(int(event["value"]), None)
             logger.debug("Scheduler: connection %s closed (peer %r)", event["value"], peer)
-            if peer is not None and self._loop is not None:
+            if peer is not None:
                 self._probe(peer)
                 for delay in PROBE_DELAYS:
-                    self._loop.call_later(delay, self._probe, peer)
+                    self.driver.later(delay, "probing a peer", self._probe, peer)
 
     def _on_failed_handshake(self, kind: int, code: int) -> None:
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return  # refused by the gate, which counted and logged it with the peer's address
         self.failed_handshakes += 1
-        if not self._limiter.allow(time.monotonic(), "failed handshake", kind):
+        if not self._limiter.allow(self.driver.clock(), "failed handshake", kind):
             return
         if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
             why = "it has no keys" if self.keys is not None else "it uses keys and this scheduler runs without"
@@ -300,26 +307,26 @@ class SchedulerServer:
             return
         if revoked:
             logger.warning("Scheduler: %d keys are no longer authorized; their sessions end", len(revoked))
-            self.core.feed(Revoked(time.monotonic(), revoked))
-            self._execute(self.core.flush())
+            self.core.feed(Revoked(self.driver.clock(), revoked))
+            self._execute(self._flush())
             self._recheck()
 
     def _probe(self, peer: bytes) -> None:
         """Send a harmless message: if the peer's connection is gone, the router refuses it (ROUTER_MANDATORY)."""
-        if self.router is None or (self._stopped is not None and self._stopped.done()):
+        if self.router is None or self.driver.stopping:
             return
         if peer not in self.core.workers and peer not in self.core.clients:
             return
         try:
             send_frames(self.router, [peer, *encode(HeartbeatEcho())], _NOBLOCK)
         except zmq.Again:
-            self.core.feed(Undeliverable(time.monotonic(), peer, _NOT_READING))
-            self._execute(self.core.flush())
+            self.core.feed(Undeliverable(self.driver.clock(), peer, _NOT_READING))
+            self._execute(self._flush())
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
-            self.core.feed(Undeliverable(time.monotonic(), peer))
-            self._execute(self.core.flush())
+            self.core.feed(Undeliverable(self.driver.clock(), peer))
+            self._execute(self._flush())
         self._recheck()
 
     def _execute(self, commands: list[Command]) -> None:
@@ -341,42 +348,38 @@ class SchedulerServer:
                     logger.log(command.level, "Scheduler: %s", command.text)
                 elif isinstance(command, Stop):
                     logger.info("Scheduler: stopping (%s)", command.reason)
-                    if self._stopped is not None and not self._stopped.done():
-                        self._stopped.set_result(command.reason)
-            now = time.monotonic()
+                    self.driver.stop(command.reason)
+            now = self.driver.clock()
             for peer, reason in undeliverable.items():
                 self.core.feed(Undeliverable(now, peer, reason))
-            commands = self.core.flush() if undeliverable else []
+            commands = self._flush() if undeliverable else []
 
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            # Read what is waiting first: a heartbeat stuck behind a backlog is not a silent peer.
-            for _ in range(BACKLOG_ROUNDS):
-                if self.router is None or not has_input(self.router):
-                    break
-                self._burst = True
-                self._on_readable()
-            self.core.feed(Tick(time.monotonic()))
-            self._execute(self.core.flush())
-            self._recheck()
+    def _tick(self) -> None:
+        # Read what is waiting first: a heartbeat stuck behind a backlog is not a silent peer.
+        for _ in range(BACKLOG_ROUNDS):
+            if self.router is None or not has_input(self.router):
+                break
+            self._burst = True
+            self._on_readable()
+        self.core.feed(Tick(self.driver.clock()))
+        self._execute(self._flush())
+        self._recheck()
 
-    async def _status_forever(self) -> None:
-        while True:
-            await asyncio.sleep(STATUS_SECONDS)
-            self._reload_keys()
-            for line in self._limiter.summary(time.monotonic()) + (self.gate.summary() if self.gate else []):
-                logger.warning("Scheduler: %s", line)
-            status = self.core.status()
-            status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
-            status.cpu_percent = self.process.cpu_percent()
-            status.rss_bytes = self.process.memory_info().rss
-            status.time_us = int(time.time() * 1e6)
-            assert self.publisher is not None
-            try:
-                self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
-            except zmq.Again:
-                pass
+    def _publish_status(self) -> None:
+        self._reload_keys()
+        for line in self._limiter.summary(self.driver.clock()) + (self.gate.summary() if self.gate else []):
+            logger.warning("Scheduler: %s", line)
+        status = self.core.status()
+        status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
+        status.handler_errors = self.driver.errors
+        status.cpu_percent = self.process.cpu_percent()
+        status.rss_bytes = self.process.memory_info().rss
+        status.time_us = int(time.time() * 1e6)
+        assert self.publisher is not None
+        try:
+            self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
+        except zmq.Again:
+            pass
 
 
 def _bind(

@@ -6,7 +6,6 @@ User code never runs here, so the agent keeps heartbeating while a task runs, an
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import mmap
 import multiprocessing
@@ -15,6 +14,7 @@ import signal
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -40,6 +40,7 @@ from scaler.core.worker.agent import (
     ToScheduler,
 )
 from scaler.io.curve import HandshakeWatch
+from scaler.io.driver import Driver
 from scaler.io.sockets import (
     context,
     has_input,
@@ -62,7 +63,13 @@ DRAIN_LIMIT = 64
 
 
 class WorkerAgent:
-    def __init__(self, address: str, config: AgentConfig, keys: PeerKeys | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        config: AgentConfig,
+        keys: PeerKeys | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.address = address
         self.config = config
         self.keys = keys
@@ -76,53 +83,54 @@ class WorkerAgent:
         self.links: dict[int, link.AsyncLink] = {}
         self.running_slots: dict[int, mmap.mmap] = {}
         self.me = psutil.Process()
-        self._stopped: asyncio.Future[int] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.driver: Driver[int] = Driver(f"Worker[{config.name}]", clock)
+        self._last_stats = -1e18
+        self._stats_now = (0.0, 0, 0.0, 0)
         self._mp = multiprocessing.get_context("fork")
         self._burst = True  # whether more messages were waiting at the last look
 
     async def run(self) -> int:
-        self._loop = loop = asyncio.get_running_loop()
-        self._stopped = loop.create_future()
+        try:
+            return await self.driver.serve(self._start)
+        finally:
+            self._close()
+
+    def _start(self) -> None:
+        driver = self.driver
         self.scheduler = new_dealer(self.identity, self.ctx, self.keys)
         self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker")
         self.scheduler.connect(self.address)
         self.me.cpu_percent()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_reader(socket_fd(self.scheduler), self._on_scheduler_readable)
-        loop.add_reader(self.watch.fd, self._on_handshake)
-        self._handle(Started(time.monotonic()))
-        loop.call_soon(self._on_scheduler_readable)  # drain once: a ZeroMQ FD only signals new edges
-        ticker = loop.create_task(self._tick_forever())
-        try:
-            return await self._stopped
-        finally:
-            ticker.cancel()
-            loop.remove_reader(socket_fd(self.scheduler))
-            loop.remove_reader(self.watch.fd)
+        driver.on_signals(self._on_signal)
+        driver.reader(socket_fd(self.scheduler), "reading the scheduler's messages", self._on_scheduler_readable)
+        driver.reader(self.watch.fd, "the handshake watch", self._on_handshake)
+        self._handle(Started(driver.clock()))
+        driver.soon("reading the scheduler's messages", self._on_scheduler_readable)  # a ZeroMQ FD signals edges
+        driver.every(TICK_SECONDS, "the tick", self._tick)
+
+    def _close(self) -> None:
+        if self.watch is not None and self.scheduler is not None:
             self.watch.close(self.scheduler)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            self._kill_all()
+        self._kill_all()
+        if self.scheduler is not None:
             self.scheduler.close(linger=2000)  # let Disconnect and the last results leave
-            self.ctx.destroy(linger=2000)
+        self.ctx.destroy(linger=2000)
 
     # ------------------------------------------------------------------------------------------- events
     def _on_signal(self, sig: int) -> None:
-        self._handle(StopRequested(time.monotonic(), f"received {signal.Signals(sig).name}"))
+        self._handle(StopRequested(self.driver.clock(), f"received {signal.Signals(sig).name}"))
 
     def _on_handshake(self) -> None:
         """A failed handshake is the scheduler refusing this worker's keys: the agent stops, saying why."""
         failure = self.watch.failure() if self.watch is not None else None
         if failure is not None and not self.core.stopped:
-            self._handle(FromScheduler(time.monotonic(), Refused(failure, key_problem=True)))
+            self._handle(FromScheduler(self.driver.clock(), Refused(failure, key_problem=True)))
 
     def _on_scheduler_readable(self) -> None:
         sock = self.scheduler
         if sock is None or self.core.stopped:
             return
-        now = time.monotonic()
+        now = self.driver.clock()
         for frames in read_waiting(sock, self._burst, DRAIN_LIMIT):
             parts = small_to_bytes(frames)
             try:
@@ -130,38 +138,42 @@ class WorkerAgent:
             except ProtocolError as exc:
                 logger.warning("Worker: dropped a malformed message from the scheduler: %s", exc)
                 continue
-            self.core.feed(FromScheduler(now, message))
-        self._execute(self.core.flush())
+            self.driver.guard("handling a message", self.core.feed, FromScheduler(now, message))
+        self._execute(self._flush())
         self._recheck()
 
     def _on_processor_messages(self, processor: int, messages: list[list[bytearray]]) -> None:
         if self.core.stopped:
             return
-        now = time.monotonic()
+        now = self.driver.clock()
         for frames in messages:
-            self.core.feed(FromProcessor(now, processor, pipe.decode(frames)))  # type: ignore[arg-type]
-        self._execute(self.core.flush())
+            event = FromProcessor(now, processor, pipe.decode(frames))  # type: ignore[arg-type]
+            self.driver.guard("handling a processor's message", self.core.feed, event)
+        self._execute(self._flush())
         self._recheck()
+
+    def _flush(self) -> list[AgentCommand]:
+        """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush."""
+        commands = self.core.flush()
+        if self.driver.debug:
+            self.core.validate()
+        return commands
 
     def _recheck(self) -> None:
         """ZeroMQ's FD is edge-triggered: after sending, look again for input that arrived meanwhile."""
-        if self._loop is None or self.core.stopped:
+        if self.driver.loop is None or self.core.stopped:
             return
         self._burst = self.scheduler is not None and has_input(self.scheduler)
         if self._burst:
-            self._loop.call_soon(self._on_scheduler_readable)
+            self.driver.soon("reading the scheduler's messages", self._on_scheduler_readable)
 
-    async def _tick_forever(self) -> None:
-        last_stats = 0.0
-        stats = (0.0, 0, 0.0, 0)
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            now = time.monotonic()
-            if now - last_stats >= self.config.heartbeat_interval_seconds:
-                stats = self._stats()
-                last_stats = now
-            self._on_handshake()  # its FD may have fired before the loop watched it
-            self._handle(Tick(now, *stats))
+    def _tick(self) -> None:
+        now = self.driver.clock()
+        if now - self._last_stats >= self.config.heartbeat_interval_seconds:
+            self._stats_now = self._stats()
+            self._last_stats = now
+        self._on_handshake()  # its FD may have fired before the loop watched it
+        self._handle(Tick(now, *self._stats_now))
 
     def _stats(self) -> tuple[float, int, float, int]:
         cpu, rss = self.me.cpu_percent(), self.me.memory_info().rss
@@ -180,7 +192,7 @@ class WorkerAgent:
         if process is None:
             return
         process.join(1)
-        self._handle(ProcessorExited(time.monotonic(), processor, process.exitcode, task_id))
+        self._handle(ProcessorExited(self.driver.clock(), processor, process.exitcode, task_id))
 
     def _forget(self, processor: int) -> tuple[multiprocessing.process.BaseProcess | None, int]:
         """Drop our handles on a processor: (its process, the task it was running when we looked, 0 if none)."""
@@ -192,14 +204,14 @@ class WorkerAgent:
         if channel is not None:
             channel.close()
         process = self.processes.pop(processor, None)
-        if process is not None and self._loop is not None:
-            self._loop.remove_reader(process.sentinel)
+        if process is not None:
+            self.driver.drop_reader(process.sentinel)
         return process, task_id
 
     # ------------------------------------------------------------------------------------------- commands
     def _handle(self, event: AgentEvent) -> None:
         self.core.feed(event)
-        self._execute(self.core.flush())
+        self._execute(self._flush())
         self._recheck()
 
     def _execute(self, commands: list[AgentCommand]) -> None:
@@ -218,8 +230,7 @@ class WorkerAgent:
             elif isinstance(command, Log):
                 logger.log(command.level, "Worker[%s]: %s", self.config.name, command.text)
             elif isinstance(command, Stop):
-                if self._stopped is not None and not self._stopped.done():
-                    self._stopped.set_result(command.exit_code)
+                self.driver.stop(command.exit_code)
 
     def _to_processor(self, command: ToProcessor) -> None:
         channel = self.links.get(command.processor)
@@ -227,7 +238,8 @@ class WorkerAgent:
             channel.send(pipe.encode(command.message))
 
     def _start_processor(self, processor: int) -> None:
-        assert self._loop is not None
+        loop = self.driver.loop
+        assert loop is not None
         ours, theirs = socket.socketpair()
         running = mmap.mmap(-1, 8)  # shared with the child: the id of the task it is running, 0 between tasks
         process = self._mp.Process(
@@ -240,9 +252,13 @@ class WorkerAgent:
         theirs.close()
         self.processes[processor] = process
         self.running_slots[processor] = running
-        self._loop.add_reader(process.sentinel, self._on_process_exit, processor)
+        self.driver.reader(process.sentinel, f"processor {processor}'s exit", lambda: self._on_process_exit(processor))
         self.links[processor] = link.AsyncLink(
-            self._loop, ours, lambda messages: self._on_processor_messages(processor, messages)
+            loop,
+            ours,
+            lambda messages: self.driver.guard(
+                "reading a processor's messages", self._on_processor_messages, processor, messages
+            ),
         )
 
     def _kill_if_running(self, processor: int, task_id: int) -> None:
