@@ -20,11 +20,24 @@ _CALLABLES = (types.MethodType, types.FunctionType, types.BuiltinFunctionType, t
 
 
 def canonical(root: object) -> list[tuple[str, list[tuple[str, Any]]]]:
-    labels: dict[int, int] = {}
-    keep: list[object] = []  # keeps walked objects alive, so that their ids stay unique while we walk
-    pending: deque[object] = deque()
+    walk = _Walk()
+    walk.value(root)
+    dump: list[tuple[str, list[tuple[str, Any]]]] = []
+    while walk.pending:
+        item = walk.pending.popleft()
+        dump.append((type(item).__name__, [(name, walk.value(getattr(item, name))) for name in _fields(item)]))
+    return dump
 
-    def value(item: object) -> Any:
+
+class _Walk:
+    """Numbers objects in the order the walk meets them, and keeps them alive so that their ids stay unique."""
+
+    def __init__(self) -> None:
+        self.labels: dict[int, int] = {}
+        self.keep: list[object] = []
+        self.pending: deque[object] = deque()
+
+    def value(self, item: object) -> Any:
         if isinstance(item, enum.Enum):
             return ("enum", type(item).__name__, item.value)
         if isinstance(item, _PLAIN):
@@ -33,31 +46,32 @@ def canonical(root: object) -> list[tuple[str, list[tuple[str, Any]]]]:
             return ("bytes", bytes(item))
         if hasattr(item, "bytes") and type(item).__name__ == "Frame":  # a zmq.Frame: its bytes
             return ("bytes", item.bytes)  # type: ignore[attr-defined]
-        if isinstance(item, (list, tuple, deque)):
-            return (type(item).__name__, [value(x) for x in item])
-        if isinstance(item, Counter):
-            return ("Counter", sorted((repr(value(k)), value(v)) for k, v in item.items()))
-        if isinstance(item, dict):
-            return ("dict", [(value(k), value(v)) for k, v in item.items()])
-        if isinstance(item, (set, frozenset)):
-            return ("set", sorted((value(x) for x in item), key=repr))
         if isinstance(item, _CALLABLES):  # bound methods are made anew at each access: named, not numbered
             return ("callable", getattr(item, "__qualname__", repr(item)))
         if isinstance(item, type):  # a class (the core's handler tables are keyed by message class): its name
             return ("type", item.__module__, item.__qualname__)
-        label = labels.get(id(item))
-        if label is None:
-            label = labels[id(item)] = len(labels)
-            keep.append(item)
-            pending.append(item)
-        return ("object", label)
+        if isinstance(item, (list, tuple, deque, dict, set, frozenset)):
+            return self.collection(item)
+        return self.label(item)
 
-    value(root)
-    dump: list[tuple[str, list[tuple[str, Any]]]] = []
-    while pending:
-        item = pending.popleft()
-        dump.append((type(item).__name__, [(name, value(getattr(item, name))) for name in _fields(item)]))
-    return dump
+    def collection(
+        self, item: list[Any] | tuple[Any, ...] | deque[Any] | dict[Any, Any] | set[Any] | frozenset[Any]
+    ) -> Any:
+        if isinstance(item, Counter):
+            return ("Counter", sorted((repr(self.value(k)), self.value(v)) for k, v in item.items()))
+        if isinstance(item, dict):
+            return ("dict", [(self.value(k), self.value(v)) for k, v in item.items()])
+        if isinstance(item, (set, frozenset)):
+            return ("set", sorted((self.value(x) for x in item), key=repr))
+        return (type(item).__name__, [self.value(x) for x in item])
+
+    def label(self, item: object) -> tuple[str, int]:
+        label = self.labels.get(id(item))
+        if label is None:
+            label = self.labels[id(item)] = len(self.labels)
+            self.keep.append(item)
+            self.pending.append(item)
+        return ("object", label)
 
 
 def _fields(item: object) -> list[str]:

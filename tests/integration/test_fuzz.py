@@ -283,6 +283,29 @@ def send_raw_tcp(address: str, data: bytes) -> None:
         pass
 
 
+def send_batch(data: st.DataObject, ctx: zmq.Context[Any], address: str, keys: PeerKeys | None) -> int:
+    """From a fresh socket (saying hello first, or not): up to 25 drawn messages; returns how many went out."""
+    sock = open_socket(ctx, address, keys)
+    sent = 0
+    try:
+        prefix = 0
+        if data.draw(st.booleans()):
+            prefix = say_hello(sock, data.draw(st.sampled_from([m.PeerKind.CLIENT, m.PeerKind.WORKER])))
+        strategy = st.one_of(valid_hostile(prefix), mutated(), random_fields())
+        for frames in data.draw(st.lists(strategy, min_size=1, max_size=25)):
+            if not frames:
+                continue
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+                sent += 1
+            except zmq.Again:
+                break
+        sock.poll(20)  # let it leave before the socket goes
+    finally:
+        sock.close(linger=0)
+    return sent
+
+
 # ------------------------------------------------------------------------------------------------ the test
 def test_live_schedulers_survive_fuzzing_while_real_clients_work(targets: list[Target], tmp_path: Path) -> None:
     keys_dir = None
@@ -318,23 +341,7 @@ def test_live_schedulers_survive_fuzzing_while_real_clients_work(targets: list[T
             send_raw_tcp(address, data.draw(st.binary(max_size=512)))
             return
         role = data.draw(st.sampled_from(sorted(target.keys)))
-        sock = open_socket(ctx, address, target.keys[role])
-        try:
-            prefix = 0
-            if data.draw(st.booleans()):
-                prefix = say_hello(sock, data.draw(st.sampled_from([m.PeerKind.CLIENT, m.PeerKind.WORKER])))
-            strategy = st.one_of(valid_hostile(prefix), mutated(), random_fields())
-            for frames in data.draw(st.lists(strategy, min_size=1, max_size=25)):
-                if not frames:
-                    continue
-                try:
-                    sock.send_multipart(frames, zmq.NOBLOCK)
-                    sent[0] += 1
-                except zmq.Again:
-                    break
-            sock.poll(20)  # let it leave before the socket goes
-        finally:
-            sock.close(linger=0)
+        sent[0] += send_batch(data, ctx, address, target.keys[role])
         for i, process in enumerate(processes):
             peak_rss[i] = max(peak_rss[i], process.memory_info().rss / 1e6)
 

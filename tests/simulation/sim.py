@@ -273,19 +273,22 @@ class Simulation:
                 continue
             if target.deaf:
                 continue
-            extra = None
-            if isinstance(message, DispatchTasks):
-                extra = self.core.workers.get(peer)
-                for task_id in message.task_ids:
-                    owner = self.client_by_prefix.get(task_id >> ID_PREFIX_SHIFT)
-                    if owner is not None and owner.results[task_id]:
-                        self.fail(f"task {task_id:#x} dispatched to {peer!r} after its client got its result")
-            elif isinstance(message, TaskResults) and isinstance(target, SimClient):
-                for task_id in message.task_ids:
-                    if task_id not in target.tasks:
-                        self.fail(f"result of task {task_id:#x} sent to client {peer!r}, which did not submit it")
+            self._check_sent(peer, message, target)
+            extra = self.core.workers.get(peer) if isinstance(message, DispatchTasks) else None
             self.at(self.latency(peer, False), target.deliver, message, extra)
         return unreachable
+
+    def _check_sent(self, peer: bytes, message: Message, target: SimWorker | SimClient) -> None:
+        """No dispatch of a task whose client already has its result; results only to the client of the task."""
+        if isinstance(message, DispatchTasks):
+            for task_id in message.task_ids:
+                owner = self.client_by_prefix.get(task_id >> ID_PREFIX_SHIFT)
+                if owner is not None and owner.results[task_id]:
+                    self.fail(f"task {task_id:#x} dispatched to {peer!r} after its client got its result")
+        elif isinstance(message, TaskResults) and isinstance(target, SimClient):
+            for task_id in message.task_ids:
+                if task_id not in target.tasks:
+                    self.fail(f"result of task {task_id:#x} sent to client {peer!r}, which did not submit it")
 
     # ------------------------------------------------------------------------------------------- running
     def fail(self, text: str) -> None:

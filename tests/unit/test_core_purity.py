@@ -83,14 +83,20 @@ def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[i
 def violations(source: str, module: str, is_package: bool = False) -> list[str]:
     tree = ast.parse(source)
     problems = []
-    random_names: set[str] = set()
-    logging_names: set[str] = set()
     for line, name in imported_names(tree, module, is_package):
         top = name.split(".")[0]
         if top in FORBIDDEN:
             problems.append(f"line {line}: imports {name}")
         elif top == "scaler" and not name.startswith(ALLOWED_SCALER) and name not in ("scaler", "scaler.protocol"):
             problems.append(f"line {line}: imports {name}, a module outside the pure layers")
+    random_names, logging_names = _module_aliases(tree, problems)
+    return problems + _uses(tree, random_names, logging_names)
+
+
+def _module_aliases(tree: ast.AST, problems: list[str]) -> tuple[set[str], set[str]]:
+    """The names random and logging are imported as; forbidden from-imports and calls go to `problems`."""
+    random_names: set[str] = set()
+    logging_names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -105,6 +111,12 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
             problems += [f"line {node.lineno}: from logging import {name}" for name in names]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
             problems.append(f"line {node.lineno}: calls {node.func.id}()")
+    return random_names, logging_names
+
+
+def _uses(tree: ast.AST, random_names: set[str], logging_names: set[str]) -> list[str]:
+    """Uses of the shared random generator, of logging beyond its levels, and unseeded Random()."""
+    problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in random_names and node.attr != "Random":

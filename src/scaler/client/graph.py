@@ -69,56 +69,33 @@ def plan_graph(graph: dict[Hashable, Any], keys: Iterable[Hashable]) -> GraphPla
     missing = [k for k in wanted if not _is_key(graph, k)]
     if missing:
         raise KeyError(f"keys not in the graph: {', '.join(map(repr, missing))}")
-    literals: dict[Hashable, Any] = {}
-    inline: dict[Hashable, Any] = {}  # synthetic key -> a task or list written inside another task's arguments
-    synthetic = 0
-
-    def arguments(values: Iterable[Any], deps: list[Hashable]) -> list[Arg]:
-        """Each value as an argument: a key of the graph, a task or list of its own (planned under a new key), or
-        a plain value. The keys it needs go to `deps`. (The graph's hot loop: helpers inlined.)"""
-        nonlocal synthetic
-        args: list[Arg] = []
-        for value in values:
-            try:
-                is_key = value in graph
-            except TypeError:  # unhashable: a plain value
-                is_key = False
-            if is_key:
-                args.append(KeyArg(value))
-                deps.append(value)
-            elif is_task(value) or (isinstance(value, list) and _mentions_keys(graph, value)):
-                synthetic += 1
-                key = ("__scaler_inline__", synthetic)
-                inline[key] = value
-                args.append(KeyArg(key))
-                deps.append(key)
-            else:
-                args.append(ValueArg(value))
-        return args
-
-    def node_of(key: Hashable) -> TaskNode | None:
-        """The task computing `key`, or None for a literal (then recorded in `literals`)."""
-        value = inline.pop(key) if key in inline else graph[key]
-        deps: list[Hashable] = []
-        if isinstance(value, tuple) and value and callable(value[0]):
-            return TaskNode(key, value[0], arguments(value[1:], deps), tuple(deps))
-        if isinstance(value, list) and _mentions_keys(graph, value):
-            return TaskNode(key, build_list, arguments(value, deps), tuple(deps))
-        if _is_key(graph, value) and value != key:
-            return TaskNode(key, identity, [KeyArg(value)], (value,))
-        literals[key] = value
-        return None
-
-    state: dict[Hashable, int] = {}
-    order: list[TaskNode] = []
+    planner = _Planner(graph)
     for root in wanted:
+        planner.walk(root)
+    return GraphPlan(planner.literals, planner.order)
+
+
+class _Planner:
+    """The depth-first walk of plan_graph: a key's state is absent (not seen), _VISITING (on the current path) or
+    _PLANNED (its task, if any, is in `order`)."""
+
+    def __init__(self, graph: dict[Hashable, Any]) -> None:
+        self.graph = graph
+        self.literals: dict[Hashable, Any] = {}
+        self.inline: dict[Hashable, Any] = {}  # synthetic key -> a task or list written inside another's arguments
+        self.synthetic = 0
+        self.state: dict[Hashable, int] = {}
+        self.order: list[TaskNode] = []
+
+    def walk(self, root: Hashable) -> None:
+        state, order, node_of = self.state, self.order, self.node_of  # the hot loop: locals
         if root in state:
-            continue
+            return
         top = node_of(root)
         state[root] = _VISITING
         if top is None:
             state[root] = _PLANNED
-            continue
+            return
         stack: list[tuple[TaskNode, int]] = [(top, 0)]  # each task on the path, and how many deps it has looked at
         while stack:
             node, looked = stack[-1]
@@ -135,9 +112,7 @@ def plan_graph(graph: dict[Hashable, Any], keys: Iterable[Hashable]) -> GraphPla
                         break
                     state[dep] = _PLANNED
                 elif seen == _VISITING:
-                    path = [n.key for n, _ in stack]
-                    cycle = path[path.index(dep) :]
-                    raise ValueError(f"the graph has a cycle among keys {', '.join(sorted(map(repr, cycle))[:10])}")
+                    raise _cycle(stack, dep)
             if child is not None:
                 stack[-1] = (node, looked)
                 stack.append((child, 0))
@@ -145,7 +120,49 @@ def plan_graph(graph: dict[Hashable, Any], keys: Iterable[Hashable]) -> GraphPla
             stack.pop()
             state[node.key] = _PLANNED
             order.append(node)
-    return GraphPlan(literals, order)
+
+    def node_of(self, key: Hashable) -> TaskNode | None:
+        """The task computing `key`, or None for a literal (then recorded in `literals`)."""
+        graph, inline = self.graph, self.inline
+        value = inline.pop(key) if inline and key in inline else graph[key]
+        deps: list[Hashable] = []
+        if isinstance(value, tuple) and value and callable(value[0]):
+            return TaskNode(key, value[0], self.arguments(value[1:], deps), tuple(deps))
+        if isinstance(value, list) and _mentions_keys(graph, value):
+            return TaskNode(key, build_list, self.arguments(value, deps), tuple(deps))
+        if _is_key(graph, value) and value != key:
+            return TaskNode(key, identity, [KeyArg(value)], (value,))
+        self.literals[key] = value
+        return None
+
+    def arguments(self, values: Iterable[Any], deps: list[Hashable]) -> list[Arg]:
+        """Each value as an argument: a key of the graph, a task or list of its own (planned under a new key), or
+        a plain value. The keys it needs go to `deps`. (The graph's hot loop: helpers inlined.)"""
+        graph = self.graph
+        args: list[Arg] = []
+        for value in values:
+            try:
+                is_key = value in graph
+            except TypeError:  # unhashable: a plain value
+                is_key = False
+            if is_key:
+                args.append(KeyArg(value))
+                deps.append(value)
+            elif is_task(value) or (isinstance(value, list) and _mentions_keys(graph, value)):
+                self.synthetic += 1
+                key = ("__scaler_inline__", self.synthetic)
+                self.inline[key] = value
+                args.append(KeyArg(key))
+                deps.append(key)
+            else:
+                args.append(ValueArg(value))
+        return args
+
+
+def _cycle(stack: list[tuple[TaskNode, int]], dep: Hashable) -> ValueError:
+    path = [n.key for n, _ in stack]
+    cycle = path[path.index(dep) :]
+    return ValueError(f"the graph has a cycle among keys {', '.join(sorted(map(repr, cycle))[:10])}")
 
 
 def _is_key(graph: dict[Hashable, Any], value: Any) -> bool:

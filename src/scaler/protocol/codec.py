@@ -98,12 +98,11 @@ _Batch = TypeVar("_Batch", bound=TaskBatch)
 # ---------------------------------------------------------------------------------------------------- encoding
 def encode(message: Message) -> list[Payload]:
     """The frames of `message`: its Cap'n Proto header, then its payload frames (not copied)."""
-    kind = type(message)
     if _fast is not None:
-        if kind is TaskResults:
-            return _fast_results(_fast, message)  # type: ignore[arg-type]
-        if (kind is SubmitTasks or kind is DispatchTasks) and not message.keywords:  # type: ignore[union-attr]
-            return _fast_tasks(_fast, message)  # type: ignore[arg-type]
+        if isinstance(message, TaskResults):
+            return _fast_results(_fast, message)
+        if isinstance(message, TaskBatch) and not message.keywords:  # submitTasks, dispatchTasks
+            return _fast_tasks(_fast, message)
     root = _schema.Message.new_message()
     name = MESSAGE_NAMES[type(message)]
     body = root.init(name)

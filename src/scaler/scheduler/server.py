@@ -22,6 +22,7 @@ import psutil
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from scaler.core.exhaustive import unreachable
 from scaler.core.limiter import LogLimiter
 from scaler.core.scheduler import (
     Command,
@@ -335,20 +336,23 @@ class SchedulerServer:
         while commands:
             undeliverable: dict[bytes, str] = {}
             for command in commands:
-                if isinstance(command, Send):
-                    try:
-                        send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
-                    except zmq.Again:
-                        undeliverable.setdefault(command.peer, _NOT_READING)
-                    except zmq.ZMQError as exc:
-                        if exc.errno != zmq.EHOSTUNREACH:
-                            raise
-                        undeliverable.setdefault(command.peer, "its connection closed")
-                elif isinstance(command, Log):
-                    logger.log(command.level, "Scheduler: %s", command.text)
-                elif isinstance(command, Stop):
-                    logger.info("Scheduler: stopping (%s)", command.reason)
-                    self.driver.stop(command.reason)
+                match command:
+                    case Send():
+                        try:
+                            send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
+                        except zmq.Again:
+                            undeliverable.setdefault(command.peer, _NOT_READING)
+                        except zmq.ZMQError as exc:
+                            if exc.errno != zmq.EHOSTUNREACH:
+                                raise
+                            undeliverable.setdefault(command.peer, "its connection closed")
+                    case Log():
+                        logger.log(command.level, "Scheduler: %s", command.text)
+                    case Stop():
+                        logger.info("Scheduler: stopping (%s)", command.reason)
+                        self.driver.stop(command.reason)
+                    case _:
+                        unreachable(command)
             now = self.driver.clock()
             for peer, reason in undeliverable.items():
                 self.core.feed(Undeliverable(now, peer, reason))

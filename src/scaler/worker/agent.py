@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import zmq
 
+from scaler.core.exhaustive import unreachable
 from scaler.core.scheduler.events import Log
 from scaler.core.worker.agent import (
     AgentCommand,
@@ -216,21 +217,24 @@ class WorkerAgent:
 
     def _execute(self, commands: list[AgentCommand]) -> None:
         for command in commands:
-            if isinstance(command, ToScheduler):
-                assert self.scheduler is not None
-                send_message(self.scheduler, command.message)
-            elif isinstance(command, ToProcessor):
-                self._to_processor(command)
-            elif isinstance(command, StartProcessor):
-                self._start_processor(command.processor)
-            elif isinstance(command, KillProcessor):
-                self._kill(command.processor)
-            elif isinstance(command, KillIfRunning):
-                self._kill_if_running(command.processor, command.task_id)
-            elif isinstance(command, Log):
-                logger.log(command.level, "Worker[%s]: %s", self.config.name, command.text)
-            elif isinstance(command, Stop):
-                self.driver.stop(command.exit_code)
+            match command:
+                case ToScheduler():
+                    assert self.scheduler is not None
+                    send_message(self.scheduler, command.message)
+                case ToProcessor():
+                    self._to_processor(command)
+                case StartProcessor():
+                    self._start_processor(command.processor)
+                case KillProcessor():
+                    self._kill(command.processor)
+                case KillIfRunning():
+                    self._kill_if_running(command.processor, command.task_id)
+                case Log():
+                    logger.log(command.level, "Worker[%s]: %s", self.config.name, command.text)
+                case Stop():
+                    self.driver.stop(command.exit_code)
+                case _:
+                    unreachable(command)
 
     def _to_processor(self, command: ToProcessor) -> None:
         channel = self.links.get(command.processor)

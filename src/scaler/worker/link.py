@@ -75,10 +75,18 @@ class FrameReader:
         return messages
 
     def _parse(self) -> list[list[bytearray]]:
-        messages = []
+        messages: list[list[bytearray]] = []
+        position = self._parse_one_frame_messages(messages)
+        if position == self._filled and not self._lengths:  # all of it consumed, nothing partial
+            self._filled = 0
+            return messages
+        return self._parse_the_rest(messages, position)
+
+    def _parse_one_frame_messages(self, messages: list[list[bytearray]]) -> int:
+        """Whole one-frame messages at the start of the scratch space (the common case: no partial state); returns
+        where they end."""
         position = 0
         scratch, filled = self._scratch, self._filled
-        # Whole one-frame messages at the start of the scratch space (the common case): no partial state.
         while not self._lengths and filled - position >= _ONE.size:
             count, length = _ONE.unpack_from(scratch, position)
             end = position + _ONE.size + length
@@ -86,9 +94,10 @@ class FrameReader:
                 break
             messages.append([scratch[position + _ONE.size : end]])
             position = end
-        if position == filled and not self._lengths:  # all of it consumed, nothing partial
-            self._filled = 0
-            return messages
+        return position
+
+    def _parse_the_rest(self, messages: list[list[bytearray]], position: int) -> list[list[bytearray]]:
+        scratch, filled = self._scratch, self._filled
         while True:
             if not self._lengths:
                 if filled - position < _COUNT.size:

@@ -181,43 +181,52 @@ class Processor:
 
     def _on_message(self, message: Any) -> None:
         if isinstance(message, pm.RunTasks):
-            payloads = message.payloads
-            for k, object_id in enumerate(message.object_ids):
-                self.raw_objects[object_id] = payloads[k]
-            pos = len(message.object_ids)
-            tasks = []
-            for task in message.tasks:
-                inline = task[3].count(0)
-                tasks.append((task, tuple(payloads[pos : pos + inline])))
-                pos += inline
-            with self.pending_lock:
-                if not message.help_epoch:
-                    self.pending.extend(tasks)
-                elif message.help_epoch == self.epoch:
-                    # Help for our current wait; if that wait ended meanwhile, they run after its task.
-                    (self.help if self.blocked else self.pending).extend(tasks)
-                    self.wake.set()
-                # else: help for a wait we left since; our later Blocked gave these tasks back to the agent
+            self._on_run(message)
         elif isinstance(message, pm.DropObjects):
-            for object_id in message.object_ids:
-                self.raw_objects.pop(object_id, None)
-                self.functions.pop(object_id, None)
-            dropped = set(message.object_ids)
-            for key in [k for k in self.values if k[1] in dropped]:
-                del self.values[key]
+            self._on_drop(message.object_ids)
         elif isinstance(message, pm.Discard):
-            discard = set(message.task_ids)
-            with self.pending_lock:
-                removed = [item[0][0] for item in (*self.pending, *self.help) if item[0][0] in discard]
-                self.pending = deque(item for item in self.pending if item[0][0] not in discard)
-                self.help = deque(item for item in self.help if item[0][0] not in discard)
-            if message.confirm:
-                self._send(pm.Discarded(removed, message.task_ids))
+            self._on_discard(message)
         elif isinstance(message, pm.Resume):
             with self.pending_lock:
                 self.resumes_owed -= 1
         elif isinstance(message, pm.Exit):
             self.running = False
+
+    def _on_run(self, message: pm.RunTasks) -> None:
+        payloads = message.payloads
+        for k, object_id in enumerate(message.object_ids):
+            self.raw_objects[object_id] = payloads[k]
+        pos = len(message.object_ids)
+        tasks = []
+        for task in message.tasks:
+            inline = task[3].count(0)
+            tasks.append((task, tuple(payloads[pos : pos + inline])))
+            pos += inline
+        with self.pending_lock:
+            if not message.help_epoch:
+                self.pending.extend(tasks)
+            elif message.help_epoch == self.epoch:
+                # Help for our current wait; if that wait ended meanwhile, they run after its task.
+                (self.help if self.blocked else self.pending).extend(tasks)
+                self.wake.set()
+            # else: help for a wait we left since; our later Blocked gave these tasks back to the agent
+
+    def _on_drop(self, object_ids: list[int]) -> None:
+        for object_id in object_ids:
+            self.raw_objects.pop(object_id, None)
+            self.functions.pop(object_id, None)
+        dropped = set(object_ids)
+        for key in [k for k in self.values if k[1] in dropped]:
+            del self.values[key]
+
+    def _on_discard(self, message: pm.Discard) -> None:
+        discard = set(message.task_ids)
+        with self.pending_lock:
+            removed = [item[0][0] for item in (*self.pending, *self.help) if item[0][0] in discard]
+            self.pending = deque(item for item in self.pending if item[0][0] not in discard)
+            self.help = deque(item for item in self.help if item[0][0] not in discard)
+        if message.confirm:
+            self._send(pm.Discarded(removed, message.task_ids))
 
     def _send(self, message: pm.FromProcessor) -> None:
         frames = pipe.encode(message)

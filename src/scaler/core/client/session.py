@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from scaler.protocol.records import (
     ID_COUNTER_MASK,
@@ -230,7 +230,7 @@ class ClientCore:
 def _message_for(run: list[Request]) -> Message:
     first = run[0]
     if isinstance(first, NewTask):
-        tasks: list[NewTask] = run  # type: ignore[assignment]
+        tasks = cast(list[NewTask], run)  # batch() puts requests of one kind in a run
         keywords: list[str] | None = None
         if any(t.keywords for t in tasks):
             keywords = [kw for t in tasks for kw in (t.keywords or ("",) * len(t.arg_refs))]
@@ -244,9 +244,9 @@ def _message_for(run: list[Request]) -> Message:
             [p for t in tasks for p in t.payloads],
         )
     if isinstance(first, NewObject):
-        objects: list[NewObject] = run  # type: ignore[assignment]
+        objects = cast(list[NewObject], run)
         names = [o.name for o in objects] if any(o.name for o in objects) else None
         return PutObjects([o.object_id for o in objects], [o.payload for o in objects], names)
     if isinstance(first, CancelRequest):
-        return CancelTasks([r.task_id for r in run])  # type: ignore[union-attr]
-    return FreeObjects([r.object_id for r in run])  # type: ignore[union-attr]
+        return CancelTasks([r.task_id for r in cast(list[CancelRequest], run)])
+    return FreeObjects([r.object_id for r in cast(list[FreeRequest], run)])

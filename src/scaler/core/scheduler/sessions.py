@@ -22,6 +22,9 @@ class ResultBuffer:
         self.durations: list[int] | None = None
         self.peaks: list[int] | None = None
 
+    def _clear(self) -> None:
+        self.ids, self.statuses, self.payloads, self.durations, self.peaks = [], bytearray(), [], None, None
+
     def add(self, task_id: int, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
         if (duration_us or peak) and self.durations is None:
             self.durations = [0] * len(self.ids)
@@ -37,7 +40,7 @@ class ResultBuffer:
         if not self.ids:
             return None
         message = TaskResults(self.ids, bytes(self.statuses), self.payloads, self.durations, self.peaks)
-        self.__init__()  # type: ignore[misc]
+        self._clear()
         return message
 
 

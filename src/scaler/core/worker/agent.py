@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from scaler.core.exhaustive import unreachable
 from scaler.core.fair import FairQueue, owner_of_task
 from scaler.core.scheduler.events import Log
 from scaler.core.scheduler.tasks import InvariantError
@@ -202,22 +203,25 @@ class AgentCore:
     def feed(self, event: AgentEvent) -> None:
         if self.stopped:
             return
-        if isinstance(event, FromProcessor):
-            self._on_processor(event.processor, event.message)
-        elif isinstance(event, FromScheduler):
-            self._last_heard = event.now
-            self._on_scheduler(event.now, event.message)
-        elif isinstance(event, Tick):
-            self._on_tick(event)
-        elif isinstance(event, ProcessorExited):
-            self._on_processor_exit(event.processor, event.exit_code, event.running_task)
-        elif isinstance(event, Started):
-            self._last_heard = event.now
-            self._send_hello(event.now)
-            self._start_processor()
-        elif isinstance(event, StopRequested):
-            self._out.append(ToScheduler(Disconnect(event.reason)))
-            self._stop(event.reason)
+        match event:
+            case FromProcessor():
+                self._on_processor(event.processor, event.message)
+            case FromScheduler():
+                self._last_heard = event.now
+                self._on_scheduler(event.now, event.message)
+            case Tick():
+                self._on_tick(event)
+            case ProcessorExited():
+                self._on_processor_exit(event.processor, event.exit_code, event.running_task)
+            case Started():
+                self._last_heard = event.now
+                self._send_hello(event.now)
+                self._start_processor()
+            case StopRequested():
+                self._out.append(ToScheduler(Disconnect(event.reason)))
+                self._stop(event.reason)
+            case _:
+                unreachable(event)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
@@ -247,34 +251,43 @@ class AgentCore:
         )
 
     def _on_scheduler(self, now: float, message: Message) -> None:
-        if isinstance(message, DispatchTasks):
-            self._on_dispatch(message)
-        elif isinstance(message, PutObjects):
-            for object_id, payload in zip(message.object_ids, message.payloads, strict=False):
-                self.objects[object_id] = payload
-        elif isinstance(message, FreeObjects):
-            self._on_free(message.ids)
-        elif isinstance(message, CancelTasks):
-            self._on_cancel(message.ids)
-        elif isinstance(message, BalanceRequest):
-            self._on_balance_request(message.ids)
-        elif isinstance(message, HeartbeatEcho):
-            if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
-                self._echo_awaited = False
-                self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
-        elif isinstance(message, Welcome):
-            self._forget_session()
-            self.connected = True
-            self.max_payload_bytes = message.max_payload_bytes
-            if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
-                self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
-            self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
-        elif isinstance(message, Shutdown):
-            self._stop(f"the scheduler is shutting down ({message.reason})")
-        elif isinstance(message, Refused):
-            self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
-        elif isinstance(message, Error):
-            self._on_error(now, message)
+        match message:
+            case DispatchTasks():
+                self._on_dispatch(message)
+            case PutObjects():
+                for object_id, payload in zip(message.object_ids, message.payloads, strict=False):
+                    self.objects[object_id] = payload
+            case FreeObjects():
+                self._on_free(message.ids)
+            case CancelTasks():
+                self._on_cancel(message.ids)
+            case BalanceRequest():
+                self._on_balance_request(message.ids)
+            case HeartbeatEcho():
+                self._on_echo(now)
+            case Welcome():
+                self._on_welcome(message)
+            case Shutdown():
+                self._stop(f"the scheduler is shutting down ({message.reason})")
+            case Refused():
+                self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
+            case Error():
+                self._on_error(now, message)
+            case _:
+                pass  # nothing else reaches a worker (decode refuses what workers never accept)
+
+    def _on_echo(self, now: float) -> None:
+        if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
+            self._echo_awaited = False
+            self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
+
+    def _on_welcome(self, message: Welcome) -> None:
+        self._forget_session()
+        self.connected = True
+        self.max_payload_bytes = message.max_payload_bytes
+        if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
+            self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
+        self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
 
     def _on_error(self, now: float, message: Error) -> None:
         if message.code == ErrorCode.NOT_CONNECTED:
@@ -661,29 +674,30 @@ class AgentCore:
     # ------------------------------------------------------------------------------------------- queries
     def validate(self) -> None:
         """Check every invariant; raise InvariantError on the first broken one. For tests (after every event) and
-        debugging (SCALER_DEBUG)."""
+        SCALER_DEBUG (after every flush): messages are only built for a broken invariant, so it costs little."""
         queued = [task for task in self.queue if task.state == QUEUED]
-        _check(self.queued == len(queued) == len({id(task) for task in queued}), f"{self.queued} queued, not so")
+        _check(self.queued == len(queued) == len({id(t) for t in queued}), "{} queued, not so", self.queued)
         held: dict[int, AgentTask] = {task.task_id: task for task in queued}
         for slot in self.processors.values():
-            _check(slot.state != STARTING or not slot.window, f"{slot!r} is starting and holds tasks")
+            _check(slot.state != STARTING or not slot.window, "{!r} is starting and holds tasks", slot)
+            number = slot.processor
             for task_id, task in slot.window.items():
-                _check(task.task_id == task_id, f"{task!r} filed under {task_id:#x}")
-                if task.state == GONE:
+                if task.state == GONE and task.task_id == task_id:
                     continue  # left (its session ended); its result, if one comes, is dropped
-                _check(task.state == IN_PROCESSOR and task.processor == slot.processor, f"{task!r} is not in {slot!r}")
-                _check(task_id not in held, f"{task!r} is in two places")
+                ok = task.task_id == task_id and task.state == IN_PROCESSOR and task.processor == number
+                if not ok or task_id in held:
+                    raise InvariantError(f"{task!r} is filed wrongly in {slot!r}, or in two places")
                 held[task_id] = task
-        _check(held.keys() == self.tasks.keys(), f"held {sorted(held)} but filed {sorted(self.tasks)}")
-        for task_id, task in self.tasks.items():
-            _check(held[task_id] is task, f"{task!r} is not the task filed under its id")
+        _check(held.keys() == self.tasks.keys(), "held {} but filed {}", held.keys(), self.tasks.keys())
+        if any(held[task_id] is not task for task_id, task in self.tasks.items()):
+            raise InvariantError("a task held is not the task filed under its id")
         in_processors = {task_id for task_id, task in held.items() if task.state == IN_PROCESSOR}
-        _check(self._canceling <= in_processors, f"cancelling {sorted(self._canceling - in_processors)}: not running")
-        _check(self._giving_back <= in_processors, f"giving back {sorted(self._giving_back - in_processors)}")
+        _check(self._canceling <= in_processors, "cancelling {}: not running", self._canceling - in_processors)
+        _check(self._giving_back <= in_processors, "giving back {}: not running", self._giving_back - in_processors)
         if self.active is not None:
             active = self.processors.get(self.active)
-            _check(active is not None and active.state != BLOCKED, f"the active processor is {active!r}")
-        _check(len(self.processors) <= self.config.max_processors, f"{len(self.processors)} processors")
+            _check(active is not None and active.state != BLOCKED, "the active processor is {!r}", active)
+        _check(len(self.processors) <= self.config.max_processors, "{} processors", len(self.processors))
         columns = (self._results_statuses, self._results_payloads, self._results_durations, self._results_peaks)
         _check(all(len(c) == len(self._results_ids) for c in columns), "the results columns differ in length")
         _check(not self.stopped or not self.processors, "a stopped agent still has processors")
@@ -713,6 +727,7 @@ class AgentCore:
             self._results_profiled = True
 
 
-def _check(condition: bool, text: str) -> None:
+def _check(condition: bool, text: str, *values: object) -> None:
+    """Raise InvariantError(text.format(*values)) unless `condition`: the text is built only then."""
     if not condition:
-        raise InvariantError(text)
+        raise InvariantError(text.format(*values))

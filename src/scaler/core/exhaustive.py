@@ -1,0 +1,13 @@
+"""unreachable(): the default branch of a `match` over a closed union (events, commands), so that mypy proves every
+member is handled (its argument must be of type Never) and a member added later without a case fails the type check.
+
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+
+def unreachable(value: NoReturn) -> NoReturn:
+    raise AssertionError(f"unhandled {type(value).__name__}: {value!r}")
