@@ -1,8 +1,10 @@
 """A deterministic simulation of one SchedulerCore with hundreds of workers and several clients.
 
 Everything runs on a fake clock in whole milliseconds, from one seeded random generator: the same seed replays
-the same run exactly. The scheduler is the real core; clients use the real ClientCore; workers are small models
-of an agent (a queue, a few slots, heartbeats, answers to cancel and balance requests).
+the same run exactly. The scheduler is the real core; clients use the real ClientCore. A share of the workers
+(SimConfig.agent_rate) is the real AgentCore with simulated processors (sim_agent.py, which checks the agent's
+validate() after every event); the others are small models of an agent (a queue, a few slots, heartbeats, answers
+to cancel and balance requests).
 
 Faults are injected while the run lasts: workers killed mid-task (their connection closes), workers that hang
 (silent, found by heartbeat timeout only), workers that stall longer than the timeout and come back, workers
@@ -54,6 +56,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.core.scheduler.sessions import WorkerSession
+from scaler.core.worker.agent import AgentCore
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     FLAG_SILENT,
@@ -82,14 +85,21 @@ from scaler.protocol.messages import (
     read_lone,
 )
 from tests.core_dump import canonical, first_difference
+from tests.simulation.model import (
+    CRASHES,
+    CRASHES_ONCE,
+    OK,
+    RAISES,
+    TICK_MS,
+    Run,
+    SimulationError,
+    WorkTask,
+    behaviour,
+    needs,
+)
+from tests.simulation.sim_agent import AgentWorker
 
-OK, RAISES, CRASHES, CRASHES_ONCE = 0, 1, 2, 3  # what a task does when run
 SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time are fed in one batch
-TICK_MS = 100
-
-
-class SimulationError(AssertionError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,9 @@ class SimConfig:
     vanish_clients: int = 1
     # Whether a worker forgets the tasks it holds when a welcome opens a new session (see SimWorker.deliver).
     worker_forgets_on_welcome: bool = True
+    # The share of workers that are the real AgentCore with simulated processors (sim_agent.py); the others are
+    # the small model below.
+    agent_rate: float = 0.25
     lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
     forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
     check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
@@ -121,23 +134,6 @@ class SimConfig:
 
 
 @dataclass
-class Run:
-    peer: bytes
-    session: WorkerSession | None  # the scheduler's session the task was dispatched to
-    crashed: bool = False
-
-
-@dataclass
-class WorkTask:
-    task_id: int
-    function_id: int
-    refs: tuple[int, ...]
-    payload: bytes
-    session: WorkerSession | None
-    run: Run | None = None
-
-
-@dataclass
 class TaskInfo:
     outcome: int
     parents: tuple[int, ...]
@@ -146,17 +142,24 @@ class TaskInfo:
 
 
 class Simulation:
-    def __init__(self, config: SimConfig, trace: bool = False, core: type[SchedulerCore] = SchedulerCore) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        trace: bool = False,
+        core: type[SchedulerCore] = SchedulerCore,
+        agent: type[AgentCore] = AgentCore,
+    ) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
         self.core = core(config.scheduler)
+        self.agent_core = agent  # what an AgentWorker runs
         self.now = 0  # ms
         self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
         self._link_clock: dict[tuple[bytes, bool], int] = {}  # FIFO per link and direction
         self._to_scheduler: list[Event] = []  # what reached the scheduler since its last flush
-        self.peers: dict[bytes, SimWorker | SimClient] = {}
-        self.workers: list[SimWorker] = []
+        self.peers: dict[bytes, SimWorker | AgentWorker | SimClient] = {}
+        self.workers: list[SimWorker | AgentWorker] = []
         self.clients: list[SimClient] = []
         self.runs: dict[int, list[Run]] = {}
         self.crashed_once: set[int] = set()
@@ -278,7 +281,7 @@ class Simulation:
             self.at(self.latency(peer, False), target.deliver, message, extra)
         return unreachable
 
-    def _check_sent(self, peer: bytes, message: Message, target: SimWorker | SimClient) -> None:
+    def _check_sent(self, peer: bytes, message: Message, target: SimWorker | AgentWorker | SimClient) -> None:
         """No dispatch of a task whose client already has its result; results only to the client of the task."""
         if isinstance(message, DispatchTasks):
             for task_id in message.task_ids:
@@ -297,7 +300,8 @@ class Simulation:
     def setup(self) -> None:
         c, rng = self.config, self.rng
         for n in range(c.workers):
-            worker = SimWorker(self, f"w{n}".encode(), capacity=rng.randint(1, 8), slots=rng.choice((1, 1, 2)))
+            kind = AgentWorker if rng.random() < c.agent_rate else SimWorker
+            worker = kind(self, f"w{n}".encode(), capacity=rng.randint(1, 8), slots=rng.choice((1, 1, 2)))
             if rng.random() < c.slow_rate:
                 worker.speed = rng.choice((5, 10, 20))
             start = rng.randrange(c.fault_window_ms) if rng.random() < c.late_rate else rng.randrange(300)
@@ -312,7 +316,7 @@ class Simulation:
             self.at(rng.randrange(300, 3_000), client.vanish, rng.random() < 0.5)  # while its work is in flight
         self.at(0, self._tick)
 
-    def _plan_worker_fault(self, worker: SimWorker) -> None:
+    def _plan_worker_fault(self, worker: SimWorker | AgentWorker) -> None:
         c, rng = self.config, self.rng
         roll = rng.random()
         when = rng.randrange(500, c.fault_window_ms)
@@ -358,7 +362,7 @@ class Simulation:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------------------- checks
-    def run_starts(self, worker: SimWorker, task: WorkTask) -> None:
+    def run_starts(self, worker: SimWorker | AgentWorker, task: WorkTask) -> None:
         runs = self.runs.setdefault(task.task_id, [])
         mine_lost = self.core.workers.get(worker.peer) is not task.session
         for earlier in runs:
@@ -378,6 +382,8 @@ class Simulation:
             in_session = worker.state == "connected" and worker.peer in self.core.workers  # not yet told it is lost
             if in_session and worker.objects:
                 self.fail(f"worker {worker.peer!r} still holds objects {sorted(worker.objects)} nobody needs")
+            if isinstance(worker, AgentWorker):
+                worker.final_checks(in_session)
 
     def summary(self) -> dict[str, int]:
         ended: Counter[str] = Counter()
@@ -483,7 +489,7 @@ class SimWorker:
 
     def _on_free(self, ids: list[int]) -> None:
         for object_id in ids:
-            users = [t.task_id for t in (*self.queue, *self.running.values()) if _needs(t, object_id)]
+            users = [t.task_id for t in (*self.queue, *self.running.values()) if needs(t, object_id)]
             if users:
                 self.sim.fail(f"object {object_id:#x} freed on {self.peer!r} while tasks {users} need it")
             self.objects.pop(object_id, None)
@@ -527,7 +533,7 @@ class SimWorker:
                     self.sim.fail(f"task {task.task_id:#x} starts on {self.peer!r} without object {ref:#x}")
             self.sim.run_starts(self, task)
             self.running[task.task_id] = task
-            duration, _ = _behaviour(task.payload)
+            duration, _ = behaviour(task.payload)
             self.sim.after(duration * self.speed, self.finish, task)
 
     def finish(self, task: WorkTask) -> None:
@@ -538,7 +544,7 @@ class SimWorker:
         del self.running[task.task_id]
         if self.state in ("closed", "hung", "gone"):
             return
-        _, outcome = _behaviour(task.payload)
+        _, outcome = behaviour(task.payload)
         if outcome == CRASHES or (outcome == CRASHES_ONCE and task.task_id not in self.sim.crashed_once):
             self.sim.crashed_once.add(task.task_id)
             assert task.run is not None
@@ -593,15 +599,6 @@ class SimWorker:
         self.state = "gone"
         if rejoin:
             self.sim.after(1_000 + self.sim.rng.randrange(3_000), self.start)
-
-
-def _needs(task: WorkTask, object_id: int) -> bool:
-    return object_id == task.function_id or object_id in task.refs
-
-
-def _behaviour(payload: bytes) -> tuple[int, int]:
-    duration, outcome = payload.split(b":")
-    return int(duration), int(outcome)
 
 
 # ----------------------------------------------------------------------------------------------- clients

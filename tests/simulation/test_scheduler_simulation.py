@@ -12,8 +12,10 @@ import pytest
 
 from scaler.core.scheduler import SchedulerCore
 from scaler.core.scheduler.sessions import WorkerSession
+from scaler.core.worker.agent import AgentCore, ToScheduler
 from scaler.protocol.messages import FLAG_SILENT, BalanceRequest, BalanceResponse, Payload, TaskStatus
 from tests.simulation.sim import SimConfig, Simulation
+from tests.simulation.sim_agent import AgentWorker
 
 SEEDS = [int(s) for s in os.environ.get("SCALER_SIM_SEEDS", "").split(",") if s] or [11, 23, 37, 41, 59]
 
@@ -57,6 +59,22 @@ def test_every_kind_of_fault_happens_somewhere() -> None:
     assert vanished >= 1
 
 
+@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
+def test_real_agents_survive_faults(seed: int) -> None:
+    """Every worker is the real AgentCore (its validate() after every event), its processors simulated: it is
+    killed, hangs, stalls past the timeout, stops and comes back, and its tasks crash their processors."""
+    sim = simulate(SimConfig(seed=seed, workers=120, agent_rate=1.0, waves=3))
+    summary = sim.summary()
+    print(f"seed={seed}: {summary}")
+    assert all(isinstance(worker, AgentWorker) for worker in sim.workers)
+    assert summary["tasks"] > 500 and summary["workers_lost"] >= 5
+    assert summary["runs"] > summary["tasks"]
+    assert summary["canceled"] > 0 and summary["failed"] > 0 and summary["error"] > 0
+    assert sim.core.received["balanceResponse"] > 0
+    states = {worker.state for worker in sim.workers}
+    assert {"closed", "hung", "gone", "connected"} <= states
+
+
 def test_same_seed_same_run() -> None:
     config = SimConfig(seed=5, workers=60, clients=3, waves=2, wave_size=(20, 80))
     first = simulate(config, trace=True)
@@ -94,6 +112,23 @@ class AnswersTwice(SchedulerCore):
             self.doubled = True
             client = first.client  # type: ignore[attr-defined]
             client.outbox.add(first.task_id, status, payload)  # type: ignore[attr-defined]
+
+
+class GivesBackStartedTasks(AgentCore):
+    """A broken agent: asked for tasks back, it gives back those its processor already holds, without taking them
+    back from the processor."""
+
+    def _on_balance_request(self, ids: list[int]) -> None:
+        held = [task_id for task_id in ids if task_id in self.tasks and task_id not in self._take_queued(ids)]
+        super()._on_balance_request(ids)
+        if held:
+            self._out.append(ToScheduler(BalanceResponse(held)))
+
+
+def test_the_simulation_catches_a_broken_agent() -> None:
+    with pytest.raises(AssertionError, match="runs on") as failure:
+        simulate(SimConfig(seed=SEEDS[0], workers=100, agent_rate=1.0), agent=GivesBackStartedTasks)
+    assert f"seed={SEEDS[0]}" in str(failure.value)
 
 
 @pytest.mark.parametrize(
