@@ -157,3 +157,32 @@ def test_a_worker_killed_with_a_pile_of_waiting_tasks_loses_nothing() -> None:
             finally:
                 sock.close()
             assert future.result(timeout=TIMEOUT) == 1597
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_paused_past_its_timeout_with_waits_piled_in_one_processor_recovers() -> None:
+    # The scheduler gives up on the paused worker and runs its tasks again; the worker comes back to a new session.
+    # Its processor, blocked in the old chain's waits, is replaced: before, the re-runs ran inside those waits, on the
+    # same stack, each level of the chain starting a chain of its own (over two minutes instead of seconds).
+    timing = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "ERROR"}
+    with SchedulerClusterCombo(address=free_address(), n_workers=1, max_processors_per_worker=1, **timing) as combo:
+        with Client(address=combo.address, timeout_seconds=30) as c:
+            wait_for_workers_joined(c, 1)
+            [agent] = agents_of(combo)
+            sock = connect_subscriber(combo.monitor_address)
+            try:
+                future = c.submit(chain_caught, c, 300)
+                deep = False
+                deadline = time.monotonic() + TIMEOUT
+                while not deep and not future.done() and time.monotonic() < deadline:
+                    status = next_status(sock, 500)
+                    deep = status is not None and sum(w.waiting for w in status.workers) >= 100
+            finally:
+                sock.close()
+            assert deep and not future.done()
+            agent.suspend()
+            try:
+                time.sleep(3.5)  # past the worker timeout
+            finally:
+                agent.resume()
+            assert future.result(timeout=60) == "caught: the bottom of the chain"

@@ -11,6 +11,7 @@ task and no object, in itself or in its processors.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,7 @@ class AgentWorker:
         self.deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.sessions: dict[int, WorkerSession | None] = {}  # the scheduler's session each task was dispatched in
         self.processors: dict[int, SimProcessor] = {}
+        self.warnings: list[str] = []  # what the agent logged at WARNING or above
         self.core = self._new_core()
         sim.peers[peer] = self
 
@@ -230,20 +232,25 @@ class AgentWorker:
                 case StartProcessor():
                     self.processors[command.processor] = SimProcessor(self, command.processor)
                     self.sim.after(5 + self.sim.rng.randrange(20), self._ready, command.processor)
-                case KillProcessor():
-                    processor = self.processors.pop(command.processor, None)
-                    if processor is not None:
-                        processor.alive = False  # killed and forgotten, as the shell does: no exit to hear of
-                case KillIfRunning():
-                    processor = self.processors.get(command.processor)
-                    if processor is not None and processor.alive and processor.running == command.task_id:
-                        processor.die(command.task_id)
+                case KillProcessor() | KillIfRunning():
+                    self._kill(command)
                 case Log():
-                    pass
+                    if command.level >= logging.WARNING:
+                        self.warnings.append(command.text)
                 case Stop():
                     self.state = "gone"
                 case _:
                     unreachable(command)
+
+    def _kill(self, command: KillProcessor | KillIfRunning) -> None:
+        if isinstance(command, KillProcessor):
+            processor = self.processors.pop(command.processor, None)
+            if processor is not None:
+                processor.alive = False  # killed and forgotten, as the shell does: no exit to hear of
+            return
+        processor = self.processors.get(command.processor)
+        if processor is not None and processor.alive and processor.running == command.task_id:
+            processor.die(command.task_id)
 
     def _ready(self, number: int) -> None:
         processor = self.processors.get(number)

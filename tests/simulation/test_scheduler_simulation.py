@@ -63,16 +63,19 @@ def test_every_kind_of_fault_happens_somewhere() -> None:
 def test_real_agents_survive_faults(seed: int) -> None:
     """Every worker is the real AgentCore (its validate() after every event), its processors simulated: it is
     killed, hangs, stalls past the timeout, stops and comes back, and its tasks crash their processors."""
-    sim = simulate(SimConfig(seed=seed, workers=120, agent_rate=1.0, waves=3))
+    sim = simulate(SimConfig(seed=seed, workers=120, agent_rate=1.0, waves=3, stall_rate=0.1, slow_rate=0.3))
     summary = sim.summary()
     print(f"seed={seed}: {summary}")
     assert all(isinstance(worker, AgentWorker) for worker in sim.workers)
     assert summary["tasks"] > 500 and summary["workers_lost"] >= 5
-    assert summary["runs"] > summary["tasks"]
+    assert sum(len(runs) > 1 for runs in sim.runs.values()) > 10  # tasks ran again after a loss or a crash
     assert summary["canceled"] > 0 and summary["failed"] > 0 and summary["error"] > 0
     assert sim.core.received["balanceResponse"] > 0
     states = {worker.state for worker in sim.workers}
-    assert {"closed", "hung", "gone", "connected"} <= states
+    assert "connected" in states and len(states - {"connected"}) >= 2  # faults of several kinds struck
+    # agents stalled past their timeout came back to a new session and replaced processors busy with the old one's
+    warnings = [text for worker in sim.workers if isinstance(worker, AgentWorker) for text in worker.warnings]
+    assert any("of the previous session, which run again" in text for text in warnings)
 
 
 def test_same_seed_same_run() -> None:

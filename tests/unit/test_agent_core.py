@@ -338,21 +338,60 @@ def test_stop_request_says_goodbye_to_the_scheduler() -> None:
 
 
 def test_session_lost_drops_queued_work_ignores_running_results_and_says_hello() -> None:
-    a = with_tasks(6)
+    a = with_tasks(6)  # t(1) runs in processor 0
     commands = a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))
     assert commands == [
         Log(logging.WARNING, "the scheduler lost this worker's session; saying hello again"),
-        ToProcessor(0, pm.DropObjects([F])),  # the new session starts with nothing held
+        Log(logging.WARNING, "processor 0 is replaced: it held 1 task of the previous session, which run again"),
+        KillProcessor(0),
+        StartProcessor(1),
         Log(logging.WARNING, "5 queued tasks of the previous session dropped"),
         ToScheduler(HELLO),
     ]
     assert a.core.tasks == {} and a.core.objects == {} and not a.core.connected
-    assert a.done(0, t(1)) == []  # stale: the scheduler re-runs it elsewhere
+    assert a.done(0, t(1)) == []  # stale (from a processor killed meanwhile): the scheduler re-runs it
     a.sched(Welcome(8, "sched"))
+    a.proc(1, pm.Ready(1001))
     # the new session sends the function again and gives t(1) again: it runs again
     a.sched(PutObjects([F], [b"fn"]))
-    assert a.sched(dispatch((t(1), F, [b"a1"]))) == [ToProcessor(0, run(t(1), objects=(F,), payloads=(b"fn",)))]
-    assert a.done(0, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+    assert a.sched(dispatch((t(1), F, [b"a1"]))) == [ToProcessor(1, run(t(1), objects=(F,), payloads=(b"fn",)))]
+    assert a.done(1, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+
+
+def test_session_lost_keeps_an_idle_processor_and_drops_its_objects() -> None:
+    a = with_tasks(1)
+    a.done(0, t(1))
+    assert a.sched(Error(ErrorCode.NOT_CONNECTED, "no session")) == [
+        Log(logging.WARNING, "the scheduler lost this worker's session; saying hello again"),
+        ToProcessor(0, pm.DropObjects([F])),  # the new session starts with nothing held
+        ToScheduler(HELLO),
+    ]
+    assert set(a.core.processors) == {0}
+
+
+def test_session_lost_replaces_a_processor_blocked_in_waits_of_the_old_session() -> None:
+    # Found with an agent paused past its timeout (SIGSTOP) while one processor held a chain of 300 nested waits:
+    # the scheduler ran the whole chain again, each re-run level inside the old waits on the same stack, so the old
+    # waits ended only after ever deeper chains (depth 60: 16 s instead of 0.5 s; depth 300: over two minutes).
+    # Whatever the old session's tasks still do is wasted (the scheduler runs them again): the processor goes.
+    config = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, max_processors=1)
+    a = with_tasks(1, config)
+    a.proc(0, pm.Blocked(1, [t(1)]))
+    a.sched(dispatch((t(2), F, [b"a2"])))  # runs inside t(1)'s wait
+    a.proc(0, pm.Blocked(2, [t(1), t(2)]))
+    commands = a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))
+    assert commands == [
+        Log(logging.WARNING, "the scheduler lost this worker's session; saying hello again"),
+        Log(logging.WARNING, "processor 0 is replaced: it held 2 tasks of the previous session, which run again"),
+        KillProcessor(0),
+        StartProcessor(1),
+        ToScheduler(HELLO),
+    ]
+    assert a.core.tasks == {} and set(a.core.processors) == {1}
+    a.sched(Welcome(8, "sched"))
+    a.proc(1, pm.Ready(1001))
+    a.sched(PutObjects([F], [b"fn"]))  # the new session gives t(1) again: it runs at once, on the new processor
+    assert a.sched(dispatch((t(1), F, [b"a1"]))) == [ToProcessor(1, run(t(1), objects=(F,), payloads=(b"fn",)))]
 
 
 def test_other_errors_are_logged() -> None:

@@ -303,12 +303,24 @@ class AgentCore:
 
     def _forget_session(self) -> None:
         """A new session starts with nothing: whatever we held belonged to the old one (the scheduler re-queued
-        its tasks and forgot which objects we had)."""
+        its tasks and forgot which objects we had). A processor still holding tasks of the old session is replaced:
+        their results would be dropped, the scheduler runs them again, and a processor blocked in their nested waits
+        would otherwise run the re-runs inside those waits, on the same stack, the old waits ending only after
+        them."""
         dropped = self.queued
         self._drop_all_queued()
         for task in list(self.tasks.values()):
             self._leave(task)  # results of tasks running now would be stale
-
+        for slot in [slot for slot in self.processors.values() if slot.window]:
+            held = len(slot.window)
+            text = f"it held {held} task{'s' if held > 1 else ''} of the previous session, which run again"
+            self._out.append(Log.warning(f"processor {slot.processor} is replaced: {text}"))
+            self._out.append(KillProcessor(slot.processor))
+            del self.processors[slot.processor]
+            if self.active == slot.processor:
+                self.active = None
+            if not any(other.state != BLOCKED for other in self.processors.values()):
+                self._start_processor()
         self.objects.clear()
         for slot in self.processors.values():
             if slot.objects and slot.state != STARTING:
