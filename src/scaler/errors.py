@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scaler.payloads import RemoteError
 from scaler.protocol.errors import ProtocolError
+from scaler.protocol.records import Payload, TaskStatus
 
 
 class ScalerError(Exception):
@@ -40,6 +41,27 @@ class TaskFailedError(ScalerError):
     """Scaler could not run the task (its worker kept dying, an object it needs is gone...)."""
 
 
+class TaskTimeoutError(TaskFailedError, TimeoutError):
+    """The task ran longer than the timeout it was submitted with (client.options(timeout=...)): the worker stopped
+    the process running it. The message names the task and the limit."""
+
+
+class TaskMemoryError(TaskFailedError, MemoryError):
+    """The process running the task went over the worker's memory limit (scaler_cluster --memory-limit) and was
+    stopped. The message names the limit and how much it used."""
+
+
+def task_failure(status: int, payload: Payload) -> TaskFailedError:
+    """The error for a task that ended failed, timed out or over memory: the text the system sent, as the error of
+    that kind."""
+    text = bytes(payload).decode(errors="replace")  # type: ignore[call-overload]
+    if status == TaskStatus.TIMED_OUT:
+        return TaskTimeoutError(text)
+    if status == TaskStatus.OVER_MEMORY:
+        return TaskMemoryError(text)
+    return TaskFailedError(text)
+
+
 __all__ = [
     "AuthenticationError",
     "ClientClosedError",
@@ -51,4 +73,6 @@ __all__ = [
     "RemoteError",
     "ScalerError",
     "TaskFailedError",
+    "TaskMemoryError",
+    "TaskTimeoutError",
 ]

@@ -61,6 +61,15 @@ CATALOG: dict[str, Example] = {
     "custom_serializer.py": Example(("3\n", "{'x': [2, 4, 6], 'y': [1.0, 3.0, 5.0]}")),
     "quickstart_things_to_avoid.py": Example(("[",)),
     "readme_combo.py": Example(),
+    "task_options.py": Example(
+        (
+            "with timeout=2s retries=1 priority=0>",
+            "timed out: task 0x",
+            "succeeded on run 2",
+            "[0.1, 0.2]",
+            "over memory:",
+        )
+    ),
     "secured_cluster.py": Example(("1024\n", "21\n", "without keys:", "authentication failed", "requires keys")),
     "readme_uvloop_combo.py": Example(),
     "scaled_readme_combo.py": Example(timeout=90, scaled=True),

@@ -120,7 +120,8 @@ def test_kill_9_of_a_worker_agent_with_many_queued_tasks_loses_none(
         kill_descendant(agents[0].pid)
         results = [f.result(timeout=TIMEOUT) for f in futures]
         assert [value for value, _ in results] == list(range(100))
-        assert results[-1][1] == agents[1].pid
+        # finished by a live worker: the survivor, or the one the cluster started in place of the killed one
+        assert results[-1][1] != agents[0].pid
 
 
 def test_a_task_that_kills_its_worker_every_time_fails_after_max_task_retries(combo: SchedulerClusterCombo) -> None:

@@ -55,16 +55,36 @@ def golden_messages() -> dict[str, m.Message]:
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0, 0),
         m.HeartbeatEcho(0),
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
+        # The second has options: a 2 s timeout, 3 retries, priority -1.
         m.SubmitTasks(
-            [P | 10, P | 11], [P | 1, P | 1], b"\x01\x02", [2, 1], [0, P | 2, P | 10], ["", "key", ""], [b"x"]
+            [P | 10, P | 11],
+            [P | 1, P | 1],
+            b"\x01\x02",
+            [2, 1],
+            [0, P | 2, P | 10],
+            ["", "key", ""],
+            [b"x"],
+            [0, 2000],
+            b"\x00\x03",
+            [0, -1],
         ),
-        m.DispatchTasks([P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"]),
+        m.DispatchTasks(
+            [P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"], [0, 2000]
+        ),
         m.TaskResults(
-            [P | 10, P | 11, P | 12, P | 13, P | 14],
-            bytes([0, 1, 2, 3, 4]),
-            [b"result", b"\x04\x00\x00\x00boom", b"", b"crashed: exit 9", b"failed: lost"],
-            [1500, 20, 0, 0, 0],
-            [4096, 0, 0, 0, 0],
+            [P | 10, P | 11, P | 12, P | 13, P | 14, P | 15, P | 16],
+            bytes([0, 1, 2, 3, 4, 5, 6]),
+            [
+                b"result",
+                b"\x04\x00\x00\x00boom",
+                b"",
+                b"crashed: exit 9",
+                b"failed: lost",
+                b"timed out after 2s",
+                b"over the memory limit",
+            ],
+            [1500, 20, 0, 0, 0, 0, 0],
+            [4096, 0, 0, 0, 0, 0, 0],
         ),
         m.CancelTasks([P | 10, P | 11]),
         m.PutObjects([P | 1, P | 2, P | 3], [b"function-bytes", b"", b"table"], ["square", "empty", "table"]),
@@ -83,20 +103,25 @@ def golden_messages() -> dict[str, m.Message]:
             tasks_by_state={"queued": 3, "assigned": 2, "success": 10},
             sent={"welcome": 2, "dispatchTasks": 1},
             received={"hello": 2, "submitTasks": 1},
-            workers=[m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0)],
+            workers=[
+                m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500)
+            ],
             clients=[m.ClientStatus("client-1", 5, 1, 10)],
             protected=True,
             dropped_messages=1,
             refused_peers=2,
             handler_errors=0,
         ),
+        m.TasksStarted([P | 10, P | 11]),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
 
 
 # Data fields holding columns of other widths than u64 (every other Data field is a u64 column).
-U8_COLUMNS = {"flags", "statuses"}
+U8_COLUMNS = {"flags", "statuses", "retries"}
 U16_COLUMNS = {"argCounts"}
+U32_COLUMNS = {"timeoutsMs"}
+I32_COLUMNS = {"priorities"}
 
 
 def camel(name: str) -> str:
@@ -119,7 +144,7 @@ def fields(message: m.Message) -> dict[str, Any]:
 
 def _json(name: str, value: Any) -> Any:
     if value is None:
-        return []
+        return "" if name in U8_COLUMNS else []
     if isinstance(value, enum.Enum):
         return _CAPNP_ENUM_NAMES[type(value)][value]
     if isinstance(value, (bytes, bytearray, memoryview)):

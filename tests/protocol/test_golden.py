@@ -15,7 +15,17 @@ import pytest
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
-from tests.protocol.make_golden import GOLDEN_DIR, MANIFEST, U8_COLUMNS, U16_COLUMNS, golden_messages, main, render
+from tests.protocol.make_golden import (
+    GOLDEN_DIR,
+    I32_COLUMNS,
+    MANIFEST,
+    U8_COLUMNS,
+    U16_COLUMNS,
+    U32_COLUMNS,
+    golden_messages,
+    main,
+    render,
+)
 
 GOLDEN = golden_messages()
 NAMES = list(GOLDEN)
@@ -74,8 +84,9 @@ def _raw_view(name: str, value: Any) -> Any:
     if isinstance(value, bytes):
         if name in U8_COLUMNS:
             return value.hex()
-        width = 2 if name in U16_COLUMNS else 8
-        return [int.from_bytes(value[i : i + width], "little") for i in range(0, len(value), width)]
+        width = 2 if name in U16_COLUMNS else 4 if name in U32_COLUMNS | I32_COLUMNS else 8
+        signed = name in I32_COLUMNS
+        return [int.from_bytes(value[i : i + width], "little", signed=signed) for i in range(0, len(value), width)]
     if isinstance(value, dict):
         return {k: _raw_view(k, v) for k, v in value.items()}
     if isinstance(value, list):

@@ -54,15 +54,22 @@ EXAMPLES: dict[type, list[Any]] = {
         m.SubmitTasks([5], [9], b"\x00", [2], [0, 0], ["", ""], [b"x", b"y"]),  # keywords present but all positional
         m.SubmitTasks(BIG, BIG, b"\xff" * 4, [0, 0, 1, 0], [U64_MAX], None, []),
         m.SubmitTasks([1], [2], b"\x00", [65535], [0] * 65535, None, [b""] * 65535),
+        m.SubmitTasks(
+            [5, 6], [9, 9], b"\x00\x00", [1, 0], [0], None, [b"a"], [0, U32_MAX], b"\x00\xff", [-(2**31), 2**31 - 1]
+        ),
+        m.SubmitTasks([5], [9], b"\x00", [1], [0], ["k"], [b"a"], None, b"\x02", None),  # one option, with keywords
+        m.SubmitTasks([5], [9], b"\x00", [0], [], None, [], None, None, [3]),
     ],
     m.DispatchTasks: [
         m.DispatchTasks([], [], b"", [], [], None, []),
         m.DispatchTasks([5, 6], [9, 10], b"\x00\x01", [1, 1], [0, 5], ["a", ""], [bytes(range(256))]),
         m.DispatchTasks(BIG, BIG, b"\x00" * 4, [1, 1, 1, 1], BIG, None, []),
+        m.DispatchTasks([5, 6], [9, 10], b"\x00\x01", [0, 0], [], None, [], [2000, 0]),
     ],
     m.TaskResults: [
         m.TaskResults([], b"", []),
         m.TaskResults([1, 2, 3, 4, 5], bytes(range(5)), [b"ok", b"err", b"", b"crash", b"failed"]),
+        m.TaskResults([6, 7], bytes([5, 6]), [b"timed out", b"over memory"]),
         m.TaskResults([1, 2], b"\x00\x01", [b"r", b"e"], [10, U64_MAX], [0, U64_MAX]),
         m.TaskResults([1], b"\x00", [b"r"], [7], None),
         m.TaskResults([1], b"\x00", [b"r"], None, [7]),
@@ -79,6 +86,7 @@ EXAMPLES: dict[type, list[Any]] = {
     m.FreeObjects: [m.FreeObjects([]), m.FreeObjects(BIG), m.FreeObjects(list(range(1, 10_001)))],
     m.BalanceRequest: [m.BalanceRequest([]), m.BalanceRequest([1, 2, 3]), m.BalanceRequest(BIG)],
     m.BalanceResponse: [m.BalanceResponse([]), m.BalanceResponse([2]), m.BalanceResponse(BIG)],
+    m.TasksStarted: [m.TasksStarted([]), m.TasksStarted([2]), m.TasksStarted(BIG)],
     m.Disconnect: [m.Disconnect(), m.Disconnect("bye"), m.Disconnect(UNICODE)],
     m.ShutdownRequest: [m.ShutdownRequest(), m.ShutdownRequest("client.shutdown()"), m.ShutdownRequest(UNICODE)],
     m.Shutdown: [m.Shutdown(), m.Shutdown("the scheduler received SIGTERM"), m.Shutdown(UNICODE)],
@@ -101,7 +109,7 @@ EXAMPLES: dict[type, list[Any]] = {
             received={"hello": 2},
             workers=[
                 m.WorkerStatus("w1"),
-                m.WorkerStatus(UNICODE, 1.5, 2, 3.25, 4, 5, 6, 7, U64_MAX, 9, 10, 11, U64_MAX, U32_MAX),
+                m.WorkerStatus(UNICODE, 1.5, 2, 3.25, 4, 5, 6, 7, U64_MAX, 9, 10, 11, U64_MAX, U32_MAX, U32_MAX),
             ],
             clients=[m.ClientStatus("c1", 1, 2, 3), m.ClientStatus("", U32_MAX, U32_MAX, U64_MAX)],
             protected=False,
@@ -143,7 +151,13 @@ def test_enums_match_the_schema() -> None:
     for cls, enumerants in schema_enums.items():
         assert len(cls) == len(enumerants), cls
         for name, value in enumerants.items():
-            python = {"notConnected": "NOT_CONNECTED", "badRequest": "BAD_REQUEST", "tooLarge": "TOO_LARGE"}
+            python = {
+                "notConnected": "NOT_CONNECTED",
+                "badRequest": "BAD_REQUEST",
+                "tooLarge": "TOO_LARGE",
+                "timedOut": "TIMED_OUT",
+                "overMemory": "OVER_MEMORY",
+            }
             assert cls[python.get(name, name.upper())] == value, (cls, name)
 
 

@@ -19,6 +19,7 @@ class Run:
     peer: bytes
     session: WorkerSession | None  # the scheduler's session the task was dispatched to
     crashed: bool = False
+    failed: bool = False  # it ended error or timed out: the scheduler may run it again (retries)
 
 
 @dataclass
@@ -29,6 +30,7 @@ class WorkTask:
     payload: bytes
     session: WorkerSession | None
     run: Run | None = None
+    timeout_ms: int = 0
 
 
 def needs(task: WorkTask, object_id: int) -> bool:

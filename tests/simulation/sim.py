@@ -8,8 +8,9 @@ to cancel and balance requests).
 
 Faults are injected while the run lasts: workers killed mid-task (their connection closes), workers that hang
 (silent, found by heartbeat timeout only), workers that stall longer than the timeout and come back, workers
-that disconnect and rejoin, slow workers, tasks whose processor crashes, clients that vanish, cancels, and
-balance requests answered partially.
+that disconnect and rejoin, workers that crash-loop (killed soon after each start, restarted under the same name),
+slow workers, tasks whose processor crashes, clients that vanish, cancels, and balance requests answered partially.
+Some tasks carry options: retries (run again when they raise or time out) and a timeout the workers enforce.
 
 Like the scheduler's shell, the simulation forwards the lone submits and results the core agrees to forward
 (forward_submit, forward_result), trying each one before it is fed, and some client waves go out one task per
@@ -18,7 +19,9 @@ copy of the core, and both must leave the whole core (tests/core_dump.py) and se
 
 Checked as it runs: validate() after every flush; a worker is never given a task twice, never beyond its
 capacity, always holds the objects its task needs, and is never told to free an object one of its tasks needs; a
-task never runs twice unless the worker of its earlier run was lost (or that run crashed); results go to the
+task never runs twice unless the worker of its earlier run was lost (or that run crashed, or failed with retries
+left); every attempt the scheduler charges is for a run that may have started (a worker started it, or an agent
+handed it to a processor): a task never fails for losses of workers that never started it; results go to the
 task's own client, at most once. Checked at the end: every task of a client that stayed ended exactly once, with
 a plausible outcome; nothing is left in the scheduler; workers still in a session hold no objects.
 """
@@ -61,6 +64,7 @@ from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     FLAG_SILENT,
     ID_PREFIX_SHIFT,
+    RETRIABLE_STATUSES,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -77,6 +81,7 @@ from scaler.protocol.messages import (
     PutObjects,
     SubmitTasks,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
     decode,
@@ -116,6 +121,7 @@ class SimConfig:
     stall_rate: float = 0.03
     disconnect_rate: float = 0.04
     slow_rate: float = 0.10
+    crashloop_rate: float = 0.02  # workers killed soon after each start, then restarted under the same name
     late_rate: float = 0.10  # workers that join during the run
     vanish_clients: int = 1
     # Whether a worker forgets the tasks it holds when a welcome opens a new session (see SimWorker.deliver).
@@ -124,6 +130,8 @@ class SimConfig:
     # the small model below.
     agent_rate: float = 0.25
     lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
+    retry_rate: float = 0.15  # the share of tasks submitted with retries (1 or 2)
+    timeout_rate: float = 0.05  # the share of tasks submitted with a timeout (some run longer)
     forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
     check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
     scheduler: SchedulerConfig = field(
@@ -139,6 +147,8 @@ class TaskInfo:
     parents: tuple[int, ...]
     silent: bool = False  # like a graph's intermediate node: its result is never sent to the client
     cancel_requested: bool = False
+    retries: int = 0
+    timeout_ms: int = 0
 
 
 class Simulation:
@@ -168,6 +178,23 @@ class Simulation:
         self.forwarded = 0
         self.trace: list[str] | None = [] if trace else None
         self.finished_at: int | None = None
+        # How often each task may have started: started by a simulated worker, or handed to a processor by an agent.
+        # The scheduler may charge a task an attempt only for a run counted here.
+        self.handed: Counter[int] = Counter()
+        self.charged = 0
+        self.held_names: set[str] = set()  # worker names the scheduler held back at some point
+        charge = self.core._retry_or_fail
+
+        def checked_charge(task: Any, reason: str) -> bool:
+            if task.attempts + 1 > self.handed[task.task_id]:
+                self.fail(
+                    f"task {task.task_id:#x} charged attempt {task.attempts + 1} ({reason}), but it may have started "
+                    f"only {self.handed[task.task_id]} times"
+                )
+            self.charged += 1
+            return charge(task, reason)
+
+        self.core._retry_or_fail = checked_charge  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------------------- clock
     def at(self, when: int, action: Callable[..., None], *args: Any) -> None:
@@ -188,6 +215,10 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------- scheduler side
     def send_to_scheduler(self, peer: bytes, message: Message) -> None:
+        if isinstance(message, TaskResults):  # a failed run of a task with retries may be followed by another
+            for task_id, status in zip(message.task_ids, message.statuses, strict=True):
+                if status in RETRIABLE_STATUSES and self.runs.get(task_id):
+                    self.runs[task_id][-1].failed = True
         self.at(self.latency(peer, True), self._arrive, peer, message)
 
     def _arrive(self, peer: bytes, message: Message) -> None:
@@ -195,6 +226,7 @@ class Simulation:
 
     def _tick(self) -> None:
         self._to_scheduler.append(Tick(self.now / 1000))
+        self.held_names.update(self.core._held_until)
         if self.finished_at is None:
             self.after(TICK_MS, self._tick)
 
@@ -306,7 +338,10 @@ class Simulation:
                 worker.speed = rng.choice((5, 10, 20))
             start = rng.randrange(c.fault_window_ms) if rng.random() < c.late_rate else rng.randrange(300)
             self.at(start, worker.start)
-            self._plan_worker_fault(worker)
+            if rng.random() < c.crashloop_rate:
+                self.at(start + rng.randrange(200, 800), self._crash_loop, worker, 0)
+            else:
+                self._plan_worker_fault(worker)
             self.workers.append(worker)
         for n in range(c.clients):
             client = SimClient(self, f"c{n}".encode())
@@ -330,6 +365,19 @@ class Simulation:
                 self.at(when, action, *args)
                 return
             roll -= rate
+
+    def _crash_loop(self, worker: SimWorker | AgentWorker, incarnation: int) -> None:
+        """Killed soon after it started; a new process under the same name comes back a little later (as
+        scaler_cluster restarts a worker), until the fault window ends: then it stays up."""
+        worker.kill()
+        if self.now >= self.config.fault_window_ms:
+            return
+        rng = self.rng
+        again = type(worker)(self, worker.peer.split(b"~")[0] + b"~%d" % (incarnation + 1), worker.capacity, 1)
+        self.workers.append(again)
+        start = self.now + rng.randrange(200, 600)
+        self.at(start, again.start)
+        self.at(start + rng.randrange(300, 900), self._crash_loop, again, incarnation + 1)
 
     def run(self) -> None:
         self.setup()
@@ -367,7 +415,7 @@ class Simulation:
         mine_lost = self.core.workers.get(worker.peer) is not task.session
         for earlier in runs:
             earlier_lost = self.core.workers.get(earlier.peer) is not earlier.session
-            if not (earlier.crashed or earlier_lost or mine_lost):
+            if not (earlier.crashed or earlier.failed or earlier_lost or mine_lost):
                 self.fail(f"task {task.task_id:#x} runs on {worker.peer!r} while its run on {earlier.peer!r} is live")
         task.run = Run(worker.peer, task.session)
         runs.append(task.run)
@@ -396,6 +444,8 @@ class Simulation:
             "flushes": self.flushes,
             "sim_ms": self.now,
             "workers_lost": sum(1 for w in self.workers if w.losses),
+            "charged": self.charged,
+            "held_back": len(self.held_names),
             **ended,
         }
 
@@ -416,6 +466,7 @@ class SimWorker:
         self.objects: dict[int, bytes] = {}
         self.deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.losses = 0
+        self.name = peer.split(b"~")[0].decode()  # a crash-looping worker's incarnations share its name
         sim.peers[peer] = self
 
     def send(self, message: Message) -> None:
@@ -423,7 +474,7 @@ class SimWorker:
 
     def start(self) -> None:
         self.state = "connecting"
-        self.send(Hello(PeerKind.WORKER, self.peer.decode(), queue_capacity=self.capacity))
+        self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity))
         self.sim.after(1 + self.sim.rng.randrange(1000), self.heartbeat)
 
     def heartbeat(self) -> None:
@@ -468,7 +519,7 @@ class SimWorker:
         elif isinstance(message, Error) and message.code == ErrorCode.NOT_CONNECTED:
             self._reset()
             self.state = "connecting"
-            self.send(Hello(PeerKind.WORKER, self.peer.decode(), queue_capacity=self.capacity))
+            self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity))
         elif isinstance(message, Error):
             self.sim.fail(f"worker {self.peer!r} got an error: {message}")
         self._run_next()
@@ -483,7 +534,8 @@ class SimWorker:
             pay += inline
             if task_id in self.running or any(t.task_id == task_id for t in self.queue):
                 self.sim.fail(f"task {task_id:#x} dispatched twice to {self.peer!r}")
-            self.queue.append(WorkTask(task_id, message.function_ids[k], refs, payload, session))
+            timeout = message.timeouts_ms[k] if message.timeouts_ms else 0
+            self.queue.append(WorkTask(task_id, message.function_ids[k], refs, payload, session, timeout_ms=timeout))
         if len(self.queue) + len(self.running) > self.capacity:
             self.sim.fail(f"worker {self.peer!r} holds {len(self.queue) + len(self.running)} > {self.capacity} tasks")
 
@@ -532,12 +584,17 @@ class SimWorker:
                 if ref and ref not in self.objects:
                     self.sim.fail(f"task {task.task_id:#x} starts on {self.peer!r} without object {ref:#x}")
             self.sim.run_starts(self, task)
+            self.sim.handed[task.task_id] += 1
+            self.send(TasksStarted([task.task_id]))
             self.running[task.task_id] = task
             duration, _ = behaviour(task.payload)
-            self.sim.after(duration * self.speed, self.finish, task)
+            if task.timeout_ms and duration * self.speed > task.timeout_ms:
+                self.sim.after(task.timeout_ms, self.finish, task, True)
+            else:
+                self.sim.after(duration * self.speed, self.finish, task)
 
-    def finish(self, task: WorkTask) -> None:
-        if self._defer(self.finish, task):
+    def finish(self, task: WorkTask, timed_out: bool = False) -> None:
+        if self._defer(self.finish, task, timed_out):
             return
         if self.running.get(task.task_id) is not task:
             return  # dropped meanwhile (session lost)
@@ -545,7 +602,9 @@ class SimWorker:
         if self.state in ("closed", "hung", "gone"):
             return
         _, outcome = behaviour(task.payload)
-        if outcome == CRASHES or (outcome == CRASHES_ONCE and task.task_id not in self.sim.crashed_once):
+        if timed_out:
+            self.send(TaskResults([task.task_id], bytes([TaskStatus.TIMED_OUT]), [b"timed out"]))
+        elif outcome == CRASHES or (outcome == CRASHES_ONCE and task.task_id not in self.sim.crashed_once):
             self.sim.crashed_once.add(task.task_id)
             assert task.run is not None
             task.run.crashed = True
@@ -680,10 +739,13 @@ class SimClient:
                 parents = (parent,)
             silent = rng.random() < 0.1
             flags = FLAG_SILENT if silent else 0
+            retries = rng.choice((1, 2)) if rng.random() < self.sim.config.retry_rate else 0
+            timeout = rng.choice((30, 150)) if rng.random() < self.sim.config.timeout_rate else 0
+            payload = b"%d:%d" % (duration, outcome)
             requests.append(
-                NewTask(task_id, self.function_id, flags, tuple(refs), None, (b"%d:%d" % (duration, outcome),))
+                NewTask(task_id, self.function_id, flags, tuple(refs), None, (payload,), (timeout, retries, 0))
             )
-            self.tasks[task_id] = TaskInfo(outcome, parents, silent)
+            self.tasks[task_id] = TaskInfo(outcome, parents, silent, retries=retries, timeout_ms=timeout)
             if not silent:
                 self.open.add(task_id)
         if rng.random() < self.sim.config.lone_rate:
@@ -748,6 +810,17 @@ class SimClient:
                 self.sim.fail(f"task {task_id:#x} was cancelled, but nobody asked")
             if status == TaskStatus.ERROR and not any(self.tasks[t].outcome == RAISES for t in lineage):
                 self.sim.fail(f"task {task_id:#x} raised, but nothing in its lineage raises")
+            if status == TaskStatus.TIMED_OUT and not any(self.tasks[t].timeout_ms for t in lineage):
+                self.sim.fail(f"task {task_id:#x} timed out, but nothing in its lineage has a timeout")
+            runs = self.sim.runs.get(task_id, [])
+            parents_raise = any(self.tasks[t].outcome == RAISES for t in lineage[1:])
+            if (
+                status == TaskStatus.ERROR
+                and info.outcome == RAISES
+                and not parents_raise
+                and len(runs) <= info.retries
+            ):
+                self.sim.fail(f"task {task_id:#x} raised after {len(runs)} runs, but it has {info.retries} retries")
             if status == TaskStatus.SUCCESS and info.outcome in (RAISES, CRASHES):
                 self.sim.fail(f"task {task_id:#x} succeeded, but it always {('raises', 'crashes')[info.outcome - 1]}")
 

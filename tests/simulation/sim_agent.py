@@ -140,12 +140,13 @@ class AgentWorker:
         self.sessions: dict[int, WorkerSession | None] = {}  # the scheduler's session each task was dispatched in
         self.processors: dict[int, SimProcessor] = {}
         self.warnings: list[str] = []  # what the agent logged at WARNING or above
+        self.name = peer.split(b"~")[0].decode()  # a crash-looping worker's incarnations share its name
         self.core = self._new_core()
         sim.peers[peer] = self
 
     def _new_core(self) -> AgentCore:
         config = AgentConfig(
-            name=self.peer.decode(),
+            name=self.name,
             queue_capacity=self.capacity,
             heartbeat_interval_seconds=0.5,
             max_processors=2 + self.slots,
@@ -226,6 +227,8 @@ class AgentWorker:
                 case ToScheduler():
                     self.sim.send_to_scheduler(self.peer, command.message)
                 case ToProcessor():
+                    if isinstance(command.message, pm.RunTasks):  # the agent says these may have started
+                        self.sim.handed.update(task[0] for task in command.message.tasks)
                     processor = self.processors.get(command.processor)
                     if processor is not None:
                         self.sim.after(PIPE_MS, processor.receive, command.message)

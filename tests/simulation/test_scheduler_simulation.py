@@ -44,6 +44,8 @@ def test_scheduler_survives_faults(seed: int) -> None:
     assert summary["runs"] > summary["tasks"]  # some tasks ran again after a loss or a crash
     assert sim.core.sent["balanceRequest"] > 0 and sim.core.received["balanceResponse"] > 0
     assert summary["canceled"] > 0 and summary["failed"] > 0 and summary["error"] > 0
+    assert summary["timed_out"] > 0 and summary["charged"] > 0
+    assert summary["held_back"] > 0  # crash-looping workers were held back
 
 
 def test_every_kind_of_fault_happens_somewhere() -> None:
@@ -117,6 +119,16 @@ class AnswersTwice(SchedulerCore):
             client.outbox.add(first.task_id, status, payload)  # type: ignore[attr-defined]
 
 
+class ChargesEveryLostTask(SchedulerCore):
+    """A broken scheduler, as before tasksStarted: a lost worker's tasks are all charged an attempt, started or
+    not (the false retry exhaustion of crash-looping workers)."""
+
+    def _worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
+        for task in worker.assigned.values():
+            task.started = True
+        super()._worker_lost(worker, reason, count_attempt)
+
+
 class GivesBackStartedTasks(AgentCore):
     """A broken agent: asked for tasks back, it gives back those its processor already holds, without taking them
     back from the processor."""
@@ -136,8 +148,12 @@ def test_the_simulation_catches_a_broken_agent() -> None:
 
 @pytest.mark.parametrize(
     ("core", "complaint"),
-    [(TrustsBalanceRequests, "runs on"), (AnswersTwice, "ended twice at its client")],
-    ids=["runs-twice", "answers-twice"],
+    [
+        (TrustsBalanceRequests, "runs on"),
+        (AnswersTwice, "ended twice at its client"),
+        (ChargesEveryLostTask, "but it may have started only"),
+    ],
+    ids=["runs-twice", "answers-twice", "charges-unstarted"],
 )
 def test_the_simulation_catches_a_broken_scheduler(core: type[SchedulerCore], complaint: str) -> None:
     with pytest.raises(AssertionError, match=complaint) as failure:

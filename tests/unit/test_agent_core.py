@@ -19,6 +19,7 @@ from scaler.core.worker.agent import (
     KillIfRunning,
     KillProcessor,
     ProcessorExited,
+    SchedulerLink,
     Started,
     StartProcessor,
     Stop,
@@ -33,6 +34,7 @@ from scaler.protocol.messages import (
     BalanceResponse,
     CancelTasks,
     Disconnect,
+    DispatchTasks,
     Error,
     ErrorCode,
     FreeObjects,
@@ -44,6 +46,7 @@ from scaler.protocol.messages import (
     Refused,
     Shutdown,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
 )
@@ -71,7 +74,7 @@ class Agent:
     def __call__(self, event: AgentEvent) -> list[AgentCommand]:
         commands = self.core.handle(event)
         check(self.core)
-        return commands
+        return without_started(commands)
 
     def sched(self, message: object) -> list[AgentCommand]:
         return self(FromScheduler(self.now, message))  # type: ignore[arg-type]
@@ -82,6 +85,26 @@ class Agent:
     def done(self, processor: int, *task_ids: int, status: int = TaskStatus.SUCCESS) -> list[AgentCommand]:
         n = len(task_ids)
         return self.proc(processor, pm.Results(list(task_ids), bytes([status] * n), [100] * n, [0] * n, [b"r"] * n))
+
+
+def without_started(commands: list[AgentCommand]) -> list[AgentCommand]:
+    """The commands without the tasksStarted message, after checking it names exactly the tasks that these
+    commands handed to processors, and comes after them (the scheduler charges attempts by it)."""
+    handed = [
+        task[0]
+        for c in commands
+        if isinstance(c, ToProcessor) and isinstance(c.message, pm.RunTasks)
+        for task in c.message.tasks
+    ]
+    started = [c for c in commands if isinstance(c, ToScheduler) and isinstance(c.message, TasksStarted)]
+    if handed:
+        [told] = started
+        assert told.message.ids == handed  # type: ignore[union-attr]
+        last_run = max(k for k, c in enumerate(commands) if isinstance(c, ToProcessor))
+        assert commands.index(told) > last_run
+    else:
+        assert started == []
+    return [c for c in commands if c not in started]
 
 
 def check(core: AgentCore) -> None:
@@ -644,3 +667,108 @@ def test_waiting_tasks_are_reported_at_the_next_tick_once_the_queue_is_half_full
     [beat] = [c for c in a(Tick(0.2)) if isinstance(c, ToScheduler)]
     assert isinstance(beat.message, Heartbeat) and beat.message.waiting_tasks == 1
     assert [c for c in a(Tick(0.3)) if isinstance(c, ToScheduler)] == []  # no change since
+
+
+# ----------------------------------------------------------------------------------------------- timeouts, memory
+def beatless(a: Agent, tick: Tick) -> list[AgentCommand]:
+    """The commands of a tick, without its heartbeat."""
+    return [c for c in a(tick) if not (isinstance(c, ToScheduler) and isinstance(c.message, Heartbeat))]
+
+
+def timed_dispatch(*specs: tuple[int, int]) -> DispatchTasks:
+    """A dispatch of (task, timeout in ms) pairs, one inline argument each."""
+    message = dispatch(*((task_id, F, [b"a%d" % (task_id - t(0))]) for task_id, _ in specs))
+    message.timeouts_ms = [timeout for _, timeout in specs]
+    return message
+
+
+def test_a_timed_task_runs_alone_and_its_processor_is_stopped_at_its_deadline() -> None:
+    a = warmed(2)  # the window is wide; t(2) runs in processor 0
+    a.now = 1.0
+    assert a.sched(timed_dispatch((t(3), 2000), (t(4), 0))) == []  # t(3) waits for a window of its own
+    a.now = 1.5
+    assert a.done(0, t(2)) == [
+        ToProcessor(0, run(t(3))),  # alone: t(4) waits behind it
+        ToScheduler(TaskResults([t(2)], bytes([0]), [b"r"])),
+    ]
+    assert a.core.processors[0].timed == t(3) and a.core.tasks[t(3)].deadline == 3.5
+    assert beatless(a, Tick(3.4)) == []
+    text = f"task {t(3):#x} ran longer than its timeout of 2s; its processor was stopped"
+    commands = beatless(a, Tick(3.5))
+    assert commands == [
+        KillProcessor(0),
+        Log(logging.WARNING, text),
+        StartProcessor(1),
+        ToScheduler(TaskResults([t(3)], bytes([TaskStatus.TIMED_OUT]), [text.encode()])),
+    ]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(4), objects=(F,), payloads=(b"fn",)))]
+    assert a(ProcessorExited(3.6, 0, -9, running_task=t(3))) == []  # the stopped one is forgotten already
+
+
+def test_a_timed_task_that_ends_in_time_frees_its_processor_for_the_next() -> None:
+    a = connected()
+    a.sched(PutObjects([F], [b"fn"]))
+    [run_first] = a.sched(timed_dispatch((t(1), 500), (t(2), 500)))
+    assert run_first == ToProcessor(0, run(t(1), objects=(F,), payloads=(b"fn",)))
+    commands = a.done(0, t(1))
+    assert commands[0] == ToProcessor(0, run(t(2)))
+    assert beatless(a, Tick(10.0))[0] == KillProcessor(0)  # t(2) was handed at time 0: long past its deadline
+
+
+def test_a_processor_over_the_memory_limit_is_stopped_and_its_task_ends_over_memory() -> None:
+    a = with_tasks(2, AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, memory_limit_bytes=1 << 30))
+    assert beatless(a, Tick(1.0, processor_rss=((0, 1 << 29),))) == []  # under the limit
+    text = (
+        f"the processor running task {t(1):#x} used 1.5 GiB, over the worker's memory limit of 1 GiB "
+        "(scaler_cluster --memory-limit); it was stopped"
+    )
+    commands = beatless(a, Tick(1.1, processor_rss=((0, 3 << 29),)))
+    assert commands == [
+        KillProcessor(0),
+        Log(logging.WARNING, text),
+        StartProcessor(1),
+        ToScheduler(TaskResults([t(1)], bytes([TaskStatus.OVER_MEMORY]), [text.encode()])),
+    ]
+    assert a.proc(1, pm.Ready(1001)) == [ToProcessor(1, run(t(2), objects=(F,), payloads=(b"fn",)))]
+
+
+def test_an_idle_processor_over_the_memory_limit_is_replaced_and_no_task_fails() -> None:
+    a = connected(AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8, memory_limit_bytes=1000))
+    commands = beatless(a, Tick(1.0, processor_rss=((0, 2048), (7, 1 << 40))))  # processor 7 is not ours (any more)
+    assert commands == [
+        Log(
+            logging.WARNING,
+            "processor 0 used 2 KiB, over the worker's memory limit of 1000 bytes "
+            "(scaler_cluster --memory-limit) between tasks; replacing it",
+        ),
+        KillProcessor(0),
+        StartProcessor(1),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- a lost scheduler
+def test_a_connection_closed_past_the_grace_ends_the_session_stops_its_work_and_says_hello() -> None:
+    a = warmed(3)  # t(2), t(3) in processor 0
+    assert beatless(a, Tick(0.5)) == []
+    a(SchedulerLink(1.0, up=False))
+    assert beatless(a, Tick(2.9)) == []  # within the grace: ZeroMQ may reconnect to the same scheduler
+    a(SchedulerLink(3.0, up=True))
+    a(SchedulerLink(4.0, up=False))  # closed again: the grace starts over
+    assert beatless(a, Tick(5.9)) == []
+    commands = beatless(a, Tick(6.1))
+    text = "the connection to the scheduler closed 2s ago: its session is gone; stopping its work and saying hello"
+    assert commands[0] == Log(logging.WARNING, text + " until one answers")
+    assert KillProcessor(0) in commands and StartProcessor(1) in commands  # its tasks can no longer be delivered
+    assert commands[-1] == ToScheduler(HELLO) and not a.core.connected and not a.core.tasks
+    assert beatless(a, Tick(7.0)) == []  # one hello, then one every 10 s (HELLO_RETRY_SECONDS)
+
+
+def test_a_scheduler_silent_past_its_worker_timeout_ends_the_session() -> None:
+    a = Agent()
+    a(Started(0.0))
+    a.sched(Welcome(7, "sched", peer_timeout_ms=3000))
+    assert a.core.connected
+    assert not any(isinstance(c, Log) for c in a(Tick(2.9)))
+    commands = a(Tick(3.1))
+    assert "the scheduler has been silent for 3s, past its 3s worker timeout" in commands[0].text  # type: ignore[union-attr]
+    assert commands[-1] == ToScheduler(HELLO) and not a.core.connected

@@ -90,6 +90,50 @@ def test_scheduler_gone_silent_closes_as_unreachable() -> None:
     assert core.state == SessionState.CLOSED
 
 
+def test_a_connection_closed_for_longer_than_the_grace_closes_as_unreachable() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=60.0, reconnect_grace_seconds=5.0)
+    core.start(0.0)
+    core.received(0.1, Welcome(1))
+    assert core.link_down(2.0) == []
+    core.received(2.5, HeartbeatEcho())  # read after the connection closed: it does not count as one made again
+    assert core.link_down(3.0) == []  # (ZeroMQ reports every try that failed; the first one counts)
+    assert core.tick(7.0) == [Send(Heartbeat())]  # within the grace, the session goes on (queued for the connection)
+    [closed] = core.tick(7.1)
+    assert closed == Closed(
+        CloseKind.UNREACHABLE,
+        "the connection to the scheduler closed and was not made again within 5s: the scheduler stopped, or cannot "
+        "be reached",
+    )
+    assert core.state == SessionState.CLOSED
+    assert core.link_up(8.0) == [] and core.tick(9.0) == []
+
+
+def test_a_connection_made_again_within_the_grace_keeps_the_session_and_heartbeats_at_once() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=60.0, reconnect_grace_seconds=5.0)
+    core.start(0.0)
+    assert core.link_up(0.05) == []  # the first connection: nothing was closed
+    core.received(0.1, Welcome(1))
+    core.link_down(2.0)
+    assert core.link_up(6.5) == [Send(Heartbeat())]  # a scheduler that restarted says at once it does not know us
+    assert core.tick(7.2) == []  # the heartbeat just went: the next one is due a whole interval later
+    assert core.tick(7.6) == [Send(Heartbeat())]
+    assert core.tick(30.0) == [Send(Heartbeat())]  # no grace runs any more
+    assert core.state == SessionState.CONNECTED
+    core.link_down(40.0)  # a later reset has a grace of its own
+    assert core.tick(45.0) == [Send(Heartbeat())]
+    assert isinstance(core.tick(45.1)[0], Closed)
+
+
+def test_a_client_still_connecting_waits_timeout_seconds_whatever_its_connections_do() -> None:
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=20.0, reconnect_grace_seconds=5.0)
+    core.start(0.0)
+    core.link_up(0.1)
+    core.link_down(0.2)  # a scheduler that accepted the connection and died before its welcome
+    assert core.tick(10.0) == []
+    [closed] = core.tick(20.1)
+    assert isinstance(closed, Closed) and "no scheduler answered within 20s" in closed.reason
+
+
 def test_refusal_shutdown_and_lost_session_close_the_session() -> None:
     core = ClientCore("me", 1.0, 10.0)
     core.start(0.0)

@@ -34,8 +34,10 @@ from scaler.protocol.messages import (
     ShutdownRequest,
     SubmitTasks,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
+    WorkerStatus,
 )
 from tests.unit.scheduler_driver import Driver, dispatch, logs, of_type, ok, results, sends, submit, tid
 
@@ -410,6 +412,7 @@ def test_result_for_a_task_the_worker_does_not_hold_is_counted_stale() -> None:
 # ----------------------------------------------------------------------------------------------- worker loss
 def test_silent_worker_is_declared_lost_and_its_tasks_run_elsewhere() -> None:
     d = with_tasks(2, worker_timeout_seconds=10.0)
+    d.recv(W1, TasksStarted([t(1)]))  # its agent handed t(1) to a processor; t(2) waits in its queue
     d.worker(W2)
     d.now = 5.0
     d.recv(W2, Heartbeat())
@@ -419,20 +422,113 @@ def test_silent_worker_is_declared_lost_and_its_tasks_run_elsewhere() -> None:
     assert peer == W2 and sorted(message.task_ids) == [t(1), t(2)]  # type: ignore[union-attr]
     assert "no heartbeat for 10.5s" in logs(commands)[0].text
     assert list(d.core.workers) == [W2]
-    assert d.core.tasks[t(1)].attempts == 1
+    assert d.core.tasks[t(1)].attempts == 1  # it may have started: charged
+    assert d.core.tasks[t(2)].attempts == 0  # it never left the worker's queue: not charged
 
 
 def test_worker_lost_too_often_fails_the_task_with_a_clear_error() -> None:
     d = with_tasks(1, max_task_retries=1)
+    d.recv(W1, TasksStarted([t(1)]))
     d.gone(W1)  # first loss: retried
     assert d.core.tasks[t(1)].attempts == 1
     assert [m.task_ids for _, m in of_type(d.worker(W2), DispatchTasks)] == [[t(1)]]
+    d.recv(W2, TasksStarted([t(1)]))
     commands = d.gone(W2)  # second loss: beyond one retry
     [(peer, message)] = sends(commands)
     assert peer == C and message.statuses == bytes([TaskStatus.FAILED])  # type: ignore[union-attr]
     text = message.payloads[0].decode()  # type: ignore[union-attr]
     assert "was not completed: worker w2 was lost (its connection closed)" in text and "tried 2 times" in text
     assert any(log.level == logging.WARNING for log in logs(commands))
+
+
+def test_a_worker_lost_again_and_again_charges_nothing_to_tasks_it_never_started() -> None:
+    """The false retry exhaustion: a crash-looping worker took its first tasks again and again, and each loss
+    charged them an attempt although none had started. Only tasksStarted makes a task chargeable."""
+    d = with_tasks(3, max_task_retries=1, losses_before_hold_back=100)
+    for _ in range(5):
+        d.gone(W1)
+        assert [m.task_ids for _, m in of_type(d.worker(W1), DispatchTasks)] == [[t(1), t(2), t(3)]]
+    assert [d.core.tasks[t(i)].attempts for i in (1, 2, 3)] == [0, 0, 0]
+    d.recv(W1, TasksStarted([t(2), tid(9, 9)]))  # an id it does not hold is ignored
+    d.gone(W1)
+    assert [d.core.tasks[t(i)].attempts for i in (1, 2, 3)] == [0, 1, 0]
+    d.worker(W1)
+    assert d.core.tasks[t(2)].started is False  # a new run starts unstarted
+
+
+def test_a_worker_lost_repeatedly_is_held_back_longer_each_time_and_shows_it() -> None:
+    d = with_tasks(2, losses_before_hold_back=2, hold_back_seconds=5.0, max_hold_back_seconds=12.0)
+    d.gone(W1)  # one loss: nothing special
+    assert of_type(d.worker(W1), DispatchTasks) != []
+    d.now = 1.0
+    commands = d.gone(W1)  # the second loss within the window: 5 s without new tasks
+    assert "worker w1 was lost 2 times in 10 min: no new tasks for it for 5s" in logs(commands)[-1].text
+    commands = d.worker(W1)
+    assert of_type(commands, DispatchTasks) == []
+    assert "held back for 5s" in logs(commands)[0].text
+    assert d.core.status().workers == [WorkerStatus("w1", free=4, held_back_ms=5000)]
+    assert "every worker is held back" in d.core.explain(t(1))
+    d.worker(W2)  # another worker takes the work meanwhile
+    assert d.core.workers[W2].assigned.keys() == {t(1), t(2)}
+    d.recv(W2, Disconnect("bye"))  # a goodbye is not a loss
+    assert of_type(d.tick(5.9), DispatchTasks) == []
+    [(peer, message)] = of_type(d.tick(6.0), DispatchTasks)  # the hold is over
+    assert peer == W1 and message.task_ids == [t(1), t(2)]  # type: ignore[union-attr]
+    d.gone(W1)  # the third loss: 10 s; the fourth: 20 s, capped at 12
+    assert d.core.workers == {} and d.core._held_until["w1"] == 16.0
+    d.worker(W1)
+    d.gone(W1)
+    assert d.core._held_until["w1"] == 18.0
+    d.tick(700.0)  # everything forgotten once out of the window
+    assert d.core._losses == {} and d.core._held_until == {}
+
+
+def test_a_failed_task_with_retries_runs_again_and_ends_with_its_own_last_error() -> None:
+    d = with_function()
+    d.recv(C, SubmitTasks([t(1)], [F], b"\x00", [0], [], None, [], None, b"\x02", None))
+    d.worker(W1)
+    for attempt in (1, 2):
+        commands = d.recv(W1, results((t(1), TaskStatus.ERROR, b"boom %d" % attempt)))
+        assert [m.task_ids for _, m in of_type(commands, DispatchTasks)] == [[t(1)]]  # run again
+        assert f"retry {attempt} of 2" in logs(commands)[0].text
+    commands = d.recv(W1, results((t(1), TaskStatus.TIMED_OUT, b"took too long")))
+    assert sends(commands) == [(C, results((t(1), TaskStatus.TIMED_OUT, b"took too long")))]
+    assert d.core.ended["failed"] == 1
+
+
+def test_a_task_without_retries_ends_at_its_first_error_and_crashes_do_not_use_retries() -> None:
+    d = with_function(max_task_retries=5)
+    d.recv(C, SubmitTasks([t(1), t(2)], [F, F], b"\x00\x00", [0, 0], [], None, [], None, b"\x00\x01", None))
+    d.worker(W1)
+    assert sends(d.recv(W1, results((t(1), TaskStatus.ERROR, b"e")))) == [(C, results((t(1), TaskStatus.ERROR, b"e")))]
+    d.recv(W1, results((t(2), TaskStatus.CRASHED, b"died")))
+    assert d.core.tasks[t(2)].attempts == 1 and d.core.tasks[t(2)].failures == 0
+
+
+def test_timeouts_travel_to_the_worker_in_the_dispatch() -> None:
+    d = with_function()
+    d.recv(C, SubmitTasks([t(1), t(2)], [F, F], b"\x00\x00", [0, 0], [], None, [], [0, 2500], None, None))
+    [(_, message)] = of_type(d.worker(W1), DispatchTasks)
+    assert message.task_ids == [t(1), t(2)] and message.timeouts_ms == [0, 2500]  # type: ignore[union-attr]
+    [(_, message)] = of_type(d.recv(C, submit((t(3), F, []))), DispatchTasks)
+    assert message.timeouts_ms is None  # type: ignore[union-attr]
+
+
+def test_higher_priority_first_within_a_client_and_clients_still_take_turns() -> None:
+    d = with_function()
+    c2 = d.client(b"c2")
+    d.put(b"c2", (tid(c2, 1), FN))
+    priorities = [0, 5, -1, 5, 9]
+    ids = [t(i) for i in range(1, 6)]
+    d.recv(C, SubmitTasks(ids, [F] * 5, bytes(5), [0] * 5, [], None, [], None, None, priorities))
+    d.recv(b"c2", submit((tid(c2, 2), tid(c2, 1), []), (tid(c2, 3), tid(c2, 1), [])))
+    order = []
+    d.worker(W1, capacity=1)
+    for _ in range(7):
+        [task_id] = list(d.core.workers[W1].assigned)
+        order.append(task_id)
+        d.recv(W1, ok(task_id))
+    assert order == [t(5), tid(c2, 2), t(2), tid(c2, 3), t(4), t(1), t(3)]
 
 
 def test_crashed_task_is_retried_then_failed() -> None:
@@ -685,3 +781,16 @@ def test_tasks_of_a_lost_worker_keep_their_order_in_the_queue() -> None:
     d.gone(W1)  # counted loss; a Disconnect (uncounted) keeps the order, see above
     [(_, message)] = of_type(d.worker(W2), DispatchTasks)
     assert message.task_ids == [t(1), t(2), t(3)]
+
+
+def test_tasks_that_end_while_queued_leave_the_ready_queue_with_their_arguments() -> None:
+    """Cancelled queued tasks were skipped lazily, only when placement took from the queue: with no worker, a gone
+    client's 4,000 tasks kept their 100 KB arguments in the ready queue (384 MiB) until something else was queued."""
+    d = with_function()
+    d.recv(C, submit(*((t(i), F, [b"x" * 1000]) for i in range(1, 51))))
+    assert len(d.core.ready) == 50
+    d.recv(C, CancelTasks([t(i) for i in range(1, 51)]))
+    assert len(d.core.ready) == 0
+    d.recv(C, submit((t(60), F, [b"y"])))
+    d.recv(C, Disconnect("bye"))
+    assert len(d.core.ready) == 0 and d.core.tasks == {}

@@ -30,7 +30,7 @@ def test_sections_show_counts_and_resources() -> None:
     assert "12.5%" in text and "130.0m" in text
     assert "53,704" in text and "heartbeat" in text
     assert "Total 2 worker(s)" in text
-    shortcuts = "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l]"
+    shortcuts = "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l] held[h]"
     assert "Shortcuts: " + shortcuts in text
     assert "c-1 tasks=5 objects=1 done=12" in text
 
@@ -74,3 +74,14 @@ def test_dropped_messages_and_refused_peers_show_only_when_there_were_some() -> 
     lines = render(status)
     assert any(re.search(r"dropped +1,234", line) for line in lines)
     assert any(re.search(r"refused +7\b", line) for line in lines)
+
+
+def test_a_held_back_worker_shows_for_how_long_and_sorts_first_by_it() -> None:
+    status = _status()
+    status.workers[0].held_back_ms = 12_400
+    lines = render(status, "h")
+    header = next(line for line in lines if "ITL" in line)
+    assert "[held]" in header
+    rows = [line for line in lines if line.lstrip().startswith("w-")]
+    assert [row.split()[0] for row in rows] == ["w-a", "w-b"]
+    assert " 12s " in rows[0] and " - " in rows[1]

@@ -23,17 +23,26 @@ from scaler.client.connection import Collector, Connection, FutureSink, ResultSi
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
+from scaler.client.options import (
+    _DASK_KEYWORDS,
+    _KEEP,
+    ClientOptions,
+    check_dask_keywords,
+    check_options,
+    merge_options,
+)
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import (
     AuthenticationError,
     ClientClosedError,
     ConnectionFailedError,
     PayloadTooLargeError,
-    TaskFailedError,
+    task_failure,
 )
 from scaler.io.processes import current_pid, parse_address
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
+from scaler.protocol.records import DEFAULT_OPTIONS, TaskOptions
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 
@@ -59,6 +68,8 @@ class Client:
         keys: the keys directory (scaler_keygen) for a scheduler that requires keys: its scheduler.key and
             client.key_secret are used. Default: $SCALER_KEYS if set, else no keys; False: no keys, whatever
             $SCALER_KEYS says. See docs/security.md.
+        task_timeout, task_retries, task_priority: the task options every task of this client gets unless
+            client.options(...) says otherwise (see options()).
     """
 
     def __init__(
@@ -69,8 +80,12 @@ class Client:
         heartbeat_interval_seconds: float = 2,
         serializer: Serializer | type[Serializer] = DEFAULT_SERIALIZER,
         keys: str | os.PathLike[str] | PeerKeys | bool | None = None,
+        task_timeout: float | None = None,
+        task_retries: int = 0,
+        task_priority: int = 0,
     ) -> None:
         parse_address(address)
+        self._options = check_options(DEFAULT_OPTIONS, task_timeout, task_retries, task_priority)
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         if not heartbeat_interval_seconds > 0:
@@ -119,7 +134,7 @@ class Client:
         runs the task may act as this client (docs/security.md). They travel inside the task's arguments, which
         are encrypted on every connection when keys are used."""
         settings = (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
-        return _reconnect, (*settings, self._keys)
+        return _reconnect, (*settings, self._keys, self._options)
 
     def __repr__(self) -> str:
         state = "disconnected" if self._connection.closed.is_set() else "connected"
@@ -131,13 +146,38 @@ class Client:
         return self._address
 
     # ------------------------------------------------------------------------------------------- tasks
+    def options(
+        self, *, timeout: float | object | None = _KEEP, retries: int | object = _KEEP, priority: int | object = _KEEP
+    ) -> ClientOptions:
+        """This client with task options, for the tasks submitted through what it returns (submit, map, get,
+        submit_graph); options not given stay as they are. The function's own keyword arguments are untouched.
+
+        >>> client.options(timeout=30, retries=2).submit(fetch, url)
+        >>> fast = client.options(priority=10)
+        >>> fast.map(score, [(x,) for x in batch])
+
+        timeout: seconds a task may run; past it the worker stops the process running it and the future raises
+            TaskTimeoutError (a TimeoutError); None: no limit.
+        retries: run a task again, up to this many times, when it raises, times out or goes over the worker's
+            memory limit; the future then holds the last run's outcome. (Runs lost with a worker are retried
+            anyway, up to the scheduler's --max-task-retries.)
+        priority: among this client's ready tasks, higher first (default 0); other clients still take turns.
+        """
+        return ClientOptions(self, merge_options(self._options, timeout, retries, priority))
+
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run fn(*args, **kwargs) on a worker; returns a future of its result.
 
         The keyword `profiling` is reserved: submit(fn, x, profiling=True) profiles this task instead of
         passing profiling to fn. Arguments that are ObjectReference (from send_object) become the object.
+        Task options (timeout, retries, priority): client.options(...).submit(fn, ...).
         """
+        return self._submit(self._options, fn, args, kwargs)
+
+    def _submit(self, options: TaskOptions, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
         profiling = bool(kwargs.pop("profiling", self._profiling))
+        if kwargs.keys() & _DASK_KEYWORDS:
+            check_dask_keywords(fn, kwargs)
         connection = self._live()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, not {type(fn).__name__}")
@@ -147,7 +187,7 @@ class Client:
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = FLAG_PROFILING if profiling else 0
-        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads))
+        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads, options))
         return future
 
     def map(
@@ -160,8 +200,13 @@ class Client:
 
         If a task fails, map raises its exception (the other tasks are cancelled). timeout: seconds to wait for
         all the results (None, the default: no limit); past it, map raises TimeoutError and cancels the tasks that
-        have not finished.
+        have not finished. (A limit per task: client.options(timeout=...).map(...).)
         """
+        return self._map(self._options, fn, iterable, timeout)
+
+    def _map(
+        self, options: TaskOptions, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], timeout: float | None
+    ) -> list[Any]:
         connection = self._live()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, not {type(fn).__name__}")
@@ -179,7 +224,7 @@ class Client:
         tasks = []
         for task_id, item in zip(ids, items, strict=False):
             refs, _, payloads = self._encode_arguments(fn, item, {})
-            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads))
+            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads, options))
         collector = Collector(len(items))
         connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
         for start in range(0, len(tasks), _MAP_CHUNK):
@@ -219,8 +264,13 @@ class Client:
         timeout: seconds to wait for the keys (None, the default: no limit); past it, get raises TimeoutError and
         cancels the graph's unfinished tasks.
         """
+        return self._get(self._options, graph, keys, timeout)
+
+    def _get(
+        self, options: TaskOptions, graph: dict[Hashable, Any], keys: list[Hashable], timeout: float | None
+    ) -> dict[Hashable, Any]:
         _check_timeout(timeout, "get()")
-        futures, task_ids = self._submit_graph(graph, keys, False)
+        futures, task_ids = self._submit_graph(options, graph, keys, False)
         started = time.monotonic()
 
         def progress() -> str:
@@ -245,20 +295,25 @@ class Client:
 
         profiling: profile the tasks of the keys asked for (None: as the client was created).
         """
-        return self._submit_graph(graph, keys, profiling)[0]
+        return self._submit_graph(self._options, graph, keys, profiling)[0]
 
     def _submit_graph(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+        self, options: TaskOptions, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
     ) -> tuple[list[ScalerFuture], list[int]]:
         """submit_graph, also returning the ids of all the graph's tasks."""
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
         connection = self._live()
         with collector_paused():
-            return self._send_graph(connection, graph, keys, profiling)
+            return self._send_graph(connection, options, graph, keys, profiling)
 
     def _send_graph(
-        self, connection: Connection, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+        self,
+        connection: Connection,
+        options: TaskOptions,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        profiling: bool | None,
     ) -> tuple[list[ScalerFuture], list[int]]:
         plan = plan_graph(graph, keys)
         requests: list[Request] = []
@@ -293,7 +348,7 @@ class Client:
                         raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
-            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads)))
+            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options))
             if node.key in wanted:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
                 futures[node.key] = future
@@ -345,9 +400,10 @@ class Client:
         return ObjectReference(label, object_id, len(payload))
 
     def clear(self) -> None:
-        """Cancel every unfinished task of this client and free every object it sent (references die)."""
+        """Cancel every unfinished task of this client and free every object it sent (references die). Their
+        futures are cancelled when clear() returns; a result still on its way for one of them is dropped."""
         connection = self._live()
-        self._cancel_many(list(connection.sinks))
+        connection.cancel_all()
         with self._lock:
             object_ids = list(self._objects) + [object_id for _, object_id in self._functions.values()]
             self._objects.clear()
@@ -583,7 +639,7 @@ def _outcome_error(status: int, payload: Payload) -> BaseException:
         return unpack_exception(bytes(payload))  # type: ignore[call-overload]
     if status == TaskStatus.CANCELED:
         return concurrent.futures.CancelledError()
-    return TaskFailedError(bytes(payload).decode(errors="replace"))  # type: ignore[call-overload]
+    return task_failure(status, payload)
 
 
 # ----------------------------------------------------------------------------------------------- nested clients
@@ -598,16 +654,18 @@ def _reconnect(
     heartbeat: float,
     serializer: Serializer,
     keys: PeerKeys | None = None,
+    options: TaskOptions = DEFAULT_OPTIONS,
 ) -> Client:
-    """Unpickling a Client (inside a task) gives one shared, live client per address, settings and key."""
+    """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key and options."""
     public = keys.pair.public if keys is not None else None
-    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, public, os.getpid())
+    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, public, options, os.getpid())
     with _nested_lock:
         client = _nested.get(key)
         if client is None or client._connection.closed.is_set():
             client = Client(
                 address, profiling, timeout, heartbeat, serializer, keys=keys if keys is not None else False
             )
+            client._options = options
             _nested[key] = client
         return client
 

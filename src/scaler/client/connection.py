@@ -38,6 +38,7 @@ from scaler.core.client.session import (
     SessionState,
 )
 from scaler.errors import AuthenticationError, ConnectionFailedError, ProtectedModeError, TaskFailedError
+from scaler.errors import task_failure as failure
 from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import hostname
 from scaler.io.sockets import (
@@ -95,7 +96,7 @@ class FutureSink:
         elif status == TaskStatus.CANCELED:
             self.future._cancel_quietly()
         else:
-            self.future._fail(TaskFailedError(bytes(payload).decode(errors="replace")))  # type: ignore[call-overload]
+            self.future._fail(failure(status, payload))
 
     def fail(self, exc: BaseException) -> None:
         self.future._fail(exc)
@@ -361,6 +362,21 @@ class Connection:
         if self._receiver_active:
             self._wake_receiver()
 
+    def cancel_all(self) -> None:
+        """Cancel every task whose result is awaited, here and now (Client.clear): its future is cancelled, or its
+        map raises CancelledError, before this returns, and the scheduler is asked to cancel the tasks. Each sink
+        stays filed until the scheduler answers for its task; the answer changes nothing (a cancelled future takes
+        no result, and the map has raised already)."""
+        pending = list(self.sinks.items())  # one step under the GIL: the I/O thread may pop sinks meanwhile
+        if not pending:
+            return
+        self.submit([CancelRequest(task_id) for task_id, _ in pending])
+        for _, sink in pending:
+            sink.cancel()
+        wake_blocked_waits()  # a task in a processor may wait on one of them
+        if self._receiver_active:
+            self._wake_receiver()
+
     def request_shutdown(self, reason: str, timeout: float) -> None:
         """Ask the scheduler to stop the cluster; raises ProtectedModeError if it refuses."""
         self._call(lambda now: self.core.request_shutdown(reason))
@@ -391,7 +407,8 @@ class Connection:
     # ------------------------------------------------------------------------------------------- I/O thread
     def _run(self) -> None:
         sock = new_dealer(self.identity, context(), self.keys)
-        watch = HandshakeWatch(sock, self.address, self.keys, "client")  # before connecting: no failure goes unseen
+        # Before connecting, so no failed handshake goes unseen; it also reports connections made and closed.
+        watch = HandshakeWatch(sock, self.address, self.keys, "client", links=True)
         sock.connect(self.address)
         lock = self._sock_lock
         lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task)
@@ -432,6 +449,7 @@ class Connection:
                         sent = True
                     elif fd == watch.fd:
                         self._check_handshakes(sock, watch)
+                        sent = True  # a connection made again sends a heartbeat
                     elif self._session_open():  # _forward may have closed it
                         self._receive(sock)
                 now = time.monotonic()
@@ -462,7 +480,12 @@ class Connection:
             self.closed.set()
 
     def _check_handshakes(self, sock: zmq.Socket[Any], watch: HandshakeWatch) -> None:
+        """A failed handshake ends the session; connections closed and made again tell the core whether the
+        scheduler is still there (ClientCore.link_down, link_up)."""
         failure = watch.failure()
+        now = time.monotonic()
+        for made in watch.take_links():
+            self._execute(sock, self.core.link_up(now) if made else self.core.link_down(now))
         if failure is not None:
             self._execute(sock, self.core.unauthenticated(failure))
 

@@ -14,7 +14,14 @@ from scaler.core.scheduler import SchedulerConfig
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.loop import check_event_loop
-from scaler.io.processes import check_cpu, default_monitor_address, die_with_parent, parse_address, setup_logging
+from scaler.io.processes import (
+    check_cpu,
+    default_monitor_address,
+    die_with_parent,
+    parse_address,
+    parse_size,
+    setup_logging,
+)
 from scaler.scheduler.server import run_scheduler
 from scaler.security.keys import PeerKeys, ServerKeys, load_peer_keys, load_server_keys, resolve
 from scaler.worker.cluster import run_cluster
@@ -99,8 +106,10 @@ class SchedulerClusterCombo:
         scheduler_cpu: str | int | None = "auto",
         keys: str | os.PathLike[str] | bool | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        memory_limit: int | str | None = None,
     ) -> None:
         parse_address(address)
+        memory_limit_bytes = parse_size(memory_limit) if memory_limit is not None else 0
         check_event_loop(event_loop)
         scheduler_cpu = check_cpu(scheduler_cpu)
         if n_workers is None:
@@ -137,6 +146,7 @@ class SchedulerClusterCombo:
             queue_capacity=per_worker_queue_size,
             heartbeat_interval_seconds=heartbeat_interval_seconds,
             max_processors=max_processors_per_worker,
+            memory_limit_bytes=memory_limit_bytes,
         )
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)
@@ -204,13 +214,13 @@ class SchedulerClusterCombo:
         return f"<SchedulerClusterCombo {self._address} workers={self._n_workers} {'running' if alive else 'stopped'}>"
 
     def shutdown(self) -> None:
-        """Stop the workers, then the scheduler. Safe to call more than once."""
-        for process in (self._cluster, self._scheduler):
-            if process is not None and process.pid is not None and process.is_alive():
-                process.terminate()
+        """Stop the workers, then the scheduler: it hears them leave, and none of them says goodbye to a scheduler
+        that is already gone. Safe to call more than once."""
         for process in (self._cluster, self._scheduler):
             if process is None or process.pid is None:
                 continue
+            if process.is_alive():
+                process.terminate()
             process.join(STOP_TIMEOUT_SECONDS)
             if process.is_alive():
                 logger.warning("%s did not stop within %gs; killing it", process.name, STOP_TIMEOUT_SECONDS)

@@ -2,11 +2,14 @@
 
 The scheduler's queue of ready tasks and a worker agent's queue of tasks waiting for a processor are both
 FairQueues keyed by the client that submitted each task: one client's million tasks no longer make another
-client's single task wait until they are all gone. Within one owner, items keep their order.
+client's single task wait until they are all gone. Within one owner, items keep their order, except that with a
+`priority` function (the scheduler's queue: Client.options(priority=...)) an owner's higher-priority items come
+first; priorities never change whose turn it is.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
@@ -21,18 +24,74 @@ def owner_of_task(task_id: int) -> int:
     return task_id >> ID_PREFIX_SHIFT
 
 
+class _Levels(Generic[T]):
+    """One owner's items by priority, higher first, FIFO within a priority: what a lane becomes once it gets an
+    item of a priority other than 0 (until it empties). The deque methods a lane needs, nothing more."""
+
+    __slots__ = ("_levels", "_order", "_priority", "_size")
+
+    def __init__(self, items: Iterable[T], priority: Callable[[T], int]) -> None:
+        self._priority = priority
+        self._levels: dict[int, deque[T]] = {}
+        self._order: list[int] = []  # the priorities present, negated and sorted: the highest first
+        self._size = 0
+        for item in items:
+            self.append(item)
+
+    def _level(self, item: T) -> deque[T]:
+        priority = self._priority(item)
+        level = self._levels.get(priority)
+        if level is None:
+            level = self._levels[priority] = deque()
+            bisect.insort(self._order, -priority)
+        return level
+
+    def append(self, item: T) -> None:
+        self._level(item).append(item)
+        self._size += 1
+
+    def appendleft(self, item: T) -> None:
+        self._level(item).appendleft(item)
+        self._size += 1
+
+    def popleft(self) -> T:
+        priority = -self._order[0]
+        level = self._levels[priority]
+        item = level.popleft()
+        if not level:
+            del self._levels[priority]
+            del self._order[0]
+        self._size -= 1
+        return item
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[T]:
+        for negated in self._order:
+            yield from self._levels[-negated]
+
+
 class FairQueue(Generic[T]):
     """FIFO per owner; `popleft` takes from the owners with items in turn (round robin, one item per turn).
 
-    `appendleft` and `extendleft` put items back at the front: theirs is then the next turn."""
+    `appendleft` and `extendleft` put items back at the front: theirs is then the next turn. With `priority`, an
+    owner's items of higher priority come before its others (same priority: FIFO); priority 0 costs nothing."""
 
-    __slots__ = ("_key", "_lanes", "_size", "_turns")
+    __slots__ = ("_key", "_lanes", "_priority", "_size", "_turns")
 
-    def __init__(self, key: Callable[[T], Hashable]) -> None:
+    def __init__(self, key: Callable[[T], Hashable], priority: Callable[[T], int] | None = None) -> None:
         self._key = key
-        self._lanes: dict[Hashable, deque[T]] = {}
+        self._priority = priority
+        self._lanes: dict[Hashable, deque[T] | _Levels[T]] = {}
         self._turns: deque[Hashable] = deque()  # the owners with items, whose turn comes first at the left
         self._size = 0
+
+    def _lane(self, owner: Hashable, lane: deque[T] | _Levels[T], item: T) -> deque[T] | _Levels[T]:
+        """The lane to put `item` in: a plain deque becomes _Levels once an item of another priority than 0 comes."""
+        if self._priority is not None and type(lane) is deque and self._priority(item):
+            lane = self._lanes[owner] = _Levels(lane, self._priority)
+        return lane
 
     def append(self, item: T) -> None:
         owner = self._key(item)
@@ -40,6 +99,8 @@ class FairQueue(Generic[T]):
         if lane is None:
             lane = self._lanes[owner] = deque()
             self._turns.append(owner)
+        if self._priority is not None:
+            lane = self._lane(owner, lane, item)
         lane.append(item)
         self._size += 1
 
@@ -52,6 +113,8 @@ class FairQueue(Generic[T]):
         elif self._turns[0] != owner:
             self._turns.remove(owner)  # owners are few: clients, not tasks
             self._turns.appendleft(owner)
+        if self._priority is not None:
+            lane = self._lane(owner, lane, item)
         lane.appendleft(item)
         self._size += 1
 

@@ -1,4 +1,5 @@
-"""scaler_cluster (alias scaler_worker): run N workers on this machine against a scheduler."""
+"""scaler_cluster (alias scaler_worker): run N workers on this machine against a scheduler, restarting those that
+die unexpectedly (worker/supervision.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from scaler.core.worker.agent import AgentConfig
 from scaler.entry_points.help import KEYS_HELP, HelpFormatter
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
-from scaler.io.processes import hostname, parse_address, setup_logging
+from scaler.io.processes import hostname, parse_address, parse_size, setup_logging
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 
 DEFAULTS = AgentConfig()
@@ -20,7 +21,11 @@ DEFAULTS = AgentConfig()
 def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Run Scaler workers on this machine; they connect to the scheduler at ADDRESS.",
+        description=(
+            "Run Scaler workers on this machine; they connect to the scheduler at ADDRESS. A worker killed by a signal "
+            "or crashed starts again after 1 s, doubling up to 60 s while it keeps dying; one that exits 0 (the "
+            "scheduler shut down) or 1 (an error it logged: refused, no scheduler) does not."
+        ),
         formatter_class=HelpFormatter,
     )
     p.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:8516")
@@ -60,8 +65,20 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
         default=DEFAULTS.max_processors,
         help="most processors one worker runs at once (more than one only while tasks wait on nested tasks)",
     )
+    p.add_argument(
+        "--memory-limit",
+        "-ml",
+        metavar="SIZE",
+        default=None,
+        help="most memory (RSS) one processor may use, like 4G or 512M: a processor over it is stopped and the task "
+        "it runs fails with TaskMemoryError (default: no limit)",
+    )
     p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
-    p.add_argument("--worker-name-prefix", default=hostname(), help="workers are named PREFIX-<pid>-<index>")
+    p.add_argument(
+        "--worker-name-prefix",
+        default=hostname(),
+        help="workers are named PREFIX-<pid>-<index>; a restarted worker keeps its name",
+    )
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
     return p
@@ -80,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--num-of-workers, --per-worker-queue-size and --max-processors-per-worker must be at least 1")
     if args.heartbeat_interval_seconds <= 0 or args.death_timeout_seconds <= 0:
         p.error("--heartbeat-interval-seconds and --death-timeout-seconds must be positive")
+    try:
+        memory_limit = parse_size(args.memory_limit) if args.memory_limit is not None else 0
+    except ValueError as exc:
+        p.error(f"--memory-limit: {exc}")
     keys: PeerKeys | None = None
     directory = resolve(args.keys)
     if directory is not None:
@@ -98,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         heartbeat_interval_seconds=args.heartbeat_interval_seconds,
         scheduler_timeout_seconds=args.death_timeout_seconds,
         max_processors=args.max_processors_per_worker,
+        memory_limit_bytes=memory_limit,
     )
     sys.exit(
         run_cluster(

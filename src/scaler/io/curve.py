@@ -44,15 +44,31 @@ class HandshakeWatch:
     """Watches a connecting socket's handshakes (set it up before connect). `failure()` reads what happened since
     the last look and returns a description of the first failed handshake, or None. Its `fd` only signals changes
     (like any ZeroMQ socket's), and may have signalled before anyone waited on it: call failure() when it fires and
-    also now and then (on every tick)."""
+    also now and then (on every tick).
 
-    def __init__(self, sock: zmq.Socket[Any], address: str, keys: PeerKeys | None, role: str) -> None:
+    With `links=True` (a socket has one monitor, so the watch does it) failure() also notes, in the order they came,
+    each connection whose handshake succeeded (True: with or without keys, ZeroMQ reports one) and each connection
+    that closed (False); take_links() hands them over."""
+
+    def __init__(
+        self, sock: zmq.Socket[Any], address: str, keys: PeerKeys | None, role: str, links: bool = False
+    ) -> None:
         self.address = address
         self.keys = keys
         self.role = role
         self.succeeded = False
-        self._events: zmq.Socket[Any] | None = sock.get_monitor_socket(_HANDSHAKE_EVENTS)
+        self._links: list[bool] | None = [] if links else None
+        mask = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if links else 0)
+        self._events: zmq.Socket[Any] | None = sock.get_monitor_socket(mask)
         self.fd = int(self._events.getsockopt(zmq.FD))
+
+    def take_links(self) -> list[bool]:
+        """What failure() read of connections made (True) and closed (False) since the last call, in order."""
+        links = self._links
+        if not links:
+            return []
+        self._links = []
+        return links
 
     def failure(self) -> str | None:
         events = self._events
@@ -62,8 +78,11 @@ class HandshakeWatch:
             except zmq.Again:
                 return None
             kind = int(event["event"])
-            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.succeeded = True
+            if kind in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_DISCONNECTED):
+                made = kind == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                self.succeeded = self.succeeded or made
+                if self._links is not None:
+                    self._links.append(made)
                 continue
             return describe_failure(kind, int(event["value"]), self.address, self.keys, self.role)
         return None

@@ -48,6 +48,10 @@ COLUMNS = [
     Column("queued", "d", lambda w: w.queued, lambda w: str(w.queued), 6),
     Column("waiting", "W", lambda w: w.waiting, lambda w: str(w.waiting), 7),
     Column("lag", "l", lambda w: w.lag_us, lambda w: fmt_lag(w.lag_us), 7),
+    # lost repeatedly: no new tasks for this much longer
+    Column(
+        "held", "h", lambda w: w.held_back_ms, lambda w: f"{w.held_back_ms / 1000:.0f}s" if w.held_back_ms else "-", 5
+    ),
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
 ]
 SHORTCUTS = {c.key: c for c in COLUMNS if c.key}

@@ -14,7 +14,17 @@ from typing import Any, TypeVar
 
 import capnp
 
-from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
+from scaler.protocol.columns import (
+    check_u8,
+    pack_i32,
+    pack_u16,
+    pack_u32,
+    pack_u64,
+    unpack_i32,
+    unpack_u16,
+    unpack_u32,
+    unpack_u64,
+)
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.fastpath import FastPath
 from scaler.protocol.frames import pack as pack_payloads
@@ -46,6 +56,7 @@ from scaler.protocol.records import (
     SubmitTasks,
     TaskBatch,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
     WorkerStatus,
@@ -73,11 +84,14 @@ if _fast is not None:
         _fast.task_slots[name]
         for name in ("taskIds", "functionIds", "flags", "argCounts", "argRefs", "keywords", "payloadSizes")
     )
+    _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES = (
+        _fast.task_slots[name] for name in ("timeoutsMs", "retries", "priorities")
+    )
     _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS = (
         _fast.result_slots[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory")
     )
     # The fields the fast writers set, in the order they pass them: it must be slot order.
-    _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES)
+    _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES, _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES)
     _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES)
     if list(_T_WRITTEN) != sorted(_T_WRITTEN) or list(_R_WRITTEN) != sorted(_R_WRITTEN):
         _fast = None
@@ -93,6 +107,8 @@ _ERROR_CODE_NAMES = {
 }
 
 _Batch = TypeVar("_Batch", bound=TaskBatch)
+_LAST_STATUS = max(TaskStatus)
+_EMPTY3 = (b"", b"", b"")
 
 
 # ---------------------------------------------------------------------------------------------------- encoding
@@ -114,6 +130,14 @@ _templates: dict[tuple[int, ...], bytes] = {}  # message templates by kind and f
 _TEMPLATE_CACHE = 4096
 
 
+def clear_caches() -> None:
+    """Forget the message shapes learnt (templates and field spans, rebuilt on use): after a burst of many batch sizes
+    they pin tens of MiB of the interpreter's small-object arenas. For a shell giving memory back."""
+    _templates.clear()
+    if _fast is not None:
+        _fast.clear()
+
+
 def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...]) -> bytes:
     """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set)."""
     sizes: list[int | None] = [None] * pointer_count
@@ -127,7 +151,7 @@ def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: t
 
 def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
-    fields = (
+    fields: tuple[bytes, ...] = (
         pack_u64(m.task_ids),
         pack_u64(m.function_ids),
         bytes(m.flags),
@@ -136,7 +160,7 @@ def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
         pack_u64(sizes),
     )
     ids, functions, flags, counts, refs, sizes_column = fields
-    key = (
+    key: tuple[int, ...] = (
         _SUBMIT_KIND if type(m) is SubmitTasks else _DISPATCH_KIND,
         len(ids),
         len(functions),
@@ -145,9 +169,26 @@ def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
         len(refs),
         len(sizes_column),
     )
+    if m.timeouts_ms is None and m.retries is None and m.priorities is None:  # the common case
+        key += _NO_OPTIONS
+    else:
+        options = _option_columns(m)
+        key += tuple(-1 if column is None else len(column) for column in options)
+        fields += tuple(column for column in options if column is not None)
     template = _templates.get(key) or _template(fast, key, fast.task_pointers, _T_WRITTEN)
     frames.insert(0, template % fields)
     return frames
+
+
+_NO_OPTIONS = (-1, -1, -1)
+
+
+def _option_columns(m: TaskBatch) -> tuple[bytes | None, bytes | None, bytes | None]:
+    return (
+        None if m.timeouts_ms is None else pack_u32(m.timeouts_ms),
+        None if m.retries is None else bytes(m.retries),
+        None if m.priorities is None else pack_i32(m.priorities),
+    )
 
 
 def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
@@ -228,6 +269,13 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
     b.argRefs = pack_u64(m.arg_refs)
     if m.keywords:
         b.keywords = m.keywords
+    timeouts, retries, priorities = _option_columns(m)
+    if timeouts is not None:
+        b.timeoutsMs = timeouts
+    if retries is not None:
+        b.retries = retries
+    if priorities is not None:
+        b.priorities = priorities
     return _payload_frames(b, m.payloads)
 
 
@@ -309,6 +357,7 @@ _WORKER_STATUS_FIELDS = {
     "running": "running",
     "completed": "completed",
     "waiting": "waiting",
+    "held_back_ms": "heldBackMs",
 }
 _CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
 
@@ -332,6 +381,7 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
     "freeObjects": _enc_ids,
     "balanceRequest": _enc_ids,
     "balanceResponse": _enc_ids,
+    "tasksStarted": _enc_ids,
     "disconnect": _enc_reason,
     "shutdownRequest": _enc_reason,
     "shutdown": _enc_reason,
@@ -376,6 +426,7 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
                     None,
                     fields[_T_SIZES],
                     payloads,
+                    (fields[_T_TIMEOUTS], fields[_T_RETRIES], fields[_T_PRIORITIES]),
                 )
     try:
         with _schema.Message.from_bytes(
@@ -459,7 +510,10 @@ def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
 
 def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:
     keywords = list(b.keywords) if len(b.keywords) else None
-    return _task_batch(cls, b.taskIds, b.functionIds, b.flags, b.argCounts, b.argRefs, keywords, b.payloadSizes, p)
+    options = (b.timeoutsMs, b.retries, b.priorities)
+    return _task_batch(
+        cls, b.taskIds, b.functionIds, b.flags, b.argCounts, b.argRefs, keywords, b.payloadSizes, p, options
+    )
 
 
 def _task_batch(
@@ -472,7 +526,27 @@ def _task_batch(
     keywords: list[str] | None,
     sizes_column: bytes,
     frames: Sequence[Payload],
+    options: tuple[bytes, bytes, bytes],
 ) -> _Batch:
+    if any(options):
+        batch = _task_batch(
+            cls,
+            ids_column,
+            functions_column,
+            flags,
+            counts_column,
+            refs_column,
+            keywords,
+            sizes_column,
+            frames,
+            _EMPTY3,
+        )
+        n = len(batch.task_ids)
+        timeouts, retries, priorities = options
+        batch.timeouts_ms = unpack_u32(timeouts, n, "timeoutsMs") if timeouts else None
+        batch.retries = check_u8(bytes(retries), n, "retries") if retries else None
+        batch.priorities = unpack_i32(priorities, n, "priorities") if priorities else None
+        return batch
     if _LITTLE_ENDIAN:  # the columns as they are, checked after (the common, fast way)
         try:
             task_ids = memoryview(ids_column).cast("Q").tolist()
@@ -531,7 +605,7 @@ def _results(
             pass
         else:
             n = len(task_ids)
-            if len(statuses) == n and (not n or max(statuses) <= TaskStatus.FAILED):
+            if len(statuses) == n and (not n or max(statuses) <= _LAST_STATUS):
                 payloads = unpack_payloads(sizes, frames)
                 if len(payloads) == n:
                     return TaskResults(task_ids, bytes(statuses), payloads)
@@ -541,7 +615,7 @@ def _results(
     payloads = unpack_payloads(unpack_u64(sizes_column, None, "results.payloadSizes"), frames)
     if len(payloads) != n:
         raise ProtocolError(f"{n} results but {len(payloads)} payloads")
-    if n and max(statuses) > TaskStatus.FAILED:
+    if n and max(statuses) > _LAST_STATUS:
         raise ProtocolError("statuses: unknown status value")
     durations = unpack_u64(durations_column, n, "durationsUs") if len(durations_column) else None
     peaks = unpack_u64(peaks_column, n, "peakMemory") if len(peaks_column) else None
@@ -620,6 +694,7 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "freeObjects": _dec_ids(FreeObjects),
     "balanceRequest": _dec_ids(BalanceRequest),
     "balanceResponse": _dec_ids(BalanceResponse),
+    "tasksStarted": _dec_ids(TasksStarted),
     "disconnect": _dec_reason(Disconnect),
     "shutdownRequest": _dec_reason(ShutdownRequest),
     "shutdown": _dec_reason(Shutdown),

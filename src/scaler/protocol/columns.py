@@ -36,6 +36,29 @@ def pack_u16(values: Sequence[int]) -> bytes:
     return column.tobytes()
 
 
+def pack_u32(values: Sequence[int]) -> bytes:
+    return _pack("I", values)
+
+
+def pack_i32(values: Sequence[int]) -> bytes:
+    return _pack("i", values)
+
+
+def _pack(code: str, values: Sequence[int]) -> bytes:
+    column = array(code, values)
+    if not _LITTLE:
+        column.byteswap()
+    return column.tobytes()
+
+
+def unpack_u32(data: bytes, count: int | None = None, what: str = "column") -> list[int]:
+    return _unpack("I", 4, data, count, what)
+
+
+def unpack_i32(data: bytes, count: int | None = None, what: str = "column") -> list[int]:
+    return _unpack("i", 4, data, count, what)
+
+
 def unpack_u64(data: bytes, count: int | None = None, what: str = "column") -> list[int]:
     return _unpack("Q", 8, data, count, what)
 

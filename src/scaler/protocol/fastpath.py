@@ -54,6 +54,10 @@ class FastPath:
             self.layouts[kind] = (count, count << 48, struct.Struct("<" + "iI" * count))
         self._spans: dict[bytes, tuple[int, Callable[[bytes], tuple[bytes, ...]]]] = {}
 
+    def clear(self) -> None:
+        """Forget the shapes read so far (they are worked out again on use)."""
+        self._spans = {}
+
     # ------------------------------------------------------------------------------------------- writing
     def template(self, kind: int, pointer_count: int, sizes: list[int | None]) -> bytes:
         """The bytes %-format of a Message whose `kind` member is a struct of `pointer_count` pointers to Data

@@ -70,6 +70,8 @@ def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
     )
     if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[codec._T_KEYWORDS]:
         return None
+    if fields[codec._T_TIMEOUTS] or fields[codec._T_RETRIES] or fields[codec._T_PRIORITIES]:
+        return None  # task options: the scheduler's slow path reads them
     count = _U16_ONE.unpack(counts)[0]
     sizes = fields[codec._T_SIZES]
     if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:

@@ -33,6 +33,7 @@ ACCEPTED_BY_SCHEDULER = frozenset(
         "balanceResponse",
         "disconnect",
         "shutdownRequest",
+        "tasksStarted",
     }
 )
 ACCEPTED_BY_WORKER = frozenset(
@@ -70,6 +71,12 @@ class TaskStatus(enum.IntEnum):
     CANCELED = 2
     CRASHED = 3
     FAILED = 4
+    TIMED_OUT = 5
+    OVER_MEMORY = 6
+
+
+# A task that ended with one of these may run again if its submitter asked for retries (Client.options).
+RETRIABLE_STATUSES = frozenset({TaskStatus.ERROR, TaskStatus.TIMED_OUT, TaskStatus.OVER_MEMORY})
 
 
 class ErrorCode(enum.IntEnum):
@@ -138,6 +145,25 @@ class TaskBatch:
     arg_refs: list[int]
     keywords: list[str] | None
     payloads: list[Payload]
+    # Task options (Client.options), each a column over the tasks or None when every task has the default:
+    timeouts_ms: list[int] | None = None  # stop the task after this long running; 0: no limit
+    retries: bytes | None = None  # run a failed task again this many times
+    priorities: list[int] | None = None  # among one client's ready tasks, higher first
+
+    def options(self) -> list[TaskOptions] | None:
+        """Each task's options, or None when every task has the defaults. Equal options are one shared tuple."""
+        timeouts, retries, priorities = self.timeouts_ms, self.retries, self.priorities
+        if timeouts is None and retries is None and priorities is None:
+            return None
+        n = len(self.task_ids)
+        rows = zip(
+            timeouts if timeouts is not None else [0] * n,
+            retries if retries is not None else bytes(n),
+            priorities if priorities is not None else [0] * n,
+            strict=True,
+        )
+        shared: dict[TaskOptions, TaskOptions] = {}
+        return [shared.setdefault(row, row) for row in rows]
 
     def split(self) -> Iterator[SplitTask]:
         """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads).
@@ -162,6 +188,12 @@ class TaskBatch:
             yield task_id, function_ids[k], flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
             pay_pos += inline
 
+
+TaskOptions = tuple[int, int, int]  # (timeout in ms or 0, retries, priority)
+DEFAULT_OPTIONS: TaskOptions = (0, 0, 0)
+MAX_TIMEOUT_MS = 2**32 - 1
+MAX_RETRIES = 255
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 SplitTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None", tuple[Payload, ...]]
 _ZERO_LAYOUTS = [(0,) * n for n in range(64)]
@@ -208,6 +240,13 @@ class BalanceRequest(IdMessage):
 
 
 class BalanceResponse(IdMessage):
+    __slots__ = ()
+
+
+class TasksStarted(IdMessage):
+    """Worker -> scheduler: these tasks were handed to a processor and may have started. Only such tasks are
+    charged an attempt when their worker is lost."""
+
     __slots__ = ()
 
 
@@ -258,6 +297,7 @@ class WorkerStatus:
     running: int = 0
     completed: int = 0
     waiting: int = 0
+    held_back_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -304,6 +344,7 @@ Message = (
     | Shutdown
     | Error
     | Status
+    | TasksStarted
 )
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
@@ -326,6 +367,7 @@ MESSAGE_NAMES: dict[type, str] = {
     Shutdown: "shutdown",
     Error: "error",
     Status: "status",
+    TasksStarted: "tasksStarted",
 }
 
 

@@ -45,6 +45,8 @@ struct Message {
     shutdown @15 :Shutdown;           # scheduler -> client|worker: the scheduler is stopping; end the session
     error @16 :Error;                 # scheduler -> client|worker: a message was not accepted
     status @17 :Status;               # scheduler -> monitor subscribers (PUB socket), about once a second
+    tasksStarted @18 :IdList;         # worker -> scheduler: these tasks were handed to a processor and may have
+                                      # started (see "Attempts" in docs/protocol.md)
   }
 }
 
@@ -112,6 +114,12 @@ struct TaskBatch {
   argRefs @4 :Data;             # u64 column over all arguments: 0 = the next payload; else object/task id
   keywords @5 :List(Text);      # one per argument ("" = positional), or empty when every argument is positional
   payloadSizes @6 :Data;        # u64 column: the size of each payload (one per argument whose argRef is 0)
+  # Task options (Client.options). Each is a column over the tasks, or empty when every task has the default.
+  timeoutsMs @7 :Data;          # u32 column: stop the task after this long running (0 = no limit); the worker
+                                #   enforces it and reports status timedOut
+  retries @8 :Data;             # u8 column: run again this many times when the task fails (status error,
+                                #   timedOut or overMemory); the scheduler decides (submitTasks only)
+  priorities @9 :Data;          # i32 column: among one client's ready tasks, higher first (default 0)
 }
 
 struct ResultBatch {
@@ -130,6 +138,8 @@ enum TaskStatus {
   canceled @2;   # frame: empty
   crashed @3;    # worker -> scheduler only: the process running it died; the scheduler retries or fails it
   failed @4;     # frame: UTF-8 text saying why the system could not run it (lost too often, bad reference...)
+  timedOut @5;   # frame: UTF-8 text: it ran longer than its timeout; its processor was stopped
+  overMemory @6; # frame: UTF-8 text: its processor went over the worker's memory limit and was stopped
 }
 
 struct ObjectBatch {
@@ -208,6 +218,7 @@ struct WorkerStatus {
   running @11 :UInt32;
   completed @12 :UInt64;
   waiting @13 :UInt32;          # its tasks waiting on nested tasks (heartbeat.waitingTasks)
+  heldBackMs @14 :UInt32;       # it was lost repeatedly: no new tasks for this much longer (0: not held back)
 }
 
 struct ClientStatus {

@@ -40,6 +40,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.io.driver import Driver
+from scaler.io.memory import MemoryTrimmer, malloc_trim
 from scaler.io.processes import parse_address, pin_to_cpu
 from scaler.io.sockets import (
     bind_publisher,
@@ -51,6 +52,7 @@ from scaler.io.sockets import (
     small_to_bytes,
     socket_fd,
 )
+from scaler.protocol import codec
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
@@ -109,6 +111,7 @@ class SchedulerServer:
         self.publisher: zmq.Socket[Any] | None = None
         self.process = psutil.Process()
         self.driver: Driver[str] = Driver("Scheduler", clock)
+        self.trimmer = MemoryTrimmer(lambda: int(self.process.memory_info().rss), malloc_trim(), before=self._let_go)
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
@@ -384,6 +387,13 @@ class SchedulerServer:
             self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
         except zmq.Again:
             pass
+        # After a burst, give back what glibc keeps of it (payload frames): rate-limited, only once quiet.
+        self.trimmer.check(self.driver.clock(), status.rss_bytes, len(self.core.tasks) + len(self.core.objects))
+
+    def _let_go(self) -> None:
+        """Before a trim: the core's emptied tables and the codec's learnt message shapes."""
+        self.core.compact()
+        codec.clear_caches()
 
 
 def _bind(

@@ -32,6 +32,7 @@ from scaler.core.worker.agent import (
     KillIfRunning,
     KillProcessor,
     ProcessorExited,
+    SchedulerLink,
     Started,
     StartProcessor,
     Stop,
@@ -89,6 +90,7 @@ class WorkerAgent:
         self._stats_now = (0.0, 0, 0.0, 0)
         self._mp = multiprocessing.get_context("fork")
         self._burst = True  # whether more messages were waiting at the last look
+        self._watched: dict[int, psutil.Process] = {}  # processors whose memory is read, by number
 
     async def run(self) -> int:
         try:
@@ -99,7 +101,7 @@ class WorkerAgent:
     def _start(self) -> None:
         driver = self.driver
         self.scheduler = new_dealer(self.identity, self.ctx, self.keys)
-        self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker")
+        self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker", links=True)
         self.scheduler.connect(self.address)
         self.me.cpu_percent()
         driver.on_signals(self._on_signal)
@@ -110,12 +112,15 @@ class WorkerAgent:
         driver.every(TICK_SECONDS, "the tick", self._tick)
 
     def _close(self) -> None:
+        # Let Disconnect and the last results leave, within a session. Without one there is nothing to say (the
+        # scheduler sees the connection close), and messages for a scheduler not reached would hold the exit 2 s.
+        linger = 2000 if self.core.reachable() else 0
         if self.watch is not None and self.scheduler is not None:
             self.watch.close(self.scheduler)
         self._kill_all()
         if self.scheduler is not None:
-            self.scheduler.close(linger=2000)  # let Disconnect and the last results leave
-        self.ctx.destroy(linger=2000)
+            self.scheduler.close(linger=linger)
+        self.ctx.destroy(linger=linger)
 
     # ------------------------------------------------------------------------------------------- events
     def _on_signal(self, sig: int) -> None:
@@ -126,6 +131,12 @@ class WorkerAgent:
         failure = self.watch.failure() if self.watch is not None else None
         if failure is not None and not self.core.stopped:
             self._handle(FromScheduler(self.driver.clock(), Refused(failure, key_problem=True)))
+        links = self.watch.take_links() if self.watch is not None else []
+        if links and not self.core.stopped:  # the connection closed or was made again (see SchedulerLink)
+            now = self.driver.clock()
+            for made in links:
+                self.driver.guard("the scheduler link", self.core.feed, SchedulerLink(now, made))
+            self._execute(self._flush())
 
     def _on_scheduler_readable(self) -> None:
         sock = self.scheduler
@@ -174,7 +185,23 @@ class WorkerAgent:
             self._stats_now = self._stats()
             self._last_stats = now
         self._on_handshake()  # its FD may have fired before the loop watched it
-        self._handle(Tick(now, *self._stats_now))
+        memory = self._processor_memory() if self.config.memory_limit_bytes else ()
+        self._handle(Tick(now, *self._stats_now, processor_rss=memory))
+
+    def _processor_memory(self) -> tuple[tuple[int, int], ...]:
+        """(processor, RSS) of each live processor, read every tick when there is a memory limit (a /proc read)."""
+        samples = []
+        for processor, process in self.processes.items():
+            try:
+                watched = self._watched.get(processor)
+                if watched is None or watched.pid != process.pid:
+                    watched = self._watched[processor] = psutil.Process(process.pid)
+                samples.append((processor, watched.memory_info().rss))
+            except (psutil.Error, TypeError, ValueError):
+                continue
+        for processor in [p for p in self._watched if p not in self.processes]:
+            del self._watched[processor]
+        return tuple(samples)
 
     def _stats(self) -> tuple[float, int, float, int]:
         cpu, rss = self.me.cpu_percent(), self.me.memory_info().rss

@@ -1,4 +1,5 @@
-"""A cluster: N worker processes on this machine, started and stopped together (scaler_cluster)."""
+"""A cluster: N worker processes on this machine, started and stopped together (scaler_cluster). A worker that dies
+unexpectedly (killed by a signal, or a crash) is started again after a back-off; worker/supervision.py decides."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.processes import die_with_parent, hostname, setup_logging
 from scaler.security.keys import PeerKeys
 from scaler.worker.agent import run_worker
+from scaler.worker.supervision import RestartPolicy, Supervisor
 
 logger = logging.getLogger(__name__)
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_NewWorker = Callable[[int, int], multiprocessing.process.BaseProcess]  # (index, restarts so far) -> a worker to start
 
 
 def _worker_main(
@@ -27,7 +32,7 @@ def _worker_main(
     log_paths: tuple[str, ...],
     keys: PeerKeys | None,
 ) -> None:
-    # Forked with SIGINT/SIGTERM blocked (see run_cluster): drop the cluster's handlers first, then let a signal
+    # Forked with SIGINT/SIGTERM blocked (see _Shell.start_due): drop the cluster's handlers first, then let a signal
     # that is already pending act with its default action.
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
@@ -46,9 +51,10 @@ def run_cluster(
     log_level: str = "INFO",
     log_paths: tuple[str, ...] = ("/dev/stdout",),
     keys: PeerKeys | None = None,
+    restart: RestartPolicy | None = None,
 ) -> int:
-    """Start n_workers workers and wait for all of them to end. SIGINT/SIGTERM stop them gracefully. `keys`: the
-    worker keys for a scheduler that requires keys."""
+    """Start n_workers workers, restart those that die unexpectedly (RestartPolicy), and return once all of them
+    ended for good. SIGINT/SIGTERM stop them gracefully. `keys`: the worker keys for a scheduler that requires keys."""
     logger.info(
         "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s%s",
         n_workers,
@@ -57,55 +63,110 @@ def run_cluster(
         event_loop,
         f", worker key {keys.source}" if keys is not None else "",
     )
-    workers: list[multiprocessing.process.BaseProcess] = []
-    stopping = False
 
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(signum).name, len(workers))
-        _terminate(workers)
-
-    # Before the first fork: a signal that arrives while workers start must stop the ones already started.
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    context = multiprocessing.get_context("fork")
-    for index in range(n_workers):
-        if stopping:
-            break
-        worker_config = dataclasses.replace(config, name=f"{config.name}-{os.getpid()}-{index}")
-        process = context.Process(
+    def worker(index: int, restarts: int) -> multiprocessing.process.BaseProcess:
+        # A restarted worker has a name of its own: the scheduler may still hold the session of the one it replaces.
+        # A restarted worker keeps its name: the scheduler holds back a name lost again and again (crash loops).
+        name = f"{config.name}-{os.getpid()}-{index}"
+        worker_config = dataclasses.replace(config, name=name)
+        return multiprocessing.get_context("fork").Process(
             target=_worker_main,
             args=(address, worker_config, event_loop, log_level, log_paths, keys),
             name=f"scaler-worker-{index}",
         )
-        # A signal that reaches a child between fork() and Python's after-fork reset is dropped by CPython, so
-        # the child would never stop. Blocked around the fork, it stays pending in both processes instead: the
-        # cluster handles it once the worker is in `workers`, the worker once it unblocks in _worker_main.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+    shell = _Shell(Supervisor(n_workers, restart), worker)
+    try:
+        return shell.run()
+    finally:
+        shell.close()
+
+
+class _Shell:
+    """Forks, signals and waits for the Supervisor. SIGINT/SIGTERM handlers only note the signal and wake the wait
+    (a self-pipe); the loop then stops the workers, so a stop during a back-off neither waits for it nor starts one."""
+
+    def __init__(self, supervisor: Supervisor, worker: _NewWorker) -> None:
+        self.supervisor = supervisor
+        self.worker = worker
+        self.processes: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.signals: list[int] = []
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        # Before the first fork: a signal that arrives while workers start must stop the ones already started.
+        self.previous = {signum: signal.signal(signum, self.on_signal) for signum in _STOP_SIGNALS}
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
         try:
-            process.start()
-            workers.append(process)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        logger.info("Worker[%d] started (pid %d)", index, process.pid)
-    if stopping:  # a worker started after the signal was handled never heard of it
-        _terminate(workers)
-    remaining: dict[int, int] = {process.sentinel: index for index, process in enumerate(workers)}
-    while remaining:
-        for sentinel in multiprocessing.connection.wait(list(remaining)):
-            index = remaining.pop(int(sentinel))  # type: ignore[arg-type]
-            workers[index].join()
-            logger.info("Worker[%d] ended (exit code %s)", index, workers[index].exitcode)
-    failed = sum(1 for process in workers if process.exitcode not in (0, None))
-    if workers and failed == len(workers):
-        logger.error("ClusterProcess: every worker failed")
-        return 1
-    logger.info("ClusterProcess: all workers ended")
-    return 0
+            os.write(self.wake_write, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
 
+    def drain(self) -> None:
+        try:
+            while os.read(self.wake_read, 512):
+                pass
+        except BlockingIOError:
+            pass
 
-def _terminate(workers: list[multiprocessing.process.BaseProcess]) -> None:
-    for process in workers:
-        if process.is_alive() and process.pid is not None:
-            os.kill(process.pid, signal.SIGTERM)
+    def close(self) -> None:
+        for signum, handler in self.previous.items():  # None: one not set from Python, which cannot be put back
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        os.close(self.wake_read)
+        os.close(self.wake_write)
+
+    def run(self) -> int:
+        supervisor = self.supervisor
+        while True:
+            self.start_due()
+            self.stop_if_asked()
+            if supervisor.done():
+                break
+            self.wait(supervisor.wait_seconds(time.monotonic()))
+        code, level, text = supervisor.outcome()
+        logger.log(level, text)
+        return code
+
+    def stop_if_asked(self) -> None:
+        if not self.signals or self.supervisor.stopping:
+            return
+        pids = self.supervisor.stop()
+        logger.info("ClusterProcess: received %s, stopping %d workers", signal.Signals(self.signals[0]).name, len(pids))
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+
+    def start_due(self) -> None:
+        for index in self.supervisor.due(time.monotonic()):
+            if self.signals:  # stop forking: the loop stops the workers already started
+                return
+            process = self.worker(index, self.supervisor.slots[index].restarts)
+            # A signal that reaches a child between fork() and Python's after-fork reset is dropped by CPython, so
+            # the child would never stop. Blocked around the fork, it stays pending in both processes instead: the
+            # cluster handles it once the worker is known to the supervisor, the worker once it unblocks in
+            # _worker_main.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                process.start()
+                assert process.pid is not None
+                self.processes[index] = process
+                self.supervisor.started(index, process.pid, time.monotonic())
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            logger.info("Worker[%d] started (pid %d)", index, process.pid)
+
+    def wait(self, timeout: float | None) -> None:
+        """Until a worker ends, a signal arrives or `timeout` passes."""
+        sentinels = [process.sentinel for process in self.processes.values()]
+        ready = set(multiprocessing.connection.wait([*sentinels, self.wake_read], timeout))
+        if self.wake_read in ready:
+            self.drain()
+        self.stop_if_asked()  # first: a worker that Ctrl-C's SIGINT killed as it started was asked to stop
+        for index, process in list(self.processes.items()):
+            if process.sentinel in ready:
+                del self.processes[index]
+                process.join()
+                assert process.exitcode is not None
+                level, text = self.supervisor.ended(index, process.exitcode, time.monotonic())
+                logger.log(level, text)

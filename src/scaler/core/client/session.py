@@ -1,6 +1,7 @@
 """ClientCore: a client's session with the scheduler as a state machine. It opens the session, heartbeats,
-notices a scheduler that went silent, mints ids, and turns the user's requests into batched messages that keep
-their order. Which Python future a result belongs to is the shell's business.
+notices a scheduler that went silent or whose connection closed and did not come back, mints ids, and turns the
+user's requests into batched messages that keep their order. Which Python future a result belongs to is the shell's
+business.
 
 Pure: events in, commands out; no sockets, no clock, no threads.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from scaler.protocol.records import (
+    DEFAULT_OPTIONS,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
     CancelTasks,
@@ -31,9 +33,16 @@ from scaler.protocol.records import (
     Shutdown,
     ShutdownRequest,
     SubmitTasks,
+    TaskOptions,
     TaskResults,
     Welcome,
 )
+
+# How long the connection to the scheduler may stay closed before the session is given up. ZeroMQ reconnects on its
+# own (after 0.1 s, then backing off to 2 s between tries), so a connection reset towards a scheduler that is still
+# there is mended well within it; a scheduler that died is declared gone this long after its connection closed,
+# instead of after timeout_seconds of silence.
+RECONNECT_GRACE_SECONDS = 5.0
 
 # Requests per message. A million-node graph handed over at once is then 245 messages, not one: the scheduler reads
 # each in a few tens of milliseconds, and answers other peers, signals and ticks in between.
@@ -62,6 +71,7 @@ class NewTask(NamedTuple):
     arg_refs: tuple[int, ...]
     keywords: tuple[str, ...] | None
     payloads: tuple[Payload, ...]
+    options: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): Client.options
 
 
 class NewObject(NamedTuple):
@@ -118,10 +128,17 @@ ClientCommand = Send | Connected | Completed | Rejected | Closed
 
 
 class ClientCore:
-    def __init__(self, name: str, heartbeat_interval_seconds: float, timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        heartbeat_interval_seconds: float,
+        timeout_seconds: float,
+        reconnect_grace_seconds: float = RECONNECT_GRACE_SECONDS,
+    ) -> None:
         self.name = name
         self.heartbeat_interval = heartbeat_interval_seconds
         self.timeout = timeout_seconds
+        self.reconnect_grace = reconnect_grace_seconds
         self.state = SessionState.CONNECTING
         self.id_prefix = 0
         self.max_payload_bytes = 0  # the scheduler's limit per payload (0: it stated none)
@@ -129,6 +146,7 @@ class ClientCore:
         self._last_heard = 0.0
         self._last_heartbeat = 0.0
         self._counter = 0
+        self._closed_since: float | None = None  # when the connection closed, while it has not been made again
 
     # ------------------------------------------------------------------------------------------- events
     def start(self, now: float, hostname: str = "", pid: int = 0) -> list[ClientCommand]:
@@ -165,20 +183,52 @@ class ClientCore:
             return [Rejected(message.code, message.message, message.ids)]
         return []
 
+    def link_down(self, now: float) -> list[ClientCommand]:
+        """The connection to the scheduler closed (ZeroMQ tries to make it again by itself)."""
+        if self.state != SessionState.CLOSED and self._closed_since is None:
+            self._closed_since = now
+        return []
+
+    def link_up(self, now: float) -> list[ClientCommand]:
+        """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a
+        heartbeat goes at once: a scheduler that restarted there answers that it does not know this client."""
+        if self._closed_since is None:
+            return []
+        self._closed_since = None
+        if self.state != SessionState.CONNECTED:
+            return []
+        self._last_heartbeat = now
+        return [Send(Heartbeat())]
+
     def tick(self, now: float) -> list[ClientCommand]:
         if self.state == SessionState.CLOSED:
             return []
-        silent = now - self._last_heard
-        if silent > self.timeout:
-            if self.state == SessionState.CONNECTING:
-                text = f"no scheduler answered within {self.timeout:g}s (is it running at that address?)"
-            else:
-                text = f"the scheduler has not answered for {silent:.0f}s (timeout_seconds={self.timeout:g})"
-            return self._close(CloseKind.UNREACHABLE, text)
+        lost = self._connection_lost(now) or self._silence(now)
+        if lost is not None:
+            return self._close(CloseKind.UNREACHABLE, lost)
         if self.state == SessionState.CONNECTED and now - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = now
             return [Send(Heartbeat())]
         return []
+
+    def _connection_lost(self, now: float) -> str | None:
+        """Why the session is over, if its connection closed more than the grace period ago and was not made again.
+        Only for a session: a client still connecting waits timeout_seconds for a scheduler, as it was told to."""
+        closed_since = self._closed_since
+        if self.state != SessionState.CONNECTED or closed_since is None or now - closed_since <= self.reconnect_grace:
+            return None
+        return (
+            f"the connection to the scheduler closed and was not made again within {self.reconnect_grace:g}s: the "
+            "scheduler stopped, or cannot be reached"
+        )
+
+    def _silence(self, now: float) -> str | None:
+        silent = now - self._last_heard
+        if silent <= self.timeout:
+            return None
+        if self.state == SessionState.CONNECTING:
+            return f"no scheduler answered within {self.timeout:g}s (is it running at that address?)"
+        return f"the scheduler has not answered for {silent:.0f}s (timeout_seconds={self.timeout:g})"
 
     def disconnect(self, reason: str = "") -> list[ClientCommand]:
         if self.state == SessionState.CLOSED:
@@ -234,7 +284,7 @@ def _message_for(run: list[Request]) -> Message:
         keywords: list[str] | None = None
         if any(t.keywords for t in tasks):
             keywords = [kw for t in tasks for kw in (t.keywords or ("",) * len(t.arg_refs))]
-        return SubmitTasks(
+        message = SubmitTasks(
             [t.task_id for t in tasks],
             [t.function_id for t in tasks],
             bytes(t.flags for t in tasks),
@@ -243,6 +293,12 @@ def _message_for(run: list[Request]) -> Message:
             keywords,
             [p for t in tasks for p in t.payloads],
         )
+        if any(t.options != DEFAULT_OPTIONS for t in tasks):  # each option travels only if some task sets it
+            timeouts, retries, priorities = zip(*(t.options for t in tasks), strict=True)
+            message.timeouts_ms = list(timeouts) if any(timeouts) else None
+            message.retries = bytes(retries) if any(retries) else None
+            message.priorities = list(priorities) if any(priorities) else None
+        return message
     if isinstance(first, NewObject):
         objects = cast(list[NewObject], run)
         names = [o.name for o in objects] if any(o.name for o in objects) else None

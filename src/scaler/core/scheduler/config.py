@@ -17,6 +17,13 @@ class SchedulerConfig:
     client_timeout_seconds: float = 60.0
     # How many times a task may be re-run after the worker running it died, before it fails.
     max_task_retries: int = 3
+    # A worker lost this often (by name: scaler_cluster keeps a worker's name when it restarts it) within
+    # loss_window_seconds is held back: no new tasks for hold_back_seconds, doubling with each further loss up to
+    # max_hold_back_seconds.
+    losses_before_hold_back: int = 2
+    loss_window_seconds: float = 600.0
+    hold_back_seconds: float = 5.0
+    max_hold_back_seconds: float = 120.0
     # Least time between two balancing passes.
     balance_interval_seconds: float = 0.1
     # The most bytes one payload (a function, an argument, an object, a result) may have. Bigger ones are refused

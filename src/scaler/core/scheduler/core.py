@@ -40,6 +40,7 @@ from scaler.protocol.records import (
     MAX_ID_PREFIX,
     MESSAGE_NAMES,
     PROTOCOL_VERSION,
+    RETRIABLE_STATUSES,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -64,16 +65,15 @@ from scaler.protocol.records import (
     Status,
     SubmitTasks,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
     WorkerStatus,
 )
 
 _EMPTY = b""
-# A worker's agent runs its tasks in order, at most this many handed to one processor at a time: when a worker is
-# lost, only that many of its oldest tasks (plus one per extra processor) can have started.
-STARTED_AT_MOST = 64
-_ENDED_NAMES = ("success", "error", "canceled", "failed", "failed")  # by TaskStatus value (crashed ends failed)
+# by TaskStatus value (crashed ends failed; timed out and over memory are failures of the task, counted as failed)
+_ENDED_NAMES = ("success", "error", "canceled", "failed", "failed", "failed", "failed")
 # Id prefixes of ended sessions are reused only once this many are waiting: ids stay unique for a long while in
 # normal use, and a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
 REUSE_PREFIXES_FROM = 4096
@@ -85,7 +85,8 @@ class SchedulerCore:
         self.config = config or SchedulerConfig()
         self.tasks: dict[int, Task] = {}
         # Tasks ready to be placed, taken client by client in turns; may hold tasks that ended meanwhile (skipped).
-        self.ready: FairQueue[Task] = FairQueue(operator.attrgetter("client"))
+        # Within a client, higher priority first (Client.options(priority=...)).
+        self.ready: FairQueue[Task] = FairQueue(operator.attrgetter("client"), operator.attrgetter("priority"))
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
@@ -108,6 +109,10 @@ class SchedulerCore:
         self._balance_due = False
         self._last_balance = -math.inf
         self._stopped = False
+        # Workers lost repeatedly, by name: when they were lost (within the window), and until when they are held
+        # back (no new tasks). Pruned at every tick.
+        self._losses: dict[str, list[float]] = {}
+        self._held_until: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------- entry points
     def handle(self, event: Event) -> list[Command]:
@@ -206,6 +211,7 @@ class SchedulerCore:
             or task is None
             or task.state != TaskState.ASSIGNED
             or task.dependents
+            or task.options[1]  # it may be retried: the slow path decides
             or worker.key != (key.public if key is not None else None)
             or len(payload) > self.config.max_payload_bytes
         ):
@@ -297,6 +303,12 @@ class SchedulerCore:
                 self._on_results(worker, message)
             case Heartbeat():
                 self._on_worker_heartbeat(worker, message)
+            case TasksStarted():
+                assigned = worker.assigned
+                for task_id in message.ids:
+                    task = assigned.get(task_id)
+                    if task is not None:
+                        task.started = True
             case BalanceResponse():
                 self._on_balance_response(worker, message)
             case Disconnect():
@@ -412,8 +424,10 @@ class SchedulerCore:
             self._info("session", peer, f"{who} connected")
             timeout = self.config.client_timeout_seconds
         else:
-            self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now, prefix, public)
-            self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity})")
+            worker = self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now, prefix, public)
+            worker.held_until = self._held_until.get(name, 0.0)
+            held = f"; held back for {worker.held_until - self.now:.0f}s" if worker.held_until > self.now else ""
+            self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity}){held}")
             self._balance_due = True
             timeout = self.config.worker_timeout_seconds
         limit = self.config.max_payload_bytes
@@ -466,6 +480,8 @@ class SchedulerCore:
             self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
         if now - self._last_balance >= self.config.balance_interval_seconds:
             self._balance_due = True
+        if self._losses:
+            self._prune_losses()
         for line in self._limiter.summary(now):
             self._out.append(Log.warning(line))
 
@@ -498,15 +514,14 @@ class SchedulerCore:
             obj = self.objects.get(oid)
             if obj is not None:
                 obj.holders.discard(worker.identity)
-        # Only the oldest tasks it held can have started (its agent runs them in order, a window per processor):
-        # they count an attempt; the others never ran and go back untouched.
-        might_have_started = STARTED_AT_MOST + worker.heartbeat.processors if count_attempt else 0
+        # Only tasks its agent said it handed to a processor (tasksStarted) may have started: they count an
+        # attempt; the others never ran and go back untouched.
         requeued = []
-        for position, task in enumerate(tasks):
+        for task in tasks:
             task.worker = None
             if task.state == TaskState.CANCELING:
                 self._end(task, TaskStatus.CANCELED, _EMPTY)
-            elif position < might_have_started:
+            elif count_attempt and task.started:
                 if self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})"):
                     requeued.append(task)
             else:
@@ -519,6 +534,39 @@ class SchedulerCore:
             f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue",
         )
         self._balance_due = True
+        if count_attempt:
+            self._count_loss(worker.name)
+
+    def _count_loss(self, name: str) -> None:
+        """A worker of this name was lost (not a goodbye): once it happens often, hold the name back, longer each
+        time, so that a crash-looping worker does not keep taking tasks it will lose."""
+        config = self.config
+        losses = self._losses.setdefault(name, [])
+        losses.append(self.now)
+        recent = [t for t in losses if self.now - t <= config.loss_window_seconds]
+        self._losses[name] = recent
+        if len(recent) < config.losses_before_hold_back:
+            return
+        extra = len(recent) - config.losses_before_hold_back
+        hold = min(config.hold_back_seconds * 2 ** min(extra, 30), config.max_hold_back_seconds)
+        self._held_until[name] = self.now + hold
+        minutes = config.loss_window_seconds / 60
+        self._out.append(
+            Log.warning(
+                f"worker {name} was lost {len(recent)} times in {minutes:g} min: no new tasks for it for {hold:g}s "
+                "if it comes back (its tasks that had not started were not charged an attempt)"
+            )
+        )
+        for worker in self.workers.values():  # another session of the same name, already back
+            if worker.name == name:
+                worker.held_until = self._held_until[name]
+
+    def _prune_losses(self) -> None:
+        window, now = self.config.loss_window_seconds, self.now
+        for name in [n for n, times in self._losses.items() if now - times[-1] > window]:
+            del self._losses[name]
+        for name in [n for n, until in self._held_until.items() if until <= now]:
+            del self._held_until[name]
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
@@ -544,7 +592,8 @@ class SchedulerCore:
         shared_ids: dict[int, int] = {}
         limit = self.config.max_payload_bytes
         oversized = bool(batch.payloads) and max(map(len, batch.payloads)) > limit
-        for task_id, function_id, flags, refs, kws, pays in batch.split():
+        options = batch.options()
+        for k, (task_id, function_id, flags, refs, kws, pays) in enumerate(batch.split()):
             if oversized and any(len(p) > limit for p in pays):
                 too_large.append(task_id)
                 continue
@@ -558,6 +607,9 @@ class SchedulerCore:
                 continue
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
             task = Task(task_id, client, function_id, flags, refs, kws, pays)
+            if options is not None:
+                task.options = options[k]
+                task.priority = options[k][2]
             self.tasks[task_id] = task
             self.state_counts[TaskState.WAITING] += 1
             client.task_count += 1
@@ -635,6 +687,15 @@ class SchedulerCore:
                 reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
                 if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it"):
                     self.ready.appendleft(task)
+            elif task.failures < task.options[1] and status in RETRIABLE_STATUSES:
+                task.failures += 1
+                self._move(task, TaskEvent.REQUEUE)
+                self.ready.append(task)  # behind the client's other ready tasks of its priority, as a new run
+                what = TaskStatus(status).name.lower().replace("_", " ")
+                retry = f"retry {task.failures} of {task.options[1]}"
+                self._info(
+                    "retry", task.client.identity, f"task {task.task_id:#x} ended {what} on {worker.name}: {retry}"
+                )
             else:
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
@@ -799,13 +860,16 @@ class SchedulerCore:
     def _place(self) -> None:
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
+            if self.ready:  # only tasks that ended while queued, skipped lazily: let their arguments go
+                self.ready.clear()
             return
         if queued == 1:  # the common lone task
             worker = self._lone_task_worker()
             if worker is not None:
                 self._dispatch(worker, 1)
             return
-        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit]
+        now = self.now
+        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
         if not open_workers:
             return
         loads = [len(w.assigned) for w in open_workers]
@@ -817,7 +881,8 @@ class SchedulerCore:
     def _lone_task_worker(self) -> WorkerSession | None:
         """Where a single ready task goes: the least loaded worker with room, the first of them (as water_fill
         would choose); None if every worker is full."""
-        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit]
+        now = self.now
+        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
         return min(open_workers, key=_load) if open_workers else None
 
     def _dispatch(self, worker: WorkerSession, count: int) -> None:
@@ -830,6 +895,7 @@ class SchedulerCore:
         payloads: list[Payload] = []
         put_ids: list[int] = []
         put_payloads: list[Payload] = []
+        timeouts: list[int] | None = None
         ready, held, assigned = self.ready, worker.objects, worker.assigned
         popleft, left = ready.popleft, len(ready)
         while len(ids) < count and left:
@@ -851,6 +917,10 @@ class SchedulerCore:
                 keywords = [""] * len(arg_refs)
             if keywords is not None:
                 keywords.extend(task.keywords or ("",) * len(task.arg_refs))
+            if task.options[0] and timeouts is None:
+                timeouts = [0] * len(ids)
+            if timeouts is not None:
+                timeouts.append(task.options[0])
             ids.append(task.task_id)
             function_ids.append(task.function_id)
             flags.append(task.flags)
@@ -860,13 +930,13 @@ class SchedulerCore:
         if put_ids:
             self._send(worker.identity, PutObjects(put_ids, put_payloads))
         if ids:
-            message = DispatchTasks(ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads)
+            message = DispatchTasks(ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads, timeouts)
             self._send(worker.identity, message)
 
     def _balance(self) -> None:
         self._balance_due = False
         self._last_balance = self.now
-        workers = list(self.workers.values())
+        workers = [w for w in self.workers.values() if w.held_until <= self.now]
         plan = plan_balance([len(w.assigned) for w in workers], [w.balance_pending for w in workers])
         for index, count in plan.items():
             worker = workers[index]
@@ -896,6 +966,12 @@ class SchedulerCore:
             if results is not None:
                 self._send(client.identity, results)
 
+    def compact(self) -> None:
+        """Let go of room kept from a burst: a dict keeps its table when emptied (after 200,000 tasks, 10 MiB). For
+        the shell, when it gives memory back; changes no state."""
+        self.tasks = dict(self.tasks)
+        self.objects = dict(self.objects)
+
     # ------------------------------------------------------------------------------------------- queries
     def status(self) -> Status:
         """A snapshot for the monitor socket (the shell adds the process's own cpu and memory)."""
@@ -923,6 +999,7 @@ class SchedulerCore:
                 running=w.heartbeat.running,
                 completed=w.completed,
                 waiting=w.heartbeat.waiting_tasks,
+                held_back_ms=max(0, int((w.held_until - self.now) * 1000)),
             )
             for w in self.workers.values()
         ]
@@ -951,6 +1028,8 @@ class SchedulerCore:
         if task.state == TaskState.QUEUED:
             if not self.workers:
                 return f"task {task_id:#x} is queued: no worker is connected"
+            if all(w.held_until > self.now for w in self.workers.values()):
+                return f"task {task_id:#x} is queued: every worker is held back (lost repeatedly)"
             return f"task {task_id:#x} is queued: every worker's queue is full ({len(self.workers)} workers)"
         assert task.worker is not None
         verb = "is being cancelled on" if task.state == TaskState.CANCELING else "was sent to"
@@ -974,7 +1053,7 @@ class SchedulerCore:
                     and worker.assigned.get(task_id) is task
                 )
             else:
-                ok = worker is None and state != TaskState.ENDED
+                ok = worker is None and state != TaskState.ENDED and not task.started
                 ok = ok and (state != queued or id(task) in in_ready) and (state != waiting or task.waiting_on > 0)
             if not ok or task.task_id != task_id:
                 self._task_invariant(task_id, task, in_ready)
@@ -1000,6 +1079,7 @@ class SchedulerCore:
             _check(worker is not None and self.workers.get(worker.identity) is worker, "{!r} has no worker", task)
             _check(worker is not None and worker.assigned.get(task_id) is task, "{!r} not on its worker", task)
         _check(task.state in (TaskState.ASSIGNED, TaskState.CANCELING) or worker is None, "{!r} has a worker", task)
+        _check(task.state in (TaskState.ASSIGNED, TaskState.CANCELING) or not task.started, "{!r} started", task)
         _check(task.state != TaskState.QUEUED or id(task) in in_ready, "{!r} is not in the ready queue", task)
         _check(task.state != TaskState.WAITING or task.waiting_on > 0, "{!r} waits for nothing", task)
         raise InvariantError(f"{task!r} breaks an invariant")

@@ -84,6 +84,7 @@ class WorkerSession:
         "completed",
         "free_outbox",
         "heartbeat",
+        "held_until",
         "identity",
         "key",
         "last_seen",
@@ -109,6 +110,7 @@ class WorkerSession:
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)
+        self.held_until = 0.0  # lost repeatedly: no new tasks before this time
 
     @property
     def limit(self) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scaler.protocol.records import Payload
+from scaler.protocol.records import DEFAULT_OPTIONS, Payload, TaskOptions
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.sessions import ClientSession, WorkerSession
@@ -59,10 +59,14 @@ class Task:
         "attempts",
         "client",
         "dependents",
+        "failures",
         "flags",
         "function_id",
         "keywords",
+        "options",
         "payloads",
+        "priority",
+        "started",
         "state",
         "task_id",
         "waiting_on",
@@ -78,6 +82,7 @@ class Task:
         arg_refs: tuple[int, ...],
         keywords: tuple[str, ...] | None,
         payloads: tuple[Payload, ...],
+        options: TaskOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.task_id = task_id
         self.client = client
@@ -88,7 +93,11 @@ class Task:
         self.payloads = payloads
         self.state: int = TaskState.WAITING
         self.worker: WorkerSession | None = None
-        self.attempts = 0
+        self.attempts = 0  # runs charged because its worker was lost or crashed while it may have been running
+        self.failures = 0  # runs that failed (error, timed out, over memory) and were retried: options[1] at most
+        self.options = options  # (timeout in ms or 0, retries, priority), shared by the tasks that have the same
+        self.priority = options[2]
+        self.started = False  # its worker said it may have started it (tasksStarted); cleared when it leaves it
         self.waiting_on = 0
         self.dependents: list[Task] | None = None
 
@@ -97,6 +106,8 @@ class Task:
         if new is None:
             state, name = STATE_NAMES.get(self.state), EVENT_NAMES.get(event)
             raise InvariantError(f"task {self.task_id:#x}: no transition from {state} on {name}")
+        if new == TaskState.QUEUED:
+            self.started = False
         self.state = new
 
     def references(self) -> set[int]:
@@ -107,4 +118,5 @@ class Task:
 
     def __repr__(self) -> str:
         where = f" on {self.worker.name}" if self.worker is not None else ""
-        return f"<Task {self.task_id:#x} {STATE_NAMES.get(self.state)}{where} attempts={self.attempts}>"
+        started = " started" if self.started else ""
+        return f"<Task {self.task_id:#x} {STATE_NAMES.get(self.state)}{where}{started} attempts={self.attempts}>"

@@ -43,6 +43,7 @@ from scaler.protocol.records import (
     Refused,
     Shutdown,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
 )
@@ -62,6 +63,8 @@ class AgentConfig:
     # A processor is given about this much work (by recent run times) at once; between 1 and max_window tasks.
     window_seconds: float = 0.002
     max_window: int = 64
+    # A processor whose memory (RSS) goes over this is stopped, and the task it runs ends overMemory (0: no limit).
+    memory_limit_bytes: int = 0
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -98,6 +101,8 @@ class Tick:
     rss_bytes: int = 0
     processor_cpu_percent: float = 0.0
     processor_rss_bytes: int = 0
+    # (processor, its RSS in bytes) for each live processor, when the agent has a memory limit (else empty)
+    processor_rss: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,15 @@ class StopRequested:
     reason: str
 
 
-AgentEvent = Started | FromScheduler | FromProcessor | ProcessorExited | Tick | StopRequested
+@dataclass(frozen=True, slots=True)
+class SchedulerLink:
+    """The connection to the scheduler closed (up=False: its process died, or the network reset it) or is back."""
+
+    now: float
+    up: bool
+
+
+AgentEvent = Started | FromScheduler | FromProcessor | ProcessorExited | Tick | StopRequested | SchedulerLink
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -152,6 +165,9 @@ AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Kill
 QUEUED, IN_PROCESSOR, GONE = TaskState.QUEUED, TaskState.IN_PROCESSOR, TaskState.GONE
 STARTING, READY, BLOCKED = ProcessorState.STARTING, ProcessorState.READY, ProcessorState.BLOCKED
 HELLO_RETRY_SECONDS = 10.0  # say hello again if no welcome came for this long (a second hello ends the first)
+# The connection to the scheduler closed and did not come back within this long: its session is gone (a scheduler
+# that restarts on the same address knows nothing of it either). Stop its work, and say hello until one answers.
+LINK_GRACE_SECONDS = 2.0
 DEATHS_WITHOUT_PROGRESS = 3  # a processor dying this often outside any task: blame the task it was given first
 
 
@@ -194,6 +210,10 @@ class AgentCore:
         self._results_durations: list[int] = []
         self._results_peaks: list[int] = []
         self._results_profiled = False
+        self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
+        self._link_down_since: float | None = None  # when the connection to the scheduler closed, while it is
+        self._peer_timeout = 0.0  # the scheduler declares us lost after this much silence (its welcome says)
+        self._now = 0.0  # the time of the latest event: when a timed task handed to a processor now started
 
     # ------------------------------------------------------------------------------------------- entry points
     def handle(self, event: AgentEvent) -> list[AgentCommand]:
@@ -203,6 +223,7 @@ class AgentCore:
     def feed(self, event: AgentEvent) -> None:
         if self.stopped:
             return
+        self._now = event.now
         match event:
             case FromProcessor():
                 self._on_processor(event.processor, event.message)
@@ -220,12 +241,18 @@ class AgentCore:
             case StopRequested():
                 self._out.append(ToScheduler(Disconnect(event.reason)))
                 self._stop(event.reason)
+            case SchedulerLink():
+                self._link_down_since = None if event.up else (self._link_down_since or event.now)
             case _:
                 unreachable(event)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
             self._feed_processor()
+        if self._started:
+            # The scheduler charges an attempt only to tasks that may have started, should this worker be lost.
+            self._out.append(ToScheduler(TasksStarted(self._started)))
+            self._started = []
         if self._results_ids:
             durations = self._results_durations if self._results_profiled else None
             peaks = self._results_peaks if self._results_profiled else None
@@ -268,6 +295,7 @@ class AgentCore:
             case Welcome():
                 self._on_welcome(message)
             case Shutdown():
+                self.connected = False  # it is going: nothing more for it (the shell does not wait to send)
                 self._stop(f"the scheduler is shutting down ({message.reason})")
             case Refused():
                 self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
@@ -284,6 +312,7 @@ class AgentCore:
     def _on_welcome(self, message: Welcome) -> None:
         self._forget_session()
         self.connected = True
+        self._peer_timeout = message.peer_timeout_ms / 1000
         self.max_payload_bytes = message.max_payload_bytes
         if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
             self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
@@ -334,10 +363,11 @@ class AgentCore:
         self._out.append(ToScheduler(self._hello()))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
-        for task_id, function_id, flags, refs, kws, payloads in batch.split():
+        timeouts = batch.timeouts_ms
+        for k, (task_id, function_id, flags, refs, kws, payloads) in enumerate(batch.split()):
             if task_id in self.tasks:
                 continue  # a duplicate dispatch: the scheduler already gave us this one
-            task = AgentTask(task_id, function_id, flags, refs, kws, payloads)
+            task = AgentTask(task_id, function_id, flags, refs, kws, payloads, timeouts[k] if timeouts else 0)
             self.tasks[task_id] = task
             self.queue.append(task)
             self.queued += 1
@@ -388,6 +418,8 @@ class AgentCore:
         given_back = []
         for task_id in removed:
             task = slot.window.pop(task_id, None)
+            if task_id == slot.timed:
+                slot.timed = 0
             if task is None or task.state == GONE:
                 continue
             if task_id in self._canceling:
@@ -463,6 +495,26 @@ class AgentCore:
         if silent > self.config.scheduler_timeout_seconds:
             self._stop(f"the scheduler has been silent for {silent:.0f}s", exit_code=1)
             return
+        lost = self._session_lost(now)
+        if lost:
+            self.connected = False
+            self._out.append(
+                Log.warning(f"{lost}: its session is gone; stopping its work and saying hello until one answers")
+            )
+            self._forget_session()
+            self._send_hello(now)
+        for slot in [s for s in self.processors.values() if s.timed and now >= s.window[s.timed].deadline]:
+            task = slot.window[slot.timed]
+            text = (
+                f"task {task.task_id:#x} ran longer than its timeout of {task.timeout_ms / 1000:g}s; its processor "
+                "was stopped"
+            )
+            self._replace(slot, [task], TaskStatus.TIMED_OUT, text)
+        memory_limit = self.config.memory_limit_bytes
+        for processor, rss in tick.processor_rss:
+            over = self.processors.get(processor) if memory_limit and rss > memory_limit else None
+            if over is not None:
+                self._over_memory(over, rss)
         waiting = self._waiting_tasks()
         # The scheduler leaves room for waiting tasks on top of our queue capacity: once we hold half of it, tell it
         # at the next tick when their number changes, not at the next heartbeat.
@@ -490,6 +542,22 @@ class AgentCore:
             self._out.append(ToScheduler(heartbeat))
             self._echo_awaited = True
 
+    def reachable(self) -> bool:
+        """In a session whose connection is up: worth waiting a moment, when stopping, for the last messages to go."""
+        return self.connected and self._link_down_since is None
+
+    def _session_lost(self, now: float) -> str:
+        """Why the scheduler's session is surely gone (then nothing we run for it can be delivered), or ""."""
+        if not self.connected:
+            return ""
+        down = self._link_down_since
+        if down is not None and now - down > LINK_GRACE_SECONDS:
+            return f"the connection to the scheduler closed {now - down:.0f}s ago"
+        silent = now - self._last_heard
+        if self._peer_timeout and silent > self._peer_timeout:
+            return f"the scheduler has been silent for {silent:.0f}s, past its {self._peer_timeout:g}s worker timeout"
+        return ""
+
     def _waiting_tasks(self) -> int:
         return sum(len(slot.waiting) for slot in self.processors.values() if slot.state == BLOCKED)
 
@@ -505,6 +573,41 @@ class AgentCore:
             self._leave(task)
         self._out.append(Stop(reason, exit_code))
         self.stopped = True
+
+    def _over_memory(self, slot: ProcessorSlot, rss: int) -> None:
+        """The processor uses more memory than allowed: its running task (if blocked, the tasks waiting in it) ends
+        overMemory; an idle one is only replaced (memory kept from earlier tasks or objects)."""
+        limit = self.config.memory_limit_bytes
+        used = f"{_size(rss)}, over the worker's memory limit of {_size(limit)} (scaler_cluster --memory-limit)"
+        if slot.state == BLOCKED:
+            running = [task for task in slot.window.values() if task.task_id in slot.waiting]
+        else:
+            running = [next(iter(slot.window.values()))] if slot.window else []
+        ids = ", ".join(f"{task.task_id:#x}" for task in running)
+        text = f"the processor running task {ids} used {used}; it was stopped" if running else ""
+        if not running:
+            self._out.append(Log.warning(f"processor {slot.processor} used {used} between tasks; replacing it"))
+        self._replace(slot, running, TaskStatus.OVER_MEMORY, text)
+
+    def _replace(self, slot: ProcessorSlot, ended: list[AgentTask], status: TaskStatus, text: str) -> None:
+        """Stop a processor now: the `ended` tasks end with `status` and `text`, the rest of its window runs again
+        (elsewhere), and a new processor starts if no other one can take work."""
+        del self.processors[slot.processor]
+        if self.active == slot.processor:
+            self.active = None
+        self._out.append(KillProcessor(slot.processor))
+        again = []
+        for task in slot.window.values():
+            if task.state == GONE:
+                continue
+            if task in ended and task.task_id not in self._canceling:
+                self._out.append(Log.warning(text))
+                self._end(task, status, text.encode())
+            else:
+                again.append(task)
+        self._requeue(again)
+        if not any(other.state != BLOCKED for other in self.processors.values()):
+            self._start_processor()
 
     # ------------------------------------------------------------------------------------------- processors
     def _start_processor(self) -> int:
@@ -537,6 +640,8 @@ class AgentCore:
             task = slot.window.pop(task_id, None)
             if task is None:
                 continue
+            if task_id == slot.timed:
+                slot.timed = 0
             duration = message.durations_us[k]
             self.mean_duration_us += (duration - self.mean_duration_us) * 0.2
             self.completed += 1
@@ -640,8 +745,8 @@ class AgentCore:
         if not self.queued:
             return
         slot = self._pick_active()
-        if slot is None or slot.state == STARTING:
-            return
+        if slot is None or slot.state == STARTING or slot.timed:
+            return  # a timed task runs alone: its processor takes nothing more until it ends
         help_epoch = slot.epoch if slot.state == BLOCKED else 0  # see _pick_helper
         room = self._window_size() - len(slot.window) + (len(slot.waiting) if help_epoch else 0)
         if room <= 0:
@@ -655,6 +760,9 @@ class AgentCore:
             task = queue.popleft()
             if task.state != QUEUED:
                 continue
+            if task.timeout_ms and (tasks or not all(task_id in slot.waiting for task_id in slot.window)):
+                queue.appendleft(task)  # it waits for a processor with nothing else to run
+                break
             missing = self._send_objects(slot, task, object_ids, object_payloads)
             self.queued -= 1
             if missing is not None:
@@ -666,9 +774,14 @@ class AgentCore:
             tasks.append((task.task_id, task.function_id, task.flags, task.arg_refs, task.keywords))
             payloads.extend(task.payloads)
             room -= 1
+            if task.timeout_ms:  # alone in the window (but for tasks waiting below it): it starts now
+                task.deadline = self._now + task.timeout_ms / 1000
+                slot.timed = task.task_id
+                room = 0
         if tasks or object_ids:
             message = pm.RunTasks(object_ids, tasks, object_payloads + payloads, help_epoch)
             self._out.append(ToProcessor(slot.processor, message))
+            self._started.extend(task[0] for task in tasks)
 
     def _send_objects(
         self, slot: ProcessorSlot, task: AgentTask, ids: list[int], payloads: list[Payload]
@@ -692,6 +805,8 @@ class AgentCore:
         held: dict[int, AgentTask] = {task.task_id: task for task in queued}
         for slot in self.processors.values():
             _check(slot.state != STARTING or not slot.window, "{!r} is starting and holds tasks", slot)
+            timed = slot.window.get(slot.timed) if slot.timed else None
+            _check(not slot.timed or (timed is not None and timed.timeout_ms > 0), "{!r}: timed task gone", slot)
             number = slot.processor
             for task_id, task in slot.window.items():
                 if task.state == GONE and task.task_id == task_id:
@@ -737,6 +852,14 @@ class AgentCore:
         self._results_peaks.append(peak)
         if task.flags & FLAG_PROFILING:
             self._results_profiled = True
+
+
+def _size(count: int) -> str:
+    """Bytes in words: 1.5 GiB, 300 MiB, 12 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.3g} {unit}"
+    return f"{count} bytes"
 
 
 def _check(condition: bool, text: str, *values: object) -> None:

@@ -33,7 +33,18 @@ TASK_TRANSITIONS: dict[tuple[TaskState, TaskStep], TaskState] = {
 
 
 class AgentTask:
-    __slots__ = ("arg_refs", "flags", "function_id", "keywords", "payloads", "processor", "state", "task_id")
+    __slots__ = (
+        "arg_refs",
+        "deadline",
+        "flags",
+        "function_id",
+        "keywords",
+        "payloads",
+        "processor",
+        "state",
+        "task_id",
+        "timeout_ms",
+    )
 
     def __init__(
         self,
@@ -43,6 +54,7 @@ class AgentTask:
         arg_refs: tuple[int, ...],
         keywords: tuple[str, ...] | None,
         payloads: tuple[Payload, ...],
+        timeout_ms: int = 0,
     ) -> None:
         self.task_id = task_id
         self.function_id = function_id
@@ -52,6 +64,8 @@ class AgentTask:
         self.payloads = payloads
         self.state = TaskState.QUEUED
         self.processor = -1  # the processor it was given to, while IN_PROCESSOR
+        self.timeout_ms = timeout_ms  # 0: none. A timed task runs alone in its processor's window (see AgentCore)
+        self.deadline = 0.0  # while IN_PROCESSOR with a timeout: when its processor is stopped
 
     def move(self, step: TaskStep) -> None:
         after = TASK_TRANSITIONS.get((self.state, step))
@@ -84,7 +98,7 @@ PROCESSOR_TRANSITIONS: dict[tuple[ProcessorState, ProcessorStep], ProcessorState
 
 
 class ProcessorSlot:
-    __slots__ = ("epoch", "objects", "processor", "state", "waiting", "window")
+    __slots__ = ("epoch", "objects", "processor", "state", "timed", "waiting", "window")
 
     def __init__(self, processor: int) -> None:
         self.processor = processor
@@ -93,6 +107,7 @@ class ProcessorSlot:
         self.objects: set[int] = set()
         self.epoch = 0  # the number of its latest Blocked
         self.waiting: set[int] = set()  # while BLOCKED: its started tasks, all waiting on nested tasks
+        self.timed = 0  # the task with a timeout in its window (it is given nothing else meanwhile), or 0
 
     def move(self, step: ProcessorStep) -> None:
         after = PROCESSOR_TRANSITIONS.get((self.state, step))

@@ -1,0 +1,114 @@
+"""Task options (timeout, retries, priority) and the view of a client that submits with them: client.options().
+
+The options travel with each task (docs/protocol.md, "Task options"): the worker enforces the timeout, the scheduler
+decides retries and keeps priorities. They never touch the function's own keyword arguments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scaler.protocol.records import MAX_RETRIES, MAX_TIMEOUT_MS, PRIORITY_RANGE, TaskOptions
+
+if TYPE_CHECKING:
+    from scaler.client.client import Client
+    from scaler.client.future import ScalerFuture
+
+_KEEP: Any = object()  # an option not given: it stays as it was
+
+# Keywords Dask's submit takes for itself; passed to Scaler's submit, they would reach the function.
+_DASK_KEYWORDS = frozenset({"retries", "priority", "key", "pure", "workers", "resources", "allow_other_workers"})
+
+
+def check_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) -> TaskOptions:
+    """`base` with the options given (not _KEEP) checked and applied; a clear error for a bad one."""
+    timeout_ms, retry_count, level = base
+    if timeout is not _KEEP:
+        if timeout is None:
+            timeout_ms = 0
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None (no limit), not {timeout!r}")
+        elif math.ceil(timeout * 1000) > MAX_TIMEOUT_MS:
+            raise ValueError(f"timeout must be at most {MAX_TIMEOUT_MS // 1000:,} seconds, not {timeout!r}")
+        else:
+            timeout_ms = max(1, math.ceil(timeout * 1000))
+    if retries is not _KEEP:
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be a whole number from 0 to {MAX_RETRIES}, not {retries!r}")
+        retry_count = retries
+    if priority is not _KEEP:
+        low, high = PRIORITY_RANGE
+        if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
+            raise ValueError(f"priority must be a whole number from {low} to {high}, not {priority!r}")
+        level = priority
+    return timeout_ms, retry_count, level
+
+
+def merge_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) -> TaskOptions:
+    return check_options(base, timeout, retries, priority)
+
+
+def describe(options: TaskOptions) -> str:
+    timeout_ms, retries, priority = options
+    timeout = f"{timeout_ms / 1000:g}s" if timeout_ms else "None"
+    return f"timeout={timeout} retries={retries} priority={priority}"
+
+
+def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Raise a clear TypeError for Dask's submit keywords (retries=, priority=, ...) that `fn` does not take: they
+    would reach the function on the worker and fail there, confusingly."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read (a builtin): let it run as written
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = sorted(name for name in kwargs.keys() & _DASK_KEYWORDS if name not in parameters)
+    if unknown:
+        given = ", ".join(f"{name}={kwargs[name]!r}" for name in unknown)
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError(
+            f"{name}() does not take {', '.join(unknown)}: Scaler passes every keyword of submit() to the function. "
+            f"Task options go through client.options(): client.options({given}).submit(...) "
+            "(options: timeout, retries, priority)"
+        )
+
+
+class ClientOptions:
+    """A client that submits with these task options: submit, map, get and submit_graph as on Client; anything
+    else is the client's own (send_object, disconnect, ...). Made by Client.options()."""
+
+    def __init__(self, client: Client, options: TaskOptions) -> None:
+        self._client = client
+        self._options = options
+
+    def options(self, *, timeout: Any = _KEEP, retries: Any = _KEEP, priority: Any = _KEEP) -> ClientOptions:
+        """These options with the ones given changed (see Client.options)."""
+        return ClientOptions(self._client, merge_options(self._options, timeout, retries, priority))
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
+        return self._client._submit(self._options, fn, args, kwargs)
+
+    def map(
+        self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], *, timeout: float | None = None
+    ) -> list[Any]:
+        return self._client._map(self._options, fn, iterable, timeout)
+
+    def get(
+        self, graph: dict[Hashable, Any], keys: list[Hashable], *, timeout: float | None = None
+    ) -> dict[Hashable, Any]:
+        return self._client._get(self._options, graph, keys, timeout)
+
+    def submit_graph(
+        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None = None
+    ) -> list[ScalerFuture]:
+        return self._client._submit_graph(self._options, graph, keys, profiling)[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def __repr__(self) -> str:
+        return f"<Client {self._client.address} with {describe(self._options)}>"
