@@ -78,7 +78,8 @@ def test_lone_dispatches_reach_the_processor_and_their_results_come_back() -> No
             task_id = (7 << 40) | (10 + k)
             argument = DEFAULT_SERIALIZER.serialize(x)
             scheduler.send(DispatchTasks([task_id], [F], b"\x00", [1], [0], None, [argument]))
-            assert scheduler.receive() == TasksStarted([task_id])  # handed to the processor: it may have started
+            if k == 0:  # run times unknown: it says at once that the task may have started (later ones end fast)
+                assert scheduler.receive() == TasksStarted([task_id])
             result = scheduler.receive()
             assert isinstance(result, TaskResults)
             assert result.task_ids == [task_id] and result.statuses == bytes([TaskStatus.SUCCESS])

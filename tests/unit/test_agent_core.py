@@ -70,11 +70,17 @@ class Agent:
     def __init__(self, config: AgentConfig = CONFIG) -> None:
         self.core = AgentCore(config)
         self.now = 0.0
+        self.unreported: set[int] = set()  # handed to processors, not yet in a tasksStarted
+        self.told: list[TasksStarted] = []  # every tasksStarted sent
 
     def __call__(self, event: AgentEvent) -> list[AgentCommand]:
         commands = self.core.handle(event)
         check(self.core)
-        return without_started(commands)
+        self.unreported &= self.core.tasks.keys()  # a task that left needs no notice
+        self.told.extend(
+            c.message for c in commands if isinstance(c, ToScheduler) and isinstance(c.message, TasksStarted)
+        )
+        return without_started(commands, self.unreported)
 
     def sched(self, message: object) -> list[AgentCommand]:
         return self(FromScheduler(self.now, message))  # type: ignore[arg-type]
@@ -87,23 +93,25 @@ class Agent:
         return self.proc(processor, pm.Results(list(task_ids), bytes([status] * n), [100] * n, [0] * n, [b"r"] * n))
 
 
-def without_started(commands: list[AgentCommand]) -> list[AgentCommand]:
-    """The commands without the tasksStarted message, after checking it names exactly the tasks that these
-    commands handed to processors, and comes after them (the scheduler charges attempts by it)."""
+def without_started(commands: list[AgentCommand], unreported: set[int]) -> list[AgentCommand]:
+    """The commands without the tasksStarted messages, after checking them: each names tasks handed to processors
+    (by these commands or earlier ones) and not yet named, and comes after this flush's hand-overs. `unreported`: the
+    tasks handed and not yet named, kept up to date."""
     handed = [
         task[0]
         for c in commands
         if isinstance(c, ToProcessor) and isinstance(c.message, pm.RunTasks)
         for task in c.message.tasks
     ]
+    unreported.update(handed)
     started = [c for c in commands if isinstance(c, ToScheduler) and isinstance(c.message, TasksStarted)]
-    if handed:
-        [told] = started
-        assert told.message.ids == handed  # type: ignore[union-attr]
-        last_run = max(k for k, c in enumerate(commands) if isinstance(c, ToProcessor))
-        assert commands.index(told) > last_run
-    else:
-        assert started == []
+    assert len(started) <= 1
+    for told in started:
+        ids = told.message.ids  # type: ignore[union-attr]
+        assert set(ids) <= unreported and len(set(ids)) == len(ids), (ids, unreported)
+        unreported.difference_update(ids)
+        runs = [k for k, c in enumerate(commands) if isinstance(c, ToProcessor)]
+        assert not runs or commands.index(told) > max(runs)
     return [c for c in commands if c not in started]
 
 
@@ -168,7 +176,10 @@ def test_short_tasks_widen_the_window_and_results_are_coalesced() -> None:
     a = warmed(6)  # t(1) took 100 us: t(2)..t(6) went at once
     a.core.feed(FromProcessor(0.0, 0, pm.Results([t(2)], bytes([0]), [100], [0], [b"r2"])))
     a.core.feed(FromProcessor(0.0, 0, pm.Results([t(3)], bytes([1]), [100], [0], [b"e3"])))
-    assert a.core.flush() == [ToScheduler(TaskResults([t(2), t(3)], bytes([0, 1]), [b"r2", b"e3"]))]
+    assert a.core.flush() == [
+        ToScheduler(TasksStarted([t(4), t(5), t(6)])),  # the window's late notice: those still running
+        ToScheduler(TaskResults([t(2), t(3)], bytes([0, 1]), [b"r2", b"e3"])),
+    ]
     assert a.core.completed == 3
 
 
@@ -772,3 +783,31 @@ def test_a_scheduler_silent_past_its_worker_timeout_ends_the_session() -> None:
     commands = a(Tick(3.1))
     assert "the scheduler has been silent for 3s, past its 3s worker timeout" in commands[0].text  # type: ignore[union-attr]
     assert commands[-1] == ToScheduler(HELLO) and not a.core.connected
+
+
+# ----------------------------------------------------------------------------------------------- tasksStarted
+def test_a_new_agent_says_at_once_which_tasks_it_handed_to_a_processor() -> None:
+    a = with_tasks(2)  # run times unknown: t(1) went alone to processor 0
+    assert a.told == [TasksStarted([t(1)])]
+
+
+def test_an_agent_of_fast_tasks_says_it_one_flush_late_and_only_of_tasks_still_running() -> None:
+    a = warmed(4)  # t(1) ran in 100 us; t(2)..t(4) went to processor 0 in one window
+    assert a.told == [TasksStarted([t(1)])]  # t(1), at once; the window's notice waits for the next flush
+    a.done(0, t(2), t(3))  # their results say more: only t(4) is still running
+    assert a.told[-1] == TasksStarted([t(4)])
+    assert a.unreported == set()
+
+
+def test_a_late_notice_goes_out_at_the_next_tick_if_nothing_else_happens() -> None:
+    a = warmed(3)
+    assert a.unreported == {t(2), t(3)}
+    a(Tick(0.1))
+    assert a.told[-1] == TasksStarted([t(2), t(3)]) and a.unreported == set()
+
+
+def test_slow_tasks_are_told_at_once() -> None:
+    a = with_tasks(3)
+    slow = pm.Results([t(1)], bytes([0]), [5000], [0], [b"r"])  # 5 ms: above EAGER_NOTICE_ABOVE_US
+    a.proc(0, slow)
+    assert a.told[-1] == TasksStarted([t(2), t(3)]) and a.unreported == set()  # a window of 2 ms: 2 tasks
