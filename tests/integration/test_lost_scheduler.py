@@ -58,3 +58,19 @@ def test_a_worker_whose_scheduler_is_killed_stops_its_tasks_and_rejoins_a_new_sc
         first.shutdown()
         if second is not None:
             second.shutdown()
+
+
+def test_workers_whose_scheduler_died_stop_at_once() -> None:
+    """They do not wait 2 s for their goodbye to reach a scheduler that is gone (their connection is down)."""
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=2, **QUIET)
+    try:
+        with Client(combo.address) as client:
+            assert client.map(pow, [(2, 3), (3, 2)]) == [8, 9]  # both workers are in their sessions
+        combo._scheduler.kill()
+        combo._scheduler.join(10)
+        time.sleep(0.5)  # the workers see their connection close
+        started = time.monotonic()
+        combo.shutdown()
+        assert time.monotonic() - started < 1.0
+    finally:
+        combo.shutdown()
