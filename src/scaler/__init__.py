@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from scaler.client.client import Client
     from scaler.client.future import ProfilingInfo, ScalerFuture
     from scaler.client.object_reference import ObjectReference
+    from scaler.client.progress import progress
     from scaler.cluster.combo import SchedulerClusterCombo
     from scaler.serializer import Serializer
 
@@ -26,6 +27,7 @@ _WHERE = {
     "ScalerFuture": "scaler.client.future",
     "SchedulerClusterCombo": "scaler.cluster.combo",
     "Serializer": "scaler.serializer",
+    "progress": "scaler.client.progress",
 }
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "SchedulerClusterCombo",
     "Serializer",
     "__version__",
+    "progress",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scaler.client.graph import GraphCycleError
 from scaler.payloads import RemoteError
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.records import Payload, TaskStatus
@@ -11,8 +12,9 @@ class ScalerError(Exception):
     """Base of the errors raised by Scaler itself (not by your tasks)."""
 
 
-class ConnectionFailedError(ScalerError, ConnectionError):
-    """The scheduler could not be reached, refused the connection, or stopped answering."""
+class ConnectionFailedError(ScalerError, ConnectionError, TimeoutError):
+    """The scheduler could not be reached, refused the connection, or stopped answering. Also a TimeoutError: what
+    scaler 1.9 raised for a scheduler that could not be reached or went silent."""
 
 
 class AuthenticationError(ConnectionFailedError):
@@ -24,8 +26,9 @@ class ClientClosedError(ScalerError, RuntimeError):
     """The client was disconnected (or shut down) and cannot be used any more."""
 
 
-class ProtectedModeError(ScalerError, PermissionError):
-    """client.shutdown() was refused: the scheduler runs in protected mode."""
+class ProtectedModeError(ScalerError, PermissionError, ValueError):
+    """client.shutdown() was refused: the scheduler runs in protected mode. Also a ValueError: what scaler 1.9
+    raised."""
 
 
 class KeysError(ScalerError, ValueError):
@@ -66,6 +69,7 @@ __all__ = [
     "AuthenticationError",
     "ClientClosedError",
     "ConnectionFailedError",
+    "GraphCycleError",
     "KeysError",
     "PayloadTooLargeError",
     "ProtectedModeError",

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import scaler
 from scaler import Client
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
 from tests.helpers import free_address, free_port, session_members, wait_until
@@ -216,9 +217,20 @@ def test_help_lists_every_option_with_its_default(program: str, options: list[st
     for option in options:
         assert option in blocks, f"{program} -h does not list {option}:\n{result.stdout}"
     for option, text in blocks.items():
-        if option == "--help":
+        if option in ("--help", "--version"):
             continue
         assert "default" in text, f"{program} -h: {option} does not show its default: {text!r}"
+
+
+@pytest.mark.parametrize(
+    "program", ["scaler_scheduler", "scaler_cluster", "scaler_worker", "scaler_top", "scaler_ui", "scaler_keygen"]
+)
+def test_every_command_tells_its_version(program: str) -> None:
+    result = run(cli(program), "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{program} {scaler.__version__}\n"
+    module = run(sys.executable, "-m", "scaler", "--version")
+    assert module.returncode == 0 and module.stdout == f"python -m scaler {scaler.__version__}\n", module
 
 
 def test_cluster_help_shows_the_cpu_count_as_default_workers() -> None:

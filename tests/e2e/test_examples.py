@@ -60,6 +60,7 @@ CATALOG: dict[str, Example] = {
     # inline examples that start their own cluster
     "custom_serializer.py": Example(("3\n", "{'x': [2, 4, 6], 'y': [1.0, 3.0, 5.0]}")),
     "quickstart_things_to_avoid.py": Example(("[",)),
+    "dask_collections.py": Example(("(np.int64(4950), 30)", "{1: 4, 2: 6}", "42\n", "50.5\n", "((1, 2),)")),
     "readme_combo.py": Example(),
     "task_options.py": Example(
         (
@@ -69,6 +70,16 @@ CATALOG: dict[str, Example] = {
             "[0.1, 0.2]",
             "over memory:",
         )
+    ),
+    "executor_asyncio_progress.py": Example(
+        (
+            "[32, 9]",
+            "total: 2470",
+            "awaited: [144, 0, 1, 4, 9, 16]",
+            "done: 20 not done: 0",
+            "map: [0, 1, 4, 9, 16, 25, 36, 49]",
+        ),
+        stderr=("squares", "map(slow_square)"),
     ),
     "secured_cluster.py": Example(("1024\n", "21\n", "without keys:", "authentication failed", "requires keys")),
     "readme_uvloop_combo.py": Example(),

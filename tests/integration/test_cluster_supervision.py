@@ -311,7 +311,9 @@ def test_a_combo_shut_down_while_its_workers_start_logs_no_failure(tmp_path: Pat
     """The README's shutdown example logged '[ERROR] ClusterProcess: every worker failed' in 4 runs out of 6."""
     for run in range(5):
         log = tmp_path / f"combo-{run}.log"
-        combo = SchedulerClusterCombo(address=free_address(), n_workers=3, logging_paths=(str(log),))
+        combo = SchedulerClusterCombo(
+            address=free_address(), n_workers=3, logging_level="INFO", logging_paths=(str(log),)
+        )
         try:
             wait_until(partial(logged, log, "Worker[2] started", 1), timeout=TIMEOUT, what="3 workers forked")
         finally:
@@ -379,7 +381,11 @@ def test_the_scheduler_hears_every_worker_leave(tmp_path: Path) -> None:
     for run in range(3):
         log = tmp_path / f"combo-{run}.log"
         combo = SchedulerClusterCombo(
-            address=free_address(), n_workers=2, heartbeat_interval_seconds=0.5, logging_paths=(str(log),)
+            address=free_address(),
+            n_workers=2,
+            heartbeat_interval_seconds=0.5,
+            logging_level="INFO",
+            logging_paths=(str(log),),
         )
         try:
             wait_until(partial(logged, log, "connected to scheduler", 2), timeout=TIMEOUT, what="2 sessions")

@@ -85,6 +85,7 @@ def golden_messages() -> dict[str, m.Message]:
             ],
             [1500, 20, 0, 0, 0, 0, 0],
             [4096, 0, 0, 0, 0, 0, 0],
+            [1200, 15, 0, 0, 0, 0, 0],
         ),
         m.CancelTasks([P | 10, P | 11]),
         m.PutObjects([P | 1, P | 2, P | 3], [b"function-bytes", b"", b"table"], ["square", "empty", "table"]),

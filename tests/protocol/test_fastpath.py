@@ -17,6 +17,8 @@ BATCHES: list[Any] = [
     m.TaskResults([5], b"\x00", [b"x"], durations_us=[7], peak_memory=None),
     m.TaskResults([5], b"\x00", [b"x"], durations_us=None, peak_memory=[9]),
     m.TaskResults([5, 6], b"\x00\x00", [b"x", b"y"], durations_us=[1, 2], peak_memory=[3, 4]),
+    m.TaskResults([5, 6], b"\x00\x00", [b"x", b"y"], durations_us=[1, 2], peak_memory=[3, 4], cpu_times_us=[5, 6]),
+    m.TaskResults([5], b"\x00", [b"x"], cpu_times_us=[8]),
     m.TaskResults([], b"", []),
     m.SubmitTasks([1], [9], b"\x00", [1], [0], None, [b"arg"]),
     m.SubmitTasks([1, 2], [9, 9], b"\x01\x02", [2, 0], [0, 44], None, [b"abcdefghi"]),
@@ -94,6 +96,8 @@ NOT_LONE: list[Any] = [
     m.DispatchTasks([1], [9], b"\x00", [1], [0], None, [b"a"]),  # not what a client sends
     m.TaskResults([5, 6], b"\x00\x00", [b"x", b"y"]),  # two results
     m.TaskResults([5], b"\x00", [b"x"], durations_us=[7], peak_memory=[8]),  # profiled
+    m.TaskResults([5], b"\x00", [b"x"], durations_us=[7], peak_memory=[8], cpu_times_us=[6]),  # profiled
+    m.TaskResults([5], b"\x00", [b"x"], cpu_times_us=[6]),  # a CPU column alone: profiled all the same
     m.TaskResults([], b"", []),
     m.HeartbeatEcho(),
 ]

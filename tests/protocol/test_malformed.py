@@ -190,6 +190,12 @@ BAD_COLUMNS: dict[str, tuple[str, dict[str, Any], list[bytes], str]] = {
         [],
         "durationsUs",
     ),
+    "cpuTimesUs shorter than taskIds": (
+        "taskResults",
+        {"taskIds": TWO, "statuses": b"\0\0", "cpuTimesUs": ONE, "payloadSizes": pack_u64([0, 0])},
+        [],
+        "cpuTimesUs",
+    ),
     "peakMemory longer than taskIds": (
         "taskResults",
         {"taskIds": ONE, "statuses": b"\0", "peakMemory": TWO, "payloadSizes": pack_u64([0])},

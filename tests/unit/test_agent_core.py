@@ -203,12 +203,12 @@ def test_long_tasks_keep_the_window_at_one() -> None:
     assert commands[0] == ToProcessor(0, run(t(2)))
 
 
-def test_profiled_tasks_report_duration_and_memory() -> None:
+def test_profiled_tasks_report_duration_memory_and_cpu_time() -> None:
     a = connected()
     a.sched(PutObjects([F], [b"fn"]))
     a.sched(dispatch((t(1), F, []), flags=FLAG_PROFILING))
-    commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1234], [5678], [b"r"]))
-    assert commands == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"], [1234], [5678]))]
+    commands = a.proc(0, pm.Results([t(1)], bytes([0]), [1234], [5678], [b"r"], [910]))
+    assert commands == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"], [1234], [5678], [910]))]
 
 
 def test_duplicate_dispatch_is_ignored() -> None:

@@ -186,8 +186,8 @@ def test_profiling_columns_reach_the_client() -> None:
     d = with_function()
     d.worker(W1)
     d.recv(C, submit((t(1), F, []), flags=FLAG_PROFILING))
-    message = TaskResults([t(1)], bytes([TaskStatus.SUCCESS]), [b"r"], [1500], [4096])
-    assert sends(d.recv(W1, message)) == [(C, TaskResults([t(1)], bytes([0]), [b"r"], [1500], [4096]))]
+    message = TaskResults([t(1)], bytes([TaskStatus.SUCCESS]), [b"r"], [1500], [4096], [1200])
+    assert sends(d.recv(W1, message)) == [(C, TaskResults([t(1)], bytes([0]), [b"r"], [1500], [4096], [1200]))]
 
 
 def test_silent_task_result_is_not_sent() -> None:

@@ -6,10 +6,12 @@ connection's I/O thread, and returns standard futures. See docs/client.md for ev
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import functools
 import gc
+import inspect
 import logging
 import os
 import threading
@@ -20,6 +22,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
+from scaler.client.dask_graph import as_task_tuples, caller_module, dask_call
+from scaler.client.executor import ScalerExecutor
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
@@ -31,6 +35,7 @@ from scaler.client.options import (
     check_options,
     merge_options,
 )
+from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import (
     AuthenticationError,
@@ -48,8 +53,9 @@ from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 
 logger = logging.getLogger(__name__)
 
+_UNREAD: Any = object()  # a function's signature not read yet
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
-PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO) this often
+PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO, or stderr) this often
 
 
 class Client:
@@ -71,6 +77,9 @@ class Client:
         task_timeout, task_retries, task_priority: the task options every task of this client gets unless
             client.options(...) says otherwise (see options()).
     """
+
+    # dask.compute(..., scheduler=client) reads it (a "Client" with a get: its get is the scheduler, if not async).
+    asynchronous = False
 
     def __init__(
         self,
@@ -109,6 +118,7 @@ class Client:
             directory = resolve(keys)
             self._keys = load_peer_keys(directory, "client") if directory is not None else None
         self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
+        self._signatures: dict[int, _CallCheck | None] = {}  # function object id -> how to check a call, if any
         self._objects: set[int] = set()
         # Reentrant: a function's weakref callback (_forget_function) may run in whatever thread the garbage
         # collector interrupts, this one included while it holds the lock.
@@ -182,16 +192,23 @@ class Client:
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, not {type(fn).__name__}")
         function_id = self._function_object(fn)
+        self._check_call(fn, function_id, args, kwargs)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
+        future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = FLAG_PROFILING if profiling else 0
         connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads, options))
         return future
 
     def map(
-        self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], *, timeout: float | None = None
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[tuple[Any, ...]],
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
     ) -> list[Any]:
         """Run fn(*args) for every tuple of arguments in iterable; returns the results, in order.
 
@@ -200,12 +217,18 @@ class Client:
 
         If a task fails, map raises its exception (the other tasks are cancelled). timeout: seconds to wait for
         all the results (None, the default: no limit); past it, map raises TimeoutError and cancels the tasks that
-        have not finished. (A limit per task: client.options(timeout=...).map(...).)
+        have not finished. (A limit per task: client.options(timeout=...).map(...).) progress: show a live
+        progress bar while waiting (see scaler.progress).
         """
-        return self._map(self._options, fn, iterable, timeout)
+        return self._map(self._options, fn, iterable, timeout, progress)
 
     def _map(
-        self, options: TaskOptions, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], timeout: float | None
+        self,
+        options: TaskOptions,
+        fn: Callable[..., Any],
+        iterable: Iterable[tuple[Any, ...]],
+        timeout: float | None,
+        bar: bool = False,
     ) -> list[Any]:
         connection = self._live()
         if not callable(fn):
@@ -236,7 +259,13 @@ class Client:
             done = len(items) - collector.remaining
             return f"map({label}): {done:,} of {len(items):,} tasks done after {time.monotonic() - started:.0f}s"
 
-        if not self._wait(collector.done, timeout, progress):
+        left = timeout
+        if bar:
+            check_may_wait("map()", self._pid, connection.io_thread)
+            left = wait_with_bar(
+                f"map({label})", len(items), lambda: len(items) - collector.remaining, collector.done, timeout
+            )
+        if not self._wait(collector.done, left, progress):
             self._cancel_many([i for i in ids if i in connection.sinks])
             raise TimeoutError(
                 f"map({label}): {collector.remaining:,} of {len(items):,} tasks had not finished after "
@@ -254,22 +283,47 @@ class Client:
         return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
 
     def get(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], *, timeout: float | None = None
-    ) -> dict[Hashable, Any]:
+        self,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        block: bool = True,
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
+    ) -> Any:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.
 
         >>> client.get({"a": 2, "b": (inc, "a")}, keys=["b"])
         {'b': 3}
 
-        timeout: seconds to wait for the keys (None, the default: no limit); past it, get raises TimeoutError and
-        cancels the graph's unfinished tasks.
+        block=False returns {key: future} at once instead (as scaler 1.9 did). timeout: seconds to wait for the keys
+        (None, the default: no limit); past it, get raises TimeoutError and cancels the graph's unfinished tasks.
+        progress: show a live progress bar of the keys computed while waiting (see scaler.progress).
+        Called the way Dask calls a scheduler (dask.compute(..., scheduler=client.get)), it answers as Dask's
+        schedulers do: the values in the shape of keys (docs/client.md, "Dask collections").
         """
-        return self._get(self._options, graph, keys, timeout)
+        call = dask_call(graph, keys, caller_module())
+        if call is not None:
+            return call.answer(self._get(self._options, call.graph, call.keys, timeout, block, progress))
+        return self._get(self._options, graph, keys, timeout, block, progress)
 
     def _get(
-        self, options: TaskOptions, graph: dict[Hashable, Any], keys: list[Hashable], timeout: float | None
+        self,
+        options: TaskOptions,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        timeout: float | None,
+        block: bool = True,
+        bar: bool = False,
     ) -> dict[Hashable, Any]:
         _check_timeout(timeout, "get()")
+        _check_unique(keys)
+        if bar and not block:
+            raise TypeError("get(block=False) returns futures at once: progress= is for block=True only")
+        if not block:
+            if timeout is not None:
+                raise TypeError("get(block=False) returns futures at once: timeout= is for block=True only")
+            return dict(zip(keys, self._submit_graph(options, graph, keys, False)[0], strict=True))
         futures, task_ids = self._submit_graph(options, graph, keys, False)
         started = time.monotonic()
 
@@ -277,7 +331,10 @@ class Client:
             done = sum(future.done() for future in futures)
             return f"get(): {done:,} of {len(keys):,} keys computed after {time.monotonic() - started:.0f}s"
 
-        if not self._wait_futures(futures, timeout, progress):
+        left = timeout
+        if bar:
+            left = wait_futures_with_bar(list(futures), "get()", timeout, "get()")
+        if not self._wait_futures(futures, left, progress):
             unfinished = sum(not future.done() for future in futures)
             for future in futures:
                 future._cancel_quietly()  # here only: the one request below cancels every task of the graph
@@ -315,10 +372,13 @@ class Client:
         keys: list[Hashable],
         profiling: bool | None,
     ) -> tuple[list[ScalerFuture], list[int]]:
-        plan = plan_graph(graph, keys)
+        plan = plan_graph(as_task_tuples(graph), keys)
         requests: list[Request] = []
         ids: dict[Hashable, int] = {}
         for (key, value), object_id in zip(plan.literals.items(), connection.mint(len(plan.literals))):
+            if isinstance(value, ObjectReference):  # the object it refers to (already in the scheduler)
+                ids[key] = self._check_reference(value)
+                continue
             try:
                 payload = self._serialize(value)
             except _Unserializable as exc:
@@ -351,12 +411,14 @@ class Client:
             tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options))
             if node.key in wanted:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
+                future.set_running_or_notify_cancel()
                 futures[node.key] = future
                 sinks.append((task_id, FutureSink(future, self._serializer, bool(flags_base))))
         connection.register(sinks)
         connection.submit(requests + tasks)
-        # The scheduler keeps the literals while tasks need them; we do not.
-        connection.submit([FreeRequest(ids[key]) for key in plan.literals])
+        # The scheduler keeps the literals while tasks need them; we do not. (Referenced objects stay the sender's.)
+        literals = plan.literals.items()
+        connection.submit([FreeRequest(ids[k]) for k, v in literals if not isinstance(v, ObjectReference)])
         out = []
         for key in keys:
             if key in futures:
@@ -366,6 +428,16 @@ class Client:
                 done.set_result(plan.literals[key])
                 out.append(done)
         return out, task_ids
+
+    def get_executor(self) -> ScalerExecutor:
+        """A concurrent.futures.Executor whose calls run as tasks of this client (with this client's task options;
+        client.options(...).get_executor() for others). Shutting it down leaves the client connected.
+
+        >>> with client.get_executor() as executor:
+        ...     list(executor.map(pow, [2, 3], [5, 2]))
+        [32, 9]
+        """
+        return ScalerExecutor(self, self._options)
 
     # ------------------------------------------------------------------------------------------- objects
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
@@ -408,6 +480,7 @@ class Client:
             object_ids = list(self._objects) + [object_id for _, object_id in self._functions.values()]
             self._objects.clear()
             self._functions.clear()
+            self._signatures.clear()
         connection.submit([FreeRequest(object_id) for object_id in object_ids])
 
     # ------------------------------------------------------------------------------------------- lifetime
@@ -460,7 +533,7 @@ class Client:
                 if deadline is not None and now >= deadline:
                     return False
                 if now >= next_report:
-                    logger.info("%s", progress())
+                    report_wait(logger, progress())
                     next_report = now + PROGRESS_SECONDS
 
     def _wait_futures(self, futures: list[ScalerFuture], timeout: float | None, progress: Callable[[], str]) -> bool:
@@ -483,7 +556,7 @@ class Client:
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
                 pending = not_done
-                logger.info("%s", progress())
+                report_wait(logger, progress())
 
     def _cancel(self, task_id: int) -> None:
         if not self._connection.closed.is_set():
@@ -527,8 +600,27 @@ class Client:
             entry = self._functions.get(key)
             if entry is not None and entry[1] == object_id:
                 del self._functions[key]
+            self._signatures.pop(object_id, None)
         if not self._connection.closed.is_set():
             self._connection.submit_one(FreeRequest(object_id))
+
+    def _check_call(self, fn: Any, function_id: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise at submit the TypeError that calling fn(*args, **kwargs) would raise on the worker for missing or
+        unknown arguments. The signature is read once per cached function; a function without one (some builtins)
+        passes, and so does a decorated one (functools.wraps): its wrapper's own signature is used, not the wrapped
+        function's, since a decorator may supply arguments itself."""
+        check = self._signatures.get(function_id, _UNREAD)
+        if check is _UNREAD:
+            try:
+                check = _CallCheck(inspect.signature(fn, follow_wrapped=False))
+            except (TypeError, ValueError):
+                check = None
+            self._signatures[function_id] = check
+        if check is not None and not (not kwargs and check.fewest <= len(args) <= check.most):
+            try:
+                check.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{_label(fn)}() {exc}, as calling it would (submit checks the call)") from None
 
     def _encode_arguments(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -603,6 +695,19 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+def _check_unique(keys: object) -> None:
+    """get() answers a dict: a key asked for twice is refused, with scaler 1.9's error."""
+    if not isinstance(keys, (list, tuple)):
+        return  # _submit_graph says what keys must be
+    try:
+        counts = collections.Counter(keys)
+    except TypeError:  # unhashable: plan_graph says it is not a key
+        return
+    duplicates = [key for key, count in counts.items() if count > 1]
+    if duplicates:
+        raise KeyError(f"duplicate key detected in argument keys: {duplicates} (get() returns a dict: ask once)")
+
+
 def _check_timeout(timeout: object, what: str) -> None:
     if timeout is None:
         return
@@ -615,6 +720,28 @@ def _check_timeout(timeout: object, what: str) -> None:
 def _alive(holder: weakref.ref[Any] | Callable[..., Any]) -> Any:
     """What a function cache entry holds: the function, or None once a weakly held one is gone."""
     return holder() if isinstance(holder, weakref.ref) else holder
+
+
+class _CallCheck:
+    """A function's signature, and the numbers of positional arguments a call without keywords may pass: such calls
+    (most of them) are checked by counting, about 20 times faster than Signature.bind."""
+
+    __slots__ = ("fewest", "most", "signature")
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        kinds = [p.kind for p in signature.parameters.values()]
+        positional = [p for p in signature.parameters.values() if p.kind in _POSITIONAL]
+        keyword_only_needed = any(
+            p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in signature.parameters.values()
+        )
+        self.signature = signature
+        self.fewest = sum(p.default is p.empty for p in positional)
+        self.most = 1 << 62 if inspect.Parameter.VAR_POSITIONAL in kinds else len(positional)
+        if keyword_only_needed:  # a call without keywords always fails: let bind say why
+            self.fewest, self.most = 1, 0
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 class _Unserializable(Exception):

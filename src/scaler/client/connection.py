@@ -555,12 +555,14 @@ class Connection:
 
     def _on_results(self, results: TaskResults) -> None:
         sinks = self.sinks
-        durations, peaks = results.durations_us, results.peak_memory
+        durations, peaks, cpu_times = results.durations_us, results.peak_memory, results.cpu_times_us
         for k, task_id in enumerate(results.task_ids):
             sink = sinks.pop(task_id, None)
             if sink is None:
                 continue
-            info = ProfilingInfo(durations[k], peaks[k]) if durations is not None and peaks is not None else None
+            info = None
+            if durations is not None and peaks is not None:
+                info = ProfilingInfo(durations[k], peaks[k], cpu_times[k] if cpu_times is not None else 0)
             sink.deliver(results.statuses[k], results.payloads[k], info)
 
     def _on_rejected(self, command: Rejected) -> None:

@@ -7,7 +7,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures._base import CANCELLED
+from concurrent.futures._base import CANCELLED, PENDING, RUNNING
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,8 @@ from scaler.protocol.messages import Payload
 from scaler.serializer import serializer_input
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from scaler.serializer import Serializer
 
 _UNDECODED = object()
@@ -88,10 +90,24 @@ class BlockingSection:
 
 @dataclass(frozen=True)
 class ProfilingInfo:
-    """How a task submitted with profiling=True ran on its worker."""
+    """How a task submitted with profiling=True ran on its worker. duration_s, memory_peak and cpu_time_s are
+    scaler 1.9's names for the same measures."""
 
     duration_us: int  # run time of the function, in microseconds
     peak_memory: int  # peak memory (RSS) the run added on top of the processor's own, in bytes
+    cpu_time_us: int = 0  # CPU time (user + system) the processor used during the run, in microseconds
+
+    @property
+    def duration_s(self) -> float:
+        return self.duration_us / 1e6
+
+    @property
+    def memory_peak(self) -> int:
+        return self.peak_memory
+
+    @property
+    def cpu_time_s(self) -> float:
+        return self.cpu_time_us / 1e6
 
 
 class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -138,8 +154,16 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
             pass
 
     def _cancel_quietly(self) -> None:
-        if concurrent.futures.Future.cancel(self):
+        if self._cancel_state():
             self._notify_cancelled()
+
+    def _cancel_state(self) -> bool:
+        """concurrent.futures.Future.cancel(), which refuses a running future: ours runs from submit until it ends,
+        and a running task can be cancelled (the worker stops it)."""
+        with self._condition:  # reentrant: Future.cancel takes it again
+            if self._state == RUNNING:
+                self._state = PENDING
+            return concurrent.futures.Future.cancel(self)
 
     def _notify_cancelled(self) -> None:
         """Tell concurrent.futures.wait and as_completed too. Future.cancel() wakes only result() and callbacks;
@@ -197,7 +221,9 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
             return self._result
 
     def cancel(self) -> bool:
-        cancelled = super().cancel()
+        """Cancel the task; False if it already ended. Works while it runs (running() is True from submit on), unlike
+        a stdlib future's cancel(): the worker stops the task."""
+        cancelled = self._cancel_state()
         if cancelled:
             self._notify_cancelled()
             wake_blocked_waits()  # a task may wait on this future in a processor (another thread cancelled it)
@@ -212,6 +238,15 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         if self._profiling is None:
             raise ValueError("no profiling information: submit the task with profiling=True")
         return self._profiling
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """`await future` in a coroutine: its result (or its exception raised), without blocking the event loop.
+        Cancelling the awaiting task cancels the task of this future (asyncio.shield keeps it running)."""
+        import asyncio  # here: a program that never awaits never loads asyncio
+
+        if not self.done():
+            check_may_wait("await of an unfinished future", self._pid, self._io_thread)
+        return asyncio.wrap_future(self).__await__()
 
     def __repr__(self) -> str:
         with self._condition:

@@ -7,6 +7,7 @@ is a task of its own; a list is a list of such arguments. Anything else is a pla
 
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,10 +160,22 @@ class _Planner:
         return args
 
 
-def _cycle(stack: list[tuple[TaskNode, int]], dep: Hashable) -> ValueError:
+class GraphCycleError(graphlib.CycleError):
+    """The graph has a cycle: a graphlib.CycleError (a ValueError), as scaler 1.9 raised. As with graphlib, args[1]
+    lists the keys of the cycle, each needed by the next, the first one again at the end."""
+
+    def __init__(self, message: str, cycle: list[Hashable]) -> None:
+        super().__init__(message, cycle)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _cycle(stack: list[tuple[TaskNode, int]], dep: Hashable) -> GraphCycleError:
     path = [n.key for n, _ in stack]
-    cycle = path[path.index(dep) :]
-    return ValueError(f"the graph has a cycle among keys {', '.join(sorted(map(repr, cycle))[:10])}")
+    cycle = path[path.index(dep) :]  # each key needs the next; the last needs the first
+    message = f"the graph has a cycle among keys {', '.join(sorted(map(repr, cycle))[:10])}"
+    return GraphCycleError(message, [*cycle[::-1], cycle[-1]])
 
 
 def _is_key(graph: dict[Hashable, Any], value: Any) -> bool:

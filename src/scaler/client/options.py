@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from scaler.client.dask_graph import caller_module, dask_call
+from scaler.client.executor import ScalerExecutor
 from scaler.protocol.records import MAX_RETRIES, MAX_TIMEOUT_MS, PRIORITY_RANGE, TaskOptions
 
 if TYPE_CHECKING:
@@ -78,8 +80,8 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
 
 
 class ClientOptions:
-    """A client that submits with these task options: submit, map, get and submit_graph as on Client; anything
-    else is the client's own (send_object, disconnect, ...). Made by Client.options()."""
+    """A client that submits with these task options: submit, map, get, submit_graph and get_executor as on Client;
+    anything else is the client's own (send_object, disconnect, ...). Made by Client.options()."""
 
     def __init__(self, client: Client, options: TaskOptions) -> None:
         self._client = client
@@ -93,19 +95,37 @@ class ClientOptions:
         return self._client._submit(self._options, fn, args, kwargs)
 
     def map(
-        self, fn: Callable[..., Any], iterable: Iterable[tuple[Any, ...]], *, timeout: float | None = None
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[tuple[Any, ...]],
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
     ) -> list[Any]:
-        return self._client._map(self._options, fn, iterable, timeout)
+        return self._client._map(self._options, fn, iterable, timeout, progress)
 
     def get(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], *, timeout: float | None = None
-    ) -> dict[Hashable, Any]:
-        return self._client._get(self._options, graph, keys, timeout)
+        self,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        block: bool = True,
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
+    ) -> Any:
+        call = dask_call(graph, keys, caller_module())  # called by dask: answer as its schedulers do (Client.get)
+        if call is not None:
+            return call.answer(self._client._get(self._options, call.graph, call.keys, timeout, block, progress))
+        return self._client._get(self._options, graph, keys, timeout, block, progress)
 
     def submit_graph(
         self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None = None
     ) -> list[ScalerFuture]:
         return self._client._submit_graph(self._options, graph, keys, profiling)[0]
+
+    def get_executor(self) -> ScalerExecutor:
+        """A concurrent.futures.Executor whose tasks get these options (see Client.get_executor)."""
+        return ScalerExecutor(self._client, self._options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

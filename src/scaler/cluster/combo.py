@@ -8,6 +8,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
 from typing import Any
 
 from scaler.core.scheduler import SchedulerConfig
@@ -68,6 +69,13 @@ def _cluster_main(
     raise SystemExit(run_cluster(address, n_workers, config, event_loop, log_level, log_paths, keys))
 
 
+def free_local_address() -> str:
+    """tcp://127.0.0.1:<a port free now> (the OS picks it; another program could still take it before we do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+
+
 class SchedulerClusterCombo:
     """Start a scheduler on `address` and `n_workers` workers connected to it; shutdown() stops them all.
 
@@ -75,7 +83,10 @@ class SchedulerClusterCombo:
     >>> ...
     >>> cluster.shutdown()
 
-    Everything stops too when this process exits.
+    Everything stops too when this process exits. Without an address the scheduler listens on a free local port:
+    cluster.address tells which. The processes log to stderr, warnings and errors only (logging_level,
+    logging_paths), so that a program's own output stays clean. SchedulerClusterCombo(4), scaler 1.9's order
+    (n_workers first), means 4 workers on a free port.
 
     scheduler_cpu: the CPU the scheduler keeps to, with its ZeroMQ I/O thread: "auto" (the default: the last CPU
     this process may use), "none" (anywhere, as the OS decides) or a CPU number. Every message crosses between those
@@ -90,7 +101,7 @@ class SchedulerClusterCombo:
 
     def __init__(
         self,
-        address: str,
+        address: str | None = None,
         n_workers: int | None = None,
         event_loop: str = "builtin",
         protected: bool = True,
@@ -101,13 +112,21 @@ class SchedulerClusterCombo:
         max_task_retries: int = 3,
         per_worker_queue_size: int = 1000,
         max_processors_per_worker: int = 16,
-        logging_level: str = "INFO",
-        logging_paths: tuple[str, ...] = ("/dev/stdout",),
+        logging_level: str = "WARNING",
+        logging_paths: tuple[str, ...] = ("/dev/stderr",),
         scheduler_cpu: str | int | None = "auto",
         keys: str | os.PathLike[str] | bool | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         memory_limit: int | str | None = None,
     ) -> None:
+        if isinstance(address, int) and not isinstance(address, bool):  # scaler 1.9: (n_workers, address=None)
+            if n_workers is not None:
+                raise TypeError(
+                    "SchedulerClusterCombo() got n_workers twice: SchedulerClusterCombo(address, n_workers)"
+                )
+            address, n_workers = None, address
+        if address is None:
+            address = free_local_address()
         parse_address(address)
         memory_limit_bytes = parse_size(memory_limit) if memory_limit is not None else 0
         check_event_loop(event_loop)

@@ -9,7 +9,7 @@ import os
 import sys
 
 from scaler.core.worker.agent import AgentConfig
-from scaler.entry_points.help import KEYS_HELP, HelpFormatter
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import hostname, parse_address, parse_size, setup_logging
@@ -28,6 +28,7 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
         ),
         formatter_class=HelpFormatter,
     )
+    add_version(p)
     p.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:8516")
     p.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="workers to start")
     p.add_argument(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from scaler.about import __version__
+
 _SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 KEYS_HELP = (
@@ -19,6 +21,11 @@ def byte_size(text: str) -> int:
     if match is None or int(match.group(1)) < 1:
         raise argparse.ArgumentTypeError(f"a size in bytes such as 1048576, 512M or 8G is expected, not {text!r}")
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def add_version(p: argparse.ArgumentParser) -> None:
+    """--version: print "PROG VERSION" and exit."""
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

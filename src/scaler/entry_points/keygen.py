@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from scaler.entry_points.help import HelpFormatter
+from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.security.keys import ENV_VAR, generate
 
@@ -23,6 +23,7 @@ def parser() -> argparse.ArgumentParser:
         "to copy to alice's machine.",
         formatter_class=HelpFormatter,
     )
+    add_version(p)
     p.add_argument("directory", metavar="DIR", help="the keys directory (created if missing)")
     p.add_argument(
         "--client",

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from scaler.core.scheduler import SchedulerConfig
-from scaler.entry_points.help import KEYS_HELP, HelpFormatter, byte_size
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version, byte_size
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import check_cpu, default_monitor_address, parse_address, setup_logging
@@ -22,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run a Scaler scheduler: clients and workers connect to ADDRESS.",
         formatter_class=HelpFormatter,
     )
+    add_version(p)
     p.add_argument(
         "address",
         help="address to listen on, e.g. tcp://127.0.0.1:8516 (this machine only); to listen on the network "

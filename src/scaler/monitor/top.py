@@ -10,7 +10,7 @@ from typing import Any
 
 import zmq
 
-from scaler.entry_points.help import KEYS_HELP, HelpFormatter
+from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import parse_address
@@ -29,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
         description="Show a scheduler's status like top. Keys: the shortcuts shown sort the workers; q quits.",
         formatter_class=HelpFormatter,
     )
+    add_version(p)
     add_monitor_arguments(p)
     p.add_argument("--once", action="store_true", help="print one status as text and exit (no full-screen view)")
     p.add_argument("--timeout", type=float, default=10.0, help="with --once: seconds to wait for a status")

@@ -18,7 +18,7 @@ import time
 from importlib import resources
 from typing import Any
 
-from scaler.entry_points.help import HelpFormatter
+from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.io.processes import setup_logging
 from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
@@ -133,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
         description="Serve a web page showing a scheduler's status, read from its monitor address.",
         formatter_class=HelpFormatter,
     )
+    add_version(p)
     add_monitor_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="the interface to serve on (0.0.0.0: every interface)")
     p.add_argument("--port", "-p", type=int, default=8081, help="the HTTP port to serve on")

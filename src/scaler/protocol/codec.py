@@ -87,12 +87,13 @@ if _fast is not None:
     _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES = (
         _fast.task_slots[name] for name in ("timeoutsMs", "retries", "priorities")
     )
-    _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS = (
-        _fast.result_slots[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory")
+    _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS, _R_CPU = (
+        _fast.result_slots[name]
+        for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory", "cpuTimesUs")
     )
     # The fields the fast writers set, in the order they pass them: it must be slot order.
     _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES, _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES)
-    _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES)
+    _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES, _R_CPU)
     if list(_T_WRITTEN) != sorted(_T_WRITTEN) or list(_R_WRITTEN) != sorted(_R_WRITTEN):
         _fast = None
 
@@ -194,12 +195,13 @@ def _option_columns(m: TaskBatch) -> tuple[bytes | None, bytes | None, bytes | N
 def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
     sizes, frames = pack_payloads(m.payloads)
     ids, statuses, sizes_column = pack_u64(m.task_ids), bytes(m.statuses), pack_u64(sizes)
-    if m.durations_us is None and m.peak_memory is None:  # the common case
-        key: tuple[int, ...] = (_RESULTS_KIND, len(ids), len(statuses), -1, -1, len(sizes_column))
+    if m.durations_us is None and m.peak_memory is None and m.cpu_times_us is None:  # the common case
+        key: tuple[int, ...] = (_RESULTS_KIND, len(ids), len(statuses), -1, -1, len(sizes_column), -1)
         fields: tuple[bytes, ...] = (ids, statuses, sizes_column)
     else:
         durations = None if m.durations_us is None else pack_u64(m.durations_us)
         peaks = None if m.peak_memory is None else pack_u64(m.peak_memory)
+        cpu = None if m.cpu_times_us is None else pack_u64(m.cpu_times_us)
         key = (
             _RESULTS_KIND,
             len(ids),
@@ -207,8 +209,9 @@ def _fast_results(fast: FastPath, m: TaskResults) -> list[Payload]:
             -1 if durations is None else len(durations),
             -1 if peaks is None else len(peaks),
             len(sizes_column),
+            -1 if cpu is None else len(cpu),
         )
-        fields = tuple(field for field in (ids, statuses, durations, peaks, sizes_column) if field is not None)
+        fields = tuple(field for field in (ids, statuses, durations, peaks, sizes_column, cpu) if field is not None)
     template = _templates.get(key) or _template(fast, key, fast.result_pointers, _R_WRITTEN)
     frames.insert(0, template % fields)
     return frames
@@ -292,7 +295,10 @@ def _enc_results(b: Any, m: TaskResults) -> list[Payload]:
         b.durationsUs = pack_u64(m.durations_us)
     if m.peak_memory is not None:
         b.peakMemory = pack_u64(m.peak_memory)
-    return _payload_frames(b, m.payloads)
+    frames = _payload_frames(b, m.payloads)
+    if m.cpu_times_us is not None:  # set in slot order, after payloadSizes: the layout the fast writer makes
+        b.cpuTimesUs = pack_u64(m.cpu_times_us)
+    return frames
 
 
 def _enc_ids(b: Any, m: IdMessage) -> list[Payload]:
@@ -413,6 +419,7 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
                     payloads,
                     fields[_R_DURATIONS],
                     fields[_R_PEAKS],
+                    fields[_R_CPU],
                 )
             if not fields[_T_KEYWORDS]:  # keywords are a list of texts: pycapnp reads those
                 batch_class: type[SubmitTasks | DispatchTasks] = SubmitTasks if kind == _SUBMIT_KIND else DispatchTasks
@@ -586,7 +593,7 @@ def _task_batch(
 
 
 def _dec_results(b: Any, p: Sequence[Payload]) -> TaskResults:
-    return _results(b.taskIds, b.statuses, b.payloadSizes, p, b.durationsUs, b.peakMemory)
+    return _results(b.taskIds, b.statuses, b.payloadSizes, p, b.durationsUs, b.peakMemory, b.cpuTimesUs)
 
 
 def _results(
@@ -596,8 +603,9 @@ def _results(
     frames: Sequence[Payload],
     durations_column: bytes,
     peaks_column: bytes,
+    cpu_column: bytes = b"",
 ) -> TaskResults:
-    if _LITTLE_ENDIAN and not durations_column and not peaks_column:  # the common, fast way
+    if _LITTLE_ENDIAN and not durations_column and not peaks_column and not cpu_column:  # the common, fast way
         try:
             task_ids = memoryview(ids_column).cast("Q").tolist()
             sizes = memoryview(sizes_column).cast("Q").tolist()
@@ -619,7 +627,8 @@ def _results(
         raise ProtocolError("statuses: unknown status value")
     durations = unpack_u64(durations_column, n, "durationsUs") if len(durations_column) else None
     peaks = unpack_u64(peaks_column, n, "peakMemory") if len(peaks_column) else None
-    return TaskResults(task_ids, bytes(statuses), payloads, durations, peaks)
+    cpu = unpack_u64(cpu_column, n, "cpuTimesUs") if len(cpu_column) else None
+    return TaskResults(task_ids, bytes(statuses), payloads, durations, peaks, cpu)
 
 
 def _dec_ids(cls: type[IdMessage]) -> Callable[[Any, Sequence[Payload]], IdMessage]:

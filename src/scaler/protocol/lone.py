@@ -35,6 +35,7 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
             or len(sizes) != 8
             or fields[codec._R_DURATIONS]
             or fields[codec._R_PEAKS]
+            or fields[codec._R_CPU]
         ):
             return None
         if statuses[0] > _LAST_STATUS:

@@ -220,6 +220,7 @@ class TaskResults:
     payloads: list[Payload]
     durations_us: list[int] | None = None
     peak_memory: list[int] | None = None
+    cpu_times_us: list[int] | None = None
 
 
 @dataclass(slots=True)

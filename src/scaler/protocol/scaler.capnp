@@ -129,6 +129,7 @@ struct ResultBatch {
   durationsUs @2 :Data;         # u64 column of run times (profiling), or empty
   peakMemory @3 :Data;          # u64 column of peak memory in bytes (profiling), or empty
   payloadSizes @4 :Data;        # u64 column: the size of each result's payload
+  cpuTimesUs @5 :Data;          # u64 column of CPU times (profiling), or empty
 }
 
 enum TaskStatus {

@@ -33,6 +33,7 @@ def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
             message.durations_us,
             message.peak_memory,
             _wrap(message.payloads),
+            message.cpu_times_us,
         )
     elif isinstance(message, pm.DropObjects):
         header = ("drop", message.object_ids)
@@ -62,7 +63,7 @@ def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
     if kind == "run":
         return pm.RunTasks(header[1], header[2], header[3], header[4])
     if kind == "results":
-        return pm.Results(header[1], header[2], header[3], header[4], header[5])
+        return pm.Results(header[1], header[2], header[3], header[4], header[5], header[6])
     if kind == "drop":
         return pm.DropObjects(header[1])
     if kind == "discard":

@@ -84,6 +84,8 @@ class Processor:
         self._durations: list[int] = []
         self._peaks: list[int] = []
         self._payloads: list[Payload] = []
+        self._cpu_times: list[int] = []
+        self._profiled = False  # some result waiting to be sent was profiled: send the CPU times too
         self._oldest_ns = 0
         self._runner = threading.main_thread()  # the thread running the latest started task
 
@@ -238,27 +240,30 @@ class Processor:
         task_id, function_id, flags, arg_refs, keywords = task
         profiling = bool(flags & FLAG_PROFILING)
         start = time.perf_counter_ns()
-        baseline = 0
+        baseline = cpu_start = 0
         try:
             serializer, function = self._function(function_id)
             args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
             if profiling:
                 baseline = _reset_peak_memory()
+                cpu_start = time.process_time_ns()
             start = time.perf_counter_ns()
             result = function(*args, **kwargs)
         except BaseException as exc:
             duration = time.perf_counter_ns() - start
-            self._add(task_id, TaskStatus.ERROR, pack_exception(_trim(exc)), duration, baseline, profiling)
+            cpu = time.process_time_ns() - cpu_start if profiling else 0
+            self._add(task_id, TaskStatus.ERROR, pack_exception(_trim(exc)), duration, baseline, profiling, cpu)
             return
         duration = time.perf_counter_ns() - start
+        cpu = time.process_time_ns() - cpu_start if profiling else 0
         try:
             payload: Payload = serializer.serialize(result)
         except BaseException as exc:
             error = TypeError(f"the task's result ({type(result).__name__}) could not be serialized: {exc}")
             error.__cause__ = exc
-            self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling)
+            self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling, cpu)
             return
-        self._add(task_id, TaskStatus.SUCCESS, payload, duration, baseline, profiling)
+        self._add(task_id, TaskStatus.SUCCESS, payload, duration, baseline, profiling, cpu)
 
     def _function(self, function_id: int) -> tuple[Serializer, Any]:
         entry = self.functions.get(function_id)
@@ -305,8 +310,16 @@ class Processor:
 
     # ------------------------------------------------------------------------------------------- results
     def _add(
-        self, task_id: int, status: int, payload: Payload, duration_ns: int, baseline: int, profiled: bool
+        self,
+        task_id: int,
+        status: int,
+        payload: Payload,
+        duration_ns: int,
+        baseline: int,
+        profiled: bool,
+        cpu_ns: int = 0,
     ) -> None:
+        """cpu_ns: the processor's CPU time (user + system, all threads: time.process_time) during a profiled run."""
         if not self._ids:
             self._oldest_ns = time.perf_counter_ns()
         self._ids.append(task_id)
@@ -314,6 +327,8 @@ class Processor:
         self._durations.append(max(1, duration_ns // 1000))
         self._peaks.append(max(0, _peak_memory() - baseline) if profiled else 0)
         self._payloads.append(payload)
+        self._cpu_times.append(cpu_ns // 1000)
+        self._profiled = self._profiled or profiled
         if duration_ns >= FLUSH_AFTER_NS:
             self._flush()
 
@@ -330,8 +345,11 @@ class Processor:
     def _flush(self) -> None:
         if not self._ids:
             return
-        self._send(pm.Results(self._ids, bytes(self._statuses), self._durations, self._peaks, self._payloads))
+        cpu_times = self._cpu_times if self._profiled else None
+        statuses = bytes(self._statuses)
+        self._send(pm.Results(self._ids, statuses, self._durations, self._peaks, self._payloads, cpu_times))
         self._ids, self._statuses, self._durations, self._peaks, self._payloads = [], bytearray(), [], [], []
+        self._cpu_times, self._profiled = [], False
 
     # ------------------------------------------------------------------------------------------- nesting
     def _enter_blocking(self) -> bool:

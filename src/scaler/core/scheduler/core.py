@@ -671,7 +671,7 @@ class SchedulerCore:
             self._dirty_workers[task.worker] = None
 
     def _on_results(self, worker: WorkerSession, message: TaskResults) -> None:
-        durations, peaks = message.durations_us, message.peak_memory
+        durations, peaks, cpu_times = message.durations_us, message.peak_memory, message.cpu_times_us
         assigned = worker.assigned
         for k, task_id in enumerate(message.task_ids):
             task = assigned.pop(task_id, None)
@@ -699,10 +699,11 @@ class SchedulerCore:
             else:
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
+                cpu = cpu_times[k] if cpu_times is not None else 0
                 payload = message.payloads[k]
                 if len(payload) > self.config.max_payload_bytes:
                     status, payload = TaskStatus.FAILED, self._result_too_large(task, worker, len(payload))
-                self._end(task, status, payload, duration, peak)
+                self._end(task, status, payload, duration, peak, cpu_us=cpu)
         if not assigned:
             self._balance_due = True
 
@@ -757,6 +758,7 @@ class SchedulerCore:
         peak: int = 0,
         pinned: bool = True,
         forwarded: bool = False,
+        cpu_us: int = 0,
     ) -> None:
         """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome).
 
@@ -777,7 +779,7 @@ class SchedulerCore:
                 self._reclaim(client)
             self.ended[_ENDED_NAMES[status]] += 1
             if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
-                client.outbox.add(task.task_id, status, payload, duration_us, peak)
+                client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
             if task.dependents:
                 alive = [d for d in task.dependents if d.state == TaskState.WAITING]
@@ -788,7 +790,7 @@ class SchedulerCore:
                     pending.extend(alive)
             if pinned or task is not first:
                 self._release(task)
-            duration_us = peak = 0
+            duration_us = peak = cpu_us = 0
 
     def _keep_result(self, task: Task, payload: Payload, dependents: list[Task]) -> None:
         obj = StoredObject(task.task_id, task.client, payload, "", released=True)

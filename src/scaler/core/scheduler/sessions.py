@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class ResultBuffer:
     """Results waiting to be sent to one client in the next flush, as columns."""
 
-    __slots__ = ("durations", "ids", "payloads", "peaks", "statuses")
+    __slots__ = ("cpu", "durations", "ids", "payloads", "peaks", "statuses")
 
     def __init__(self) -> None:
         self.ids: list[int] = []
@@ -21,25 +21,31 @@ class ResultBuffer:
         self.payloads: list[Payload] = []
         self.durations: list[int] | None = None
         self.peaks: list[int] | None = None
+        self.cpu: list[int] | None = None  # the profiling columns: all three, or none
 
     def _clear(self) -> None:
         self.ids, self.statuses, self.payloads, self.durations, self.peaks = [], bytearray(), [], None, None
+        self.cpu = None
 
-    def add(self, task_id: int, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
-        if (duration_us or peak) and self.durations is None:
+    def add(
+        self, task_id: int, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
+    ) -> None:
+        if (duration_us or peak or cpu_us) and self.durations is None:
             self.durations = [0] * len(self.ids)
             self.peaks = [0] * len(self.ids)
+            self.cpu = [0] * len(self.ids)
         self.ids.append(task_id)
         self.statuses.append(status)
         self.payloads.append(payload)
-        if self.durations is not None and self.peaks is not None:
+        if self.durations is not None and self.peaks is not None and self.cpu is not None:
             self.durations.append(duration_us)
             self.peaks.append(peak)
+            self.cpu.append(cpu_us)
 
     def take(self) -> TaskResults | None:
         if not self.ids:
             return None
-        message = TaskResults(self.ids, bytes(self.statuses), self.payloads, self.durations, self.peaks)
+        message = TaskResults(self.ids, bytes(self.statuses), self.payloads, self.durations, self.peaks, self.cpu)
         self._clear()
         return message
 

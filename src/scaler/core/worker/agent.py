@@ -215,6 +215,7 @@ class AgentCore:
         self._results_payloads: list[Payload] = []
         self._results_durations: list[int] = []
         self._results_peaks: list[int] = []
+        self._results_cpu: list[int] = []
         self._results_profiled = False
         self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
         self._started_late: list[int] = []  # those of the flush before, told at this flush if still running
@@ -261,12 +262,14 @@ class AgentCore:
         if self._results_ids:
             durations = self._results_durations if self._results_profiled else None
             peaks = self._results_peaks if self._results_profiled else None
+            cpu = self._results_cpu if self._results_profiled else None
             results = TaskResults(
-                self._results_ids, bytes(self._results_statuses), self._results_payloads, durations, peaks
+                self._results_ids, bytes(self._results_statuses), self._results_payloads, durations, peaks, cpu
             )
             self._out.append(ToScheduler(results))
             self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
             self._results_durations, self._results_peaks, self._results_profiled = [], [], False
+            self._results_cpu = []
         out, self._out = self._out, []
         return out
 
@@ -408,7 +411,7 @@ class AgentCore:
         for task in [self.tasks[i] for i in ids if i in self.tasks]:
             if task.state == QUEUED:
                 self._unqueue(task)
-                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0)
+                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0, 0)
             elif task.state == IN_PROCESSOR:
                 self._canceling.add(task.task_id)
                 in_processors.append(task)
@@ -478,10 +481,12 @@ class AgentCore:
         self._canceling.discard(task.task_id)
         self._giving_back.discard(task.task_id)
 
-    def _end(self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0) -> None:
+    def _end(
+        self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
+    ) -> None:
         """The task leaves with an outcome, which goes to the scheduler with the next flush."""
         self._leave(task)
-        self._add_result(task, status, payload, duration_us, peak)
+        self._add_result(task, status, payload, duration_us, peak, cpu_us)
 
     def _requeue(self, tasks: list[AgentTask]) -> None:
         """Tasks a processor gave up without a result (it blocked before starting them, or died) go back to the
@@ -666,7 +671,8 @@ class AgentCore:
             self.completed += 1
             if task.state == GONE:
                 continue  # our session was lost meanwhile: nobody waits for it
-            self._end(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k])
+            cpu = message.cpu_times_us[k] if message.cpu_times_us is not None else 0
+            self._end(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k], cpu)
         if not slot.window and slot.processor != self.active and slot.state == READY:
             self._retire(slot)
 
@@ -844,7 +850,13 @@ class AgentCore:
             active = self.processors.get(self.active)
             _check(active is not None and active.state != BLOCKED, "the active processor is {!r}", active)
         _check(len(self.processors) <= self.config.max_processors, "{} processors", len(self.processors))
-        columns = (self._results_statuses, self._results_payloads, self._results_durations, self._results_peaks)
+        columns = (
+            self._results_statuses,
+            self._results_payloads,
+            self._results_durations,
+            self._results_peaks,
+            self._results_cpu,
+        )
         _check(all(len(c) == len(self._results_ids) for c in columns), "the results columns differ in length")
         _check(not self.stopped or not self.processors, "a stopped agent still has processors")
 
@@ -854,7 +866,9 @@ class AgentCore:
         by_time = int(self.config.window_seconds * 1e6 / self.mean_duration_us)
         return max(1, min(self.config.max_window, by_time))
 
-    def _add_result(self, task: AgentTask, status: int, payload: Payload, duration_us: int, peak: int) -> None:
+    def _add_result(
+        self, task: AgentTask, status: int, payload: Payload, duration_us: int, peak: int, cpu_us: int
+    ) -> None:
         limit = self.max_payload_bytes
         if limit and len(payload) > limit and status in (TaskStatus.SUCCESS, TaskStatus.ERROR):
             what = "result" if status == TaskStatus.SUCCESS else "exception"
@@ -869,6 +883,7 @@ class AgentCore:
         self._results_payloads.append(payload)
         self._results_durations.append(duration_us)
         self._results_peaks.append(peak)
+        self._results_cpu.append(cpu_us)
         if task.flags & FLAG_PROFILING:
             self._results_profiled = True
 

@@ -64,6 +64,7 @@ class Results:
     durations_us: list[int]
     peak_memory: list[int]
     payloads: list[Payload]
+    cpu_times_us: list[int] | None = None  # when some task of the batch was profiled
 
 
 @dataclass(slots=True)

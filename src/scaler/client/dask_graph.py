@@ -1,0 +1,156 @@
+"""Dask's scheduler protocol for client.get: the graphs Dask hands a scheduler (expressions, HighLevelGraphs, dicts of
+its task-spec nodes) turned into the task-tuple graphs of graph.py, and results put back in the shape of the keys.
+
+Imports dask only when given one of its objects: scaler runs without it. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_KEY_TYPES = (str, bytes, int, float, tuple)  # what a dask key is made of (dask.core.iskey)
+
+
+@dataclass
+class DaskNode:
+    """A dask task-spec node (Task, List, Dict, DataNode...) and the keys of the values it needs, in the order
+    run_node receives them. A dataclass with eq: unhashable, so the planner passes it as a plain argument."""
+
+    node: Any
+    deps: tuple[Hashable, ...]
+
+
+def run_node(task: DaskNode, *values: Any) -> Any:
+    """Runs on a worker: the node called the way dask calls it, with a dict of its dependencies' values."""
+    return task.node(dict(zip(task.deps, values)))
+
+
+@dataclass
+class DaskCall:
+    """get() called the way Dask calls a scheduler: the graph to plan, the keys to compute (flat, each once), and
+    the keys as asked, whose shape the answer takes."""
+
+    graph: Any
+    keys: list[Hashable]
+    asked: Any
+
+    def answer(self, values: Mapping[Hashable, Any]) -> Any:
+        """The values in the shape of the keys asked for, as dask's own schedulers answer: a tuple for a list
+        (nested as deep), a value for a key."""
+        return _shaped(self.asked, values)
+
+
+def dask_call(graph: Any, keys: Any, caller: str) -> DaskCall | None:
+    """A DaskCall if get(graph, keys) follows Dask's protocol, None for scaler's own form (a dict graph and a flat
+    list or tuple of keys, answered with a dict). Dask's form: `caller` (the calling module) is dask's, the graph is
+    not a dict (a Dask expression or HighLevelGraph), the keys are nested in lists, or `keys` is a single key (a str,
+    bytes, int, float or tuple, as dask's keys are; a tuple of keys that is not itself a key is scaler's form)."""
+    by_dask = caller == "dask" or caller.startswith("dask.")
+    if not by_dask and isinstance(graph, dict):
+        if isinstance(keys, list) and not any(isinstance(key, list) for key in keys):
+            return None
+        if isinstance(keys, tuple) and not _is_key(graph, keys):
+            return None  # a tuple of keys
+    if not isinstance(keys, (list, *_KEY_TYPES)):
+        return None  # neither keys nor a key: _submit_graph says what keys must be
+    return DaskCall(as_task_tuples(graph), _flat_once(keys), keys)
+
+
+def caller_module(depth: int = 2) -> str:
+    """The module of the code `depth` frames up (2: whoever called the function that calls this), or ""."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # the stack is not that deep
+        return ""
+    return str(frame.f_globals.get("__name__", ""))
+
+
+def as_task_tuples(graph: Any) -> Any:
+    """The graph as a dict in the planner's format (graph.py); anything that is not a graph as it is (the planner
+    refuses it). A HighLevelGraph or a Dask expression is materialized first. Task-spec nodes (dask >= 2024.12) are
+    converted; a graph of task tuples only (scaler's own, Dask's before) goes to the planner unchanged."""
+    plain = graph if isinstance(graph, dict) else _materialized(graph)
+    if plain is None:
+        return graph
+    spec = sys.modules.get("dask._task_spec")  # not imported: no task-spec node can exist
+    if spec is None or not any(isinstance(value, spec.GraphNode) for value in plain.values()):
+        return plain
+    return _converted(plain, spec)
+
+
+def _materialized(graph: Any) -> dict[Hashable, Any] | None:
+    """A HighLevelGraph (a Mapping) or a Dask expression (with __dask_graph__) as a dict; None for anything else."""
+    if isinstance(graph, Mapping):
+        to_dict = getattr(graph, "to_dict", None)  # a HighLevelGraph's, faster than key by key
+        return dict(to_dict() if callable(to_dict) else graph)
+    dask_graph = getattr(graph, "__dask_graph__", None)
+    if callable(dask_graph):
+        inner = dask_graph()
+        return inner if isinstance(inner, dict) else _materialized(inner)
+    return None
+
+
+def _converted(graph: dict[Hashable, Any], spec: Any) -> dict[Hashable, Any]:
+    """Every entry read as dask reads it (its convert_legacy_graph: task tuples in a graph of nodes become nodes
+    too), then as the planner's value. Only what every dask since 2024.12 has is used: GraphNode, Alias, DataNode,
+    a node's dependencies and calling it with their values."""
+    nodes: dict[Hashable, Any] = spec.convert_legacy_graph(graph)
+    return {key: _entry(key, node, nodes, spec) for key, node in nodes.items()}
+
+
+def _entry(key: Hashable, node: Any, nodes: dict[Hashable, Any], spec: Any) -> Any:
+    """One node as the planner's value: an Alias is its target key (an identity task), a DataNode its value (or a
+    task returning it where the planner would read the value as a task, a list of keys or a key), and any other
+    node a task calling it with the values of its dependencies."""
+    if not isinstance(node, spec.GraphNode):
+        node = spec.DataNode(key, node)
+    deps = tuple(node.dependencies)
+    for dep in deps:
+        if dep not in nodes:
+            raise KeyError(f"key {key!r} of the dask graph needs {dep!r}, which is not in the graph")
+    if isinstance(node, spec.Alias) and len(deps) == 1 and deps[0] != key:
+        return deps[0]
+    if isinstance(node, spec.DataNode) and not deps:
+        value = node.value
+        if not isinstance(value, (tuple, list)) and not _is_key(nodes, value):
+            return value
+    return (run_node, DaskNode(node, deps), *deps)
+
+
+def _flat_once(keys: Any) -> list[Hashable]:
+    """The keys in nested lists, in order, each once."""
+    flat: list[Hashable] = []
+    stack = [keys]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif not _is_hashable(item):
+            raise TypeError(f"keys must be graph keys or lists of them, not {type(item).__name__}")
+        else:
+            flat.append(item)
+    return list(dict.fromkeys(flat))
+
+
+def _shaped(asked: Any, values: Mapping[Hashable, Any]) -> Any:
+    if isinstance(asked, list):
+        return tuple(_shaped(item, values) for item in asked)
+    return values[asked]
+
+
+def _is_key(graph: Mapping[Hashable, Any], value: Any) -> bool:
+    try:
+        return value in graph
+    except TypeError:  # unhashable: not a key
+        return False
+
+
+def _is_hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

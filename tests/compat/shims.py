@@ -1,0 +1,33 @@
+"""Stand-ins for the private helpers (scaler.utility.*) that scaler 1.9.9's tests import, on public names."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from scaler.errors import TaskFailedError
+
+MissingObjects = TaskFailedError  # a task refers to an object that clear() freed
+ProcessorDiedError = TaskFailedError  # the processor running the task died, on every attempt
+
+
+def setup_logger(*_args: Any, **_kwargs: Any) -> None:
+    logging.basicConfig(level=logging.INFO)
+
+
+def get_available_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def ScopedLogger(message: str, *_args: Any, **_kwargs: Any) -> Iterator[None]:
+    start = time.monotonic()
+    logging.info("started %s", message)
+    yield
+    logging.info("done %s in %.3fs", message, time.monotonic() - start)

@@ -1,0 +1,204 @@
+"""scaler.compat.ray on real processes: Ray-style code (remote functions, get, put, wait, cancel) against a scheduler
+with two workers, and against the local cluster init() starts."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import scaler.compat.ray as ray
+from scaler import Client
+from tests.helpers import my_descendants, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@ray.remote
+def square(x: int) -> int:
+    return x * x
+
+
+@ray.remote
+def add(a: int, b: int = 0, *, profiling: int = 0) -> int:
+    return a + b + profiling
+
+
+@ray.remote
+def slow(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@ray.remote
+def fail() -> None:
+    raise KeyError("no such key")
+
+
+@ray.remote(num_returns=2)
+def split(x: int) -> tuple[int, int]:
+    return x, -x
+
+
+@ray.remote
+def total_of_refs(items: list[Any]) -> float:
+    refs = [item for item in items if isinstance(item, ray.ObjectRef)]  # refs inside a list arrive as refs, as in Ray
+    return sum(ray.get(refs)) + sum(item for item in items if not isinstance(item, ray.ObjectRef))
+
+
+@ray.remote
+def length(items: list[int]) -> int:
+    return len(items)
+
+
+@ray.remote
+def fibonacci(n: int) -> int:
+    if n < 2:
+        return n
+    return sum(ray.get([fibonacci.remote(n - 1), fibonacci.remote(n - 2)]))
+
+
+@ray.remote
+def fail_once(marker: str) -> str:
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        raise RuntimeError("first run fails")
+    return "second run"
+
+
+@pytest.fixture()
+def session(cluster: Any) -> Iterator[Any]:
+    context = ray.init(address=cluster.address, timeout_seconds=15)
+    try:
+        yield context
+    finally:
+        ray.shutdown()
+
+
+def test_remote_functions_and_get(session: Any) -> None:
+    assert ray.is_initialized()
+    assert ray.get(square.remote(7)) == 49
+    assert ray.get([square.remote(i) for i in range(5)]) == [0, 1, 4, 9, 16]
+    assert ray.get(add.remote(1, b=2, profiling=3)) == 6  # no keyword is taken by Scaler's submit()
+    with pytest.raises(TypeError, match=r"square.remote\(\.\.\.\)"):
+        square(3)
+    with pytest.raises(ValueError, match="ObjectRef or a list"):
+        ray.get(3)
+
+
+def test_refs_as_arguments_are_resolved_without_blocking_the_caller(session: Any) -> None:
+    first = slow.remote(1.0)
+    chained = add.remote(first, b=square.remote(3))  # waits for `first` in the cluster's time, not ours
+    last = add.remote(chained, 1)
+    assert ray.wait([first, chained, last], timeout=0) == ([], [first, chained, last])  # .remote() did not wait
+    assert ray.get(last) == 11.0
+    assert ray.get(add.remote(first, 1)) == 2.0  # a finished ref as an argument
+    put = ray.put(list(range(1000)))
+    assert ray.get(put) == list(range(1000))
+    assert ray.get(length.remote(put)) == 1000
+    pending = slow.remote(0.5)
+    assert ray.get(total_of_refs.remote([square.remote(2), pending, 3])) == 7.5  # refs in a list arrive finished
+
+
+def test_num_returns(session: Any) -> None:
+    positive, negative = split.remote(5)
+    assert ray.get([positive, negative]) == [5, -5]
+    assert ray.get(add.remote(positive, negative)) == 0
+    three = square.options(num_returns=3).remote(2)
+    with pytest.raises(ValueError, match="num_returns=3"):
+        ray.get(three[0])
+
+
+def test_wait(session: Any) -> None:
+    refs = [slow.remote(3.0), square.remote(2), square.remote(3)]
+    ready, not_ready = ray.wait(refs, num_returns=2, timeout=20)
+    assert ready == refs[1:] and not_ready == refs[:1]  # in the order given
+    ready, not_ready = ray.wait(refs, num_returns=3, timeout=0.2)
+    assert ready == refs[1:] and not_ready == refs[:1]  # the timeout came first
+    ray.cancel(refs[0])
+    with pytest.raises(ValueError, match="num_returns"):
+        ray.wait(refs, num_returns=4)
+    with pytest.raises(ValueError, match="distinct"):
+        ray.wait([refs[1], refs[1]])
+    with pytest.raises(TypeError, match="list of ObjectRefs"):
+        ray.wait(refs[1])
+
+
+def test_cancel(session: Any) -> None:
+    running = slow.remote(30)
+    waiting = add.remote(running, 1)  # not submitted yet: it waits for `running`
+    ray.cancel(waiting)
+    ray.cancel(running)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(running, timeout=10)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(waiting, timeout=10)
+    downstream = add.remote(running, 1)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(downstream, timeout=10)
+    with pytest.raises(TypeError, match="ObjectRef of a task"):
+        ray.cancel(ray.put(1))
+
+
+def test_errors_and_timeouts(session: Any, tmp_path: Path) -> None:
+    failed = fail.remote()
+    with pytest.raises(KeyError, match="no such key"):
+        ray.get(failed)
+    with pytest.raises(KeyError, match="no such key"):
+        ray.get(add.remote(failed, 1))  # a task whose argument failed fails the same way
+    sleeper = slow.remote(1.0)
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get(sleeper, timeout=0.1)
+    assert ray.get(sleeper, timeout=20) == 1.0  # the timeout did not stop it
+    marker = str(tmp_path / "ran-once")
+    assert ray.get(fail_once.options(max_retries=1, retry_exceptions=True).remote(marker)) == "second run"
+
+
+def test_remote_functions_call_remote_functions(session: Any) -> None:
+    assert ray.get(fibonacci.remote(7), timeout=40) == 13
+
+
+def test_what_is_not_supported_says_so(session: Any) -> None:
+    with pytest.raises(NotImplementedError, match="actors"):
+
+        @ray.remote
+        class Counter:
+            pass
+
+    with pytest.raises(NotImplementedError, match="actors"):
+        ray.get_actor("counter")
+    with pytest.raises(AttributeError, match="offers init, remote"):
+        ray.available_resources()
+    with pytest.raises(ValueError, match="invalid option keyword"):
+        square.options(num_cpu=1)
+    with pytest.warns(UserWarning, match="num_gpus"):
+        assert ray.get(square.options(num_gpus=1).remote(3)) == 9
+
+
+def test_init_and_shutdown(cluster: Any, client: Client) -> None:
+    assert not ray.is_initialized()
+    ray.init(client=client)
+    try:
+        with pytest.raises(RuntimeError, match="already"):
+            ray.init(address=cluster.address)
+        assert ray.init(ignore_reinit_error=True).client is client
+        assert ray.get(square.remote(4)) == 16
+    finally:
+        ray.shutdown()
+    assert not ray.is_initialized()
+    assert client.submit(pow, 2, 5).result() == 32  # a client given to init() stays connected
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+        ray.init(address="auto")
+
+
+def test_a_local_cluster(cluster: Any) -> None:
+    before = {process.pid for process in my_descendants()}
+    with ray.init(num_cpus=1) as context:
+        assert context.combo is not None
+        assert ray.get(square.remote(9), timeout=30) == 81
+    assert not ray.is_initialized()
+    wait_until(lambda: not {p.pid for p in my_descendants()} - before, timeout=10, what="the local cluster to stop")
