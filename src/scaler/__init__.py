@@ -1,6 +1,7 @@
 """Scaler: an efficient, lightweight and reliable distributed computation engine.
 
 from scaler import Client, SchedulerClusterCombo, Serializer
+from scaler import Cluster, Scheduler  # scaler 1.9.9's process classes, kept for programs written for it
 
 Names are loaded on first use: a program that only needs a Client never loads the scheduler's or the workers' code.
 """
@@ -17,14 +18,18 @@ if TYPE_CHECKING:
     from scaler.client.future import ProfilingInfo, ScalerFuture
     from scaler.client.object_reference import ObjectReference
     from scaler.client.progress import progress
+    from scaler.cluster.cluster import Cluster
     from scaler.cluster.combo import SchedulerClusterCombo
+    from scaler.cluster.scheduler import Scheduler
     from scaler.serializer import Serializer
 
 _WHERE = {
     "Client": "scaler.client.client",
+    "Cluster": "scaler.cluster.cluster",
     "ObjectReference": "scaler.client.object_reference",
     "ProfilingInfo": "scaler.client.future",
     "ScalerFuture": "scaler.client.future",
+    "Scheduler": "scaler.cluster.scheduler",
     "SchedulerClusterCombo": "scaler.cluster.combo",
     "Serializer": "scaler.serializer",
     "progress": "scaler.client.progress",
@@ -32,9 +37,11 @@ _WHERE = {
 
 __all__ = [
     "Client",
+    "Cluster",
     "ObjectReference",
     "ProfilingInfo",
     "ScalerFuture",
+    "Scheduler",
     "SchedulerClusterCombo",
     "Serializer",
     "__version__",

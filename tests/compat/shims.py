@@ -31,3 +31,19 @@ def ScopedLogger(message: str, *_args: Any, **_kwargs: Any) -> Iterator[None]:
     logging.info("started %s", message)
     yield
     logging.info("done %s in %.3fs", message, time.monotonic() - start)
+
+
+class ZMQConfig:
+    """1.9.9's address class, as its tests use it: from_string() gives the address itself (Cluster takes a str)."""
+
+    @staticmethod
+    def from_string(address: str) -> str:
+        return address
+
+
+# 1.9.9's defaults (scaler.io.config), for the settings its tests pass to Cluster.
+DEFAULT_IO_THREADS = 1
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2
+DEFAULT_GARBAGE_COLLECT_INTERVAL_SECONDS = 30
+DEFAULT_TRIM_MEMORY_THRESHOLD_BYTES = 1024 * 1024 * 1024
+DEFAULT_TASK_TIMEOUT_SECONDS = 0

@@ -2,7 +2,8 @@
 
 get(block=False) gives futures, graph values may be object references, 1.9.9's exception types still catch our
 errors, profiling answers 1.9.9's names with a CPU time measured on the worker, submit checks the call, a combo
-without an address picks a free port, a future runs from submit, and a program that starts a combo stays quiet.
+without an address picks a free port, a future runs from submit, a program that starts a combo stays quiet, and
+scaler.Cluster and scaler.Scheduler are processes that run workers and a scheduler.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import scaler
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import ConnectionFailedError, TaskFailedError
 
@@ -218,3 +220,96 @@ def test_a_program_that_starts_a_combo_prints_only_its_own_output() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["sum: 6", "done"]
     assert "[INFO]" not in run.stderr
+
+
+class _Address:
+    """1.9.9's ZMQConfig, as far as Cluster and Scheduler use it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def to_address(self) -> str:
+        return self.address
+
+
+def _stop(*processes: Any) -> None:
+    for process in processes:
+        if process.pid is None:
+            continue
+        process.terminate()
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
+def test_a_cluster_joins_a_combo_with_no_workers_named_as_1_9_9_named_them() -> None:
+    with SchedulerClusterCombo(
+        n_workers=0, logging_level="WARNING", load_balance_seconds=1, death_timeout_seconds=30
+    ) as combo:
+        assert isinstance(combo._cluster, scaler.Cluster) and combo._cluster._death_timeout_seconds == 30
+        cluster = scaler.Cluster(
+            address=_Address(combo.address),
+            worker_io_threads=1,
+            worker_names=["alpha", "beta"],
+            heartbeat_interval_seconds=0.5,
+            task_timeout_seconds=0,
+            death_timeout_seconds=20,
+            garbage_collect_interval_seconds=30,
+            trim_memory_threshold_bytes=1 << 30,
+            hard_processor_suspend=False,
+            event_loop="builtin",
+            logging_paths=("/dev/stderr",),
+            logging_level="WARNING",
+            logging_config_file=None,
+        )
+        assert cluster._address.to_address() == combo.address
+        try:
+            cluster.start()
+            with Client(combo.address, timeout_seconds=15) as client:
+                assert client.submit(inc, 41).result(timeout=TIMEOUT) == 42
+        finally:
+            _stop(cluster)
+        assert cluster.exitcode == 0  # SIGTERM stopped the workers, then the cluster, cleanly
+
+
+def test_a_scheduler_process_serves_a_cluster_process() -> None:
+    from tests.helpers import free_address
+
+    address = free_address()
+    scheduler = scaler.Scheduler(
+        address=address,
+        monitor_address=None,
+        io_threads=1,
+        max_number_of_tasks_waiting=-1,
+        per_worker_queue_size=1000,
+        client_timeout_seconds=60,
+        worker_timeout_seconds=10,
+        object_retention_seconds=60,
+        load_balance_seconds=1,
+        load_balance_trigger_times=2,
+        protected=True,
+        event_loop="builtin",
+        logging_path=("/dev/stderr",),
+        logging_config_file=None,
+        logging_level="WARNING",
+        cpu="none",
+    )
+    cluster = scaler.Cluster(address, worker_names=["w0"], logging_paths=("/dev/stderr",), logging_level="WARNING")
+    try:
+        scheduler.start()
+        cluster.start()
+        with Client(address, timeout_seconds=15) as client:
+            assert client.submit(inc, 1).result(timeout=TIMEOUT) == 2
+    finally:
+        _stop(cluster, scheduler)
+    assert cluster.exitcode == 0 and scheduler.exitcode == 0
+
+
+def test_cluster_and_scheduler_refuse_what_they_cannot_run() -> None:
+    with pytest.raises(TypeError, match="worker_names"):
+        scaler.Cluster("tcp://127.0.0.1:2345")
+    with pytest.raises(ValueError):
+        scaler.Cluster("nowhere", worker_names=["a"])
+    with pytest.raises(ValueError):
+        scaler.Scheduler("tcp://127.0.0.1:2345", worker_timeout_seconds=0)

@@ -11,9 +11,9 @@ import signal
 import socket
 from typing import Any
 
+from scaler.cluster.cluster import DEFAULT_DEATH_TIMEOUT_SECONDS, Cluster
 from scaler.core.scheduler import SchedulerConfig
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES
-from scaler.core.worker.agent import AgentConfig
 from scaler.io.loop import check_event_loop
 from scaler.io.processes import (
     check_cpu,
@@ -24,8 +24,7 @@ from scaler.io.processes import (
     setup_logging,
 )
 from scaler.scheduler.server import run_scheduler
-from scaler.security.keys import PeerKeys, ServerKeys, load_peer_keys, load_server_keys, resolve
-from scaler.worker.cluster import run_cluster
+from scaler.security.keys import ServerKeys, load_server_keys, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -53,20 +52,6 @@ def _scheduler_main(
     except Exception as exc:
         ready.send(f"{type(exc).__name__}: {exc}")
         raise SystemExit(1) from exc
-
-
-def _cluster_main(
-    address: str,
-    n_workers: int,
-    config: AgentConfig,
-    event_loop: str,
-    log_level: str,
-    log_paths: tuple[str, ...],
-    keys: PeerKeys | None,
-) -> None:
-    die_with_parent(signal.SIGTERM)
-    setup_logging(log_level, log_paths)
-    raise SystemExit(run_cluster(address, n_workers, config, event_loop, log_level, log_paths, keys))
 
 
 def free_local_address() -> str:
@@ -97,6 +82,13 @@ class SchedulerClusterCombo:
     admits only authorized keys, over encrypted connections, and the workers use the directory's worker key.
     Clients pass the same directory: Client(address, keys=DIR). See docs/security.md.
     max_payload_bytes: the most bytes one function, argument, object or result may have once serialized.
+
+    scaler 1.9.9's other settings: load_balance_seconds is the least time between two balancing passes (0 or None,
+    1.9.9's "off", keep the default: balancing is always on); death_timeout_seconds is how long a worker waits for a
+    silent scheduler before it exits. Accepted and ignored: worker_io_threads, scheduler_io_threads,
+    max_number_of_tasks_waiting, object_retention_seconds, task_timeout_seconds, load_balance_trigger_times,
+    garbage_collect_interval_seconds, trim_memory_threshold_bytes, hard_processor_suspend, logging_config_file.
+    The workers run in a scaler.Cluster process, self._cluster (1.9.9's tests read its settings there).
     """
 
     def __init__(
@@ -118,6 +110,19 @@ class SchedulerClusterCombo:
         keys: str | os.PathLike[str] | bool | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         memory_limit: int | str | None = None,
+        *,
+        load_balance_seconds: float | None = None,
+        death_timeout_seconds: float = DEFAULT_DEATH_TIMEOUT_SECONDS,
+        worker_io_threads: int = 1,
+        scheduler_io_threads: int = 1,
+        max_number_of_tasks_waiting: int = -1,
+        object_retention_seconds: float = 60,
+        task_timeout_seconds: float = 0,
+        load_balance_trigger_times: int = 2,
+        garbage_collect_interval_seconds: float = 30,
+        trim_memory_threshold_bytes: int = 1024**3,
+        hard_processor_suspend: bool = False,
+        logging_config_file: str | None = None,
     ) -> None:
         if isinstance(address, int) and not isinstance(address, bool):  # scaler 1.9: (n_workers, address=None)
             if n_workers is not None:
@@ -149,7 +154,6 @@ class SchedulerClusterCombo:
             raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
         directory = None if keys is False else resolve(keys)
         server_keys = load_server_keys(directory) if directory is not None else None
-        worker_keys = load_peer_keys(directory, "worker") if directory is not None else None
         self._address = address
         self._monitor_address = monitor_address or default_monitor_address(address)
         self._n_workers = n_workers
@@ -159,13 +163,27 @@ class SchedulerClusterCombo:
             client_timeout_seconds=client_timeout_seconds,
             max_task_retries=max_task_retries,
             max_payload_bytes=max_payload_bytes,
+            balance_interval_seconds=load_balance_seconds or SchedulerConfig().balance_interval_seconds,
         )
-        agent_config = AgentConfig(
-            name="worker",
-            queue_capacity=per_worker_queue_size,
+        # Built (and checked) before anything starts; started once the scheduler is ready.
+        cluster = Cluster(
+            address,
+            worker_io_threads=worker_io_threads,
             heartbeat_interval_seconds=heartbeat_interval_seconds,
-            max_processors=max_processors_per_worker,
+            task_timeout_seconds=task_timeout_seconds,
+            death_timeout_seconds=death_timeout_seconds,
+            garbage_collect_interval_seconds=garbage_collect_interval_seconds,
+            trim_memory_threshold_bytes=trim_memory_threshold_bytes,
+            hard_processor_suspend=hard_processor_suspend,
+            event_loop=event_loop,
+            logging_paths=logging_paths,
+            logging_level=logging_level,
+            logging_config_file=logging_config_file,
+            n_workers=n_workers,
+            per_worker_queue_size=per_worker_queue_size,
+            max_processors_per_worker=max_processors_per_worker,
             memory_limit_bytes=memory_limit_bytes,
+            keys=directory if directory is not None else False,
         )
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)
@@ -186,14 +204,10 @@ class SchedulerClusterCombo:
         )
         self._scheduler.start()
         send.close()
-        self._cluster: Any = None
+        self._cluster: Cluster | None = None
         atexit.register(self.shutdown)
         self._wait_ready(receive)
-        self._cluster = context.Process(
-            target=_cluster_main,
-            args=(address, n_workers, agent_config, event_loop, logging_level, logging_paths, worker_keys),
-            name="scaler-cluster",
-        )
+        self._cluster = cluster
         self._cluster.start()
 
     def _wait_ready(self, receive: multiprocessing.connection.Connection) -> None:

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.processes import die_with_parent, hostname, setup_logging
@@ -52,9 +52,13 @@ def run_cluster(
     log_paths: tuple[str, ...] = ("/dev/stdout",),
     keys: PeerKeys | None = None,
     restart: RestartPolicy | None = None,
+    names: Sequence[str] | None = None,
 ) -> int:
     """Start n_workers workers, restart those that die unexpectedly (RestartPolicy), and return once all of them
-    ended for good. SIGINT/SIGTERM stop them gracefully. `keys`: the worker keys for a scheduler that requires keys."""
+    ended for good. SIGINT/SIGTERM stop them gracefully. `keys`: the worker keys for a scheduler that requires keys.
+    `names`: one name per worker (then n_workers is len(names)); by default `<config.name>-<pid>-<index>`."""
+    if names is not None:
+        n_workers = len(names)
     logger.info(
         "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s%s",
         n_workers,
@@ -67,7 +71,7 @@ def run_cluster(
     def worker(index: int, restarts: int) -> multiprocessing.process.BaseProcess:
         # A restarted worker has a name of its own: the scheduler may still hold the session of the one it replaces.
         # A restarted worker keeps its name: the scheduler holds back a name lost again and again (crash loops).
-        name = f"{config.name}-{os.getpid()}-{index}"
+        name = names[index] if names is not None else f"{config.name}-{os.getpid()}-{index}"
         worker_config = dataclasses.replace(config, name=name)
         return multiprocessing.get_context("fork").Process(
             target=_worker_main,
