@@ -188,30 +188,39 @@ class WorkerAgent:
         memory = self._processor_memory() if self.config.memory_limit_bytes else ()
         self._handle(Tick(now, *self._stats_now, processor_rss=memory))
 
+    def _watch(self) -> dict[int, psutil.Process]:
+        """A psutil handle per live processor, kept from one reading to the next: cpu_percent() measures since the
+        previous call on the same handle (a new handle each time always read 0 %)."""
+        for processor, process in self.processes.items():
+            watched = self._watched.get(processor)
+            if (watched is None or watched.pid != process.pid) and process.pid is not None:
+                try:
+                    self._watched[processor] = psutil.Process(process.pid)
+                    self._watched[processor].cpu_percent(interval=None)  # the baseline
+                except psutil.Error:
+                    continue
+        for processor in [p for p in self._watched if p not in self.processes]:
+            del self._watched[processor]
+        return self._watched
+
     def _processor_memory(self) -> tuple[tuple[int, int], ...]:
         """(processor, RSS) of each live processor, read every tick when there is a memory limit (a /proc read)."""
         samples = []
-        for processor, process in self.processes.items():
+        for processor, watched in self._watch().items():
             try:
-                watched = self._watched.get(processor)
-                if watched is None or watched.pid != process.pid:
-                    watched = self._watched[processor] = psutil.Process(process.pid)
                 samples.append((processor, watched.memory_info().rss))
-            except (psutil.Error, TypeError, ValueError):
+            except psutil.Error:
                 continue
-        for processor in [p for p in self._watched if p not in self.processes]:
-            del self._watched[processor]
         return tuple(samples)
 
     def _stats(self) -> tuple[float, int, float, int]:
         cpu, rss = self.me.cpu_percent(), self.me.memory_info().rss
         p_cpu, p_rss = 0.0, 0
-        for process in self.processes.values():
+        for ps in self._watch().values():
             try:
-                ps = psutil.Process(process.pid)
                 p_cpu += ps.cpu_percent(interval=None)
                 p_rss += ps.memory_info().rss
-            except (psutil.Error, TypeError, ValueError):
+            except psutil.Error:
                 continue
         return cpu, rss, p_cpu, p_rss
 
