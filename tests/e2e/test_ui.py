@@ -20,6 +20,7 @@ from scaler.monitor.ui import status_json
 from scaler.protocol.messages import Status, WorkerStatus
 from tests.e2e.test_cli import Program, cli
 from tests.helpers import free_address, free_port, wait_until
+from tests.unit.test_metrics import Exposition, parse
 
 pytestmark = pytest.mark.timeout(120)
 TIMEOUT = 30
@@ -38,6 +39,12 @@ def status_of(url: str) -> dict[str, Any]:
     assert code == 200
     answer: dict[str, Any] = json.loads(body)
     return answer
+
+
+def metrics_of(url: str) -> Exposition:
+    code, content_type, body = get(url + "metrics")
+    assert code == 200 and content_type == "text/plain; version=0.0.4; charset=utf-8"
+    return parse(body.decode())
 
 
 def start_ui(monitor_address: str) -> tuple[Program, str]:
@@ -106,15 +113,38 @@ def test_the_page_shows_the_workers_and_the_tasks_in_a_real_browser(cluster: Sch
         ui.kill()
 
 
+def test_metrics_count_the_workers_and_the_tasks_for_prometheus(cluster: SchedulerClusterCombo) -> None:
+    ui, url = start_ui(cluster.monitor_address)
+    try:
+        with Client(address=cluster.address, timeout_seconds=TIMEOUT) as client:
+            assert client.map(abs, [(-i,) for i in range(10)]) == list(range(10))
+            wait_until(
+                lambda: metrics_of(url).labelled("scaler_tasks_ended_total", "state").get("success") == 10,
+                timeout=TIMEOUT,
+                what="/metrics to count 10 successes",
+            )
+            wait_until(lambda: metrics_of(url).value("scaler_clients") == 1, timeout=TIMEOUT, what="the client")
+            m = metrics_of(url)
+        assert m.value("scaler_up") == 1 and 0 <= m.value("scaler_status_age_seconds") <= 5
+        assert m.value("scaler_workers") == 2 and len(m.labelled("scaler_worker_free_slots", "worker")) == 2
+        assert sum(m.labelled("scaler_worker_completed_tasks_total", "worker").values()) == 10
+        assert m.labelled("scaler_tasks", "state") == {"waiting": 0, "queued": 0, "assigned": 0, "canceling": 0}
+        assert m.labelled("scaler_messages_received_total", "kind")["submitTasks"] >= 1
+        assert m.value("scaler_scheduler_rss_bytes") > 0
+    finally:
+        ui.kill()
+
+
 def test_without_a_scheduler_the_page_says_it_waits(tmp_path: Any) -> None:
     address = f"ipc://{tmp_path}/nobody_monitor"
     ui, url = start_ui(address)
     try:
         assert status_of(url) == {"monitor_address": address, "age_seconds": None, "status": None}
+        assert metrics_of(url).samples == {("scaler_up", frozenset()): 0}
         code, content_type, body = get(url)
         assert code == 200 and content_type.startswith("text/html") and b"<title>Scaler</title>" in body
         code, _, body = get(url + "nothing-here")
-        assert code == 404 and b"/status.json" in body
+        assert code == 404 and b"/status.json" in body and b"/metrics" in body
         dom = rendered(url)
         assert "waiting for a status from " + address in dom
     finally:

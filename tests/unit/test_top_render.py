@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from scaler.monitor.render import fmt_bytes, fmt_lag, render
+from scaler.monitor.render import fmt_bytes, fmt_lag, is_stale, render, screen, waiting
 from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
 
 
@@ -85,3 +86,30 @@ def test_a_held_back_worker_shows_for_how_long_and_sorts_first_by_it() -> None:
     rows = [line for line in lines if line.lstrip().startswith("w-")]
     assert [row.split()[0] for row in rows] == ["w-a", "w-b"]
     assert " 12s " in rows[0] and " - " in rows[1]
+
+
+NOW = datetime(2024, 5, 1, 12, 0, 30)
+
+
+def test_before_the_first_status_the_screen_says_where_it_waits_and_for_how_long() -> None:
+    assert waiting("ipc:///tmp/m", 0.2) == ["waiting for the scheduler's status at ipc:///tmp/m\u2026 (0s)"]
+    assert waiting("ipc:///tmp/m", 7.6) == ["waiting for the scheduler's status at ipc:///tmp/m\u2026 (8s)"]
+    assert all(len(line) <= 20 for line in waiting("ipc:///tmp/a_long_monitor_address", 3, width=20))
+
+
+def test_a_fresh_status_shows_no_banner() -> None:
+    assert screen(_status(), NOW, 0.9) == render(_status())
+    assert screen(_status(), NOW, 3.0) == render(_status())  # one late publication is not a stop
+    assert not is_stale(3.0) and is_stale(3.1)
+
+
+def test_a_status_older_than_3s_keeps_the_last_screen_under_a_banner() -> None:
+    lines = screen(_status(), NOW, 12.4)
+    assert lines[0] == "no status for 12s: the scheduler may have stopped (last at 12:00:17)"
+    assert lines[1:] == render(_status())
+    assert all(len(line) <= 30 for line in screen(_status(), NOW, 12.4, width=30))
+
+
+def test_the_banner_goes_when_statuses_resume() -> None:
+    assert screen(_status(), NOW, 5.0)[0].startswith("no status for 5s")
+    assert not any("no status" in line for line in screen(_status(), NOW, 0.1))

@@ -1,12 +1,14 @@
-"""Text rendering of a scheduler Status for scaler_top: sections side by side, then the worker table.
+"""Text rendering of a scheduler Status for scaler_top: sections side by side, then the worker table; the waiting
+screen before the first status, and the banner over a status that stopped coming.
 
-Pure: a Status in, lines out; curses lives in scaler.monitor.top.
+Pure: a Status, the time and the status's age in, lines out; curses and clocks live in scaler.monitor.top.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from scaler.protocol.messages import Status, WorkerStatus
 
@@ -55,6 +57,29 @@ COLUMNS = [
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
 ]
 SHORTCUTS = {c.key: c for c in COLUMNS if c.key}
+STALE_AFTER_SECONDS = 3.0  # the scheduler publishes once a second: three missed in a row look like a stop
+
+
+def waiting(address: str, waited_seconds: float, width: int = 200) -> list[str]:
+    """The screen before the first status: where scaler_top listens, and for how long it has."""
+    return [f"waiting for the scheduler's status at {address}… ({waited_seconds:.0f}s)"[:width]]
+
+
+def is_stale(age_seconds: float) -> bool:
+    return age_seconds > STALE_AFTER_SECONDS
+
+
+def stale_banner(now: datetime, age_seconds: float) -> str:
+    last_at = (now - timedelta(seconds=age_seconds)).strftime("%H:%M:%S")
+    return f"no status for {age_seconds:.0f}s: the scheduler may have stopped (last at {last_at})"
+
+
+def screen(status: Status, now: datetime, age_seconds: float, sort_key: str = "n", width: int = 200) -> list[str]:
+    """The screen for the latest status, received `age_seconds` before `now`: under a banner if that is long ago."""
+    lines = render(status, sort_key, width)
+    if is_stale(age_seconds):
+        lines.insert(0, stale_banner(now, age_seconds)[:width])
+    return lines
 
 
 def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:

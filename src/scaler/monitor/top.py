@@ -6,6 +6,7 @@ import argparse
 import curses
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 import zmq
@@ -15,7 +16,7 @@ from scaler.errors import KeysError
 from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import parse_address
 from scaler.io.sockets import new_subscriber, recv_message
-from scaler.monitor.render import SHORTCUTS, render
+from scaler.monitor.render import SHORTCUTS, is_stale, render, screen, waiting
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
@@ -116,36 +117,59 @@ def run_once(address: str, timeout: float, keys: PeerKeys | None = None) -> int:
         if failure is not None:
             print(failure)
             return 1
-        print(f"no status from {address} within {timeout:g}s (is a scheduler running with that monitor address?)")
+        gave_up = waiting(address, timeout)[0]
+        print(f"{gave_up}: none came (is a scheduler running with that monitor address?)", file=sys.stderr)
         return 1
     print("\n".join(render(status)))
     return 0
 
 
-def run_screen(screen: Any, address: str, keys: PeerKeys | None = None) -> None:
+def lines_to_show(
+    feed: Subscription, status: Status | None, age_seconds: float, sort_key: str, width: int
+) -> list[str]:
+    """What the screen shows: the latest status (under a banner once stale), else why none came yet. `age_seconds`
+    is the status's age, or how long scaler_top has waited when none came."""
+    if status is not None:
+        return screen(status, datetime.now(), age_seconds, sort_key, width)
+    if feed.failure is not None:
+        return [feed.failure[:width]]
+    return waiting(feed.address, age_seconds, width)
+
+
+def draw(window: Any, lines: list[str], banner: bool) -> None:
+    window.erase()
+    height, _ = window.getmaxyx()
+    for row, line in enumerate(lines[: height - 1]):
+        attr = curses.A_REVERSE | curses.A_BOLD if banner and row == 0 else curses.A_NORMAL
+        try:
+            window.addstr(row, 0, line, attr)
+        except UnicodeEncodeError:  # a terminal without unicode: "…" becomes "..."
+            window.addstr(row, 0, line.replace("\u2026", "...").encode("ascii", "replace").decode(), attr)
+    window.refresh()
+
+
+def run_screen(window: Any, address: str, keys: PeerKeys | None = None) -> None:
     curses.curs_set(0)
-    screen.nodelay(True)
+    window.nodelay(True)
     feed = Subscription(address, keys)
     sort_key = "n"
     status: Status | None = None
+    since = time.monotonic()  # when the latest status came, or when scaler_top started
+    shown: list[str] = []
     while True:
-        key = screen.getch()
+        key = window.getch()
         if key in (ord("q"), ord("Q")):
             break
         if key != -1 and chr(key) in SHORTCUTS:
             sort_key = chr(key)
         fresh = feed.next(100)
         if fresh is not None:
-            status = fresh
-        elif key == -1 and feed.failure is None:
-            continue
-        screen.erase()
-        height, width = screen.getmaxyx()
-        waiting = feed.failure or f"waiting for a status from {address} ..."
-        lines = render(status, sort_key, width - 1) if status else [waiting]
-        for row, line in enumerate(lines[: height - 1]):
-            screen.addstr(row, 0, line)
-        screen.refresh()
+            status, since = fresh, time.monotonic()
+        age = time.monotonic() - since
+        lines = lines_to_show(feed, status, age, sort_key, window.getmaxyx()[1] - 1)
+        if lines != shown or key != -1:  # the clock in the waiting line and the banner ticks once a second
+            draw(window, lines, status is not None and is_stale(age))
+            shown = lines
     feed.close()
 
 

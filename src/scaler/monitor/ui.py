@@ -2,7 +2,8 @@
 
 A thread subscribes to the monitor address and keeps the latest status; an HTTP server (standard library) serves
 one self-contained page, which fetches /status.json every second and draws the scheduler, task, message, worker
-and client tables. Nothing is stored: a page opened later shows the present.
+and client tables; /metrics gives the same status in Prometheus's text format (scaler.monitor.metrics). Nothing is
+stored: a page opened later shows the present.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.io.processes import setup_logging
+from scaler.monitor.metrics import CONTENT_TYPE, render_metrics
 from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
 from scaler.security.keys import PeerKeys
@@ -98,8 +100,11 @@ def make_handler(feed: StatusFeed) -> type[http.server.BaseHTTPRequestHandler]:
                 status, age = feed.latest()
                 body = json.dumps(status_json(status, feed.monitor_address, age)).encode()
                 self._answer(200, "application/json", body)
+            elif path == "/metrics":
+                self._answer(200, CONTENT_TYPE, render_metrics(*feed.latest()).encode())
             else:
-                self._answer(404, "text/plain; charset=utf-8", f"no page {path!r}: try / or /status.json\n".encode())
+                wrong = f"no page {path!r}: try /, /status.json or /metrics\n"
+                self._answer(404, "text/plain; charset=utf-8", wrong.encode())
 
         def _answer(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)

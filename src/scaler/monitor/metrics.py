@@ -1,0 +1,188 @@
+"""The Prometheus text exposition (format 0.0.4) of a scheduler's status: what scaler_ui answers on /metrics.
+
+Pure: a status and its age in, text out. No I/O and no clock: the caller measures how old the status is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UP_WITHIN_SECONDS = 5.0  # a status older than this and the scheduler counts as down, as the web page says
+LIVE_STATES = ("waiting", "queued", "assigned", "canceling")  # gauges: tasks in these states now
+ENDED_STATES = ("success", "error", "canceled", "failed")  # counters: tasks that ended so, since the start
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric: its name, type (gauge or counter), help text and samples (labels, value)."""
+
+    name: str
+    type: str
+    help: str
+    samples: tuple[tuple[Labels, float], ...]
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def format_family(family: Family) -> list[str]:
+    lines = [f"# HELP {family.name} {escape_help(family.help)}", f"# TYPE {family.name} {family.type}"]
+    for labels, value in family.samples:
+        inner = ",".join(f'{key}="{escape_label_value(text)}"' for key, text in labels)
+        lines.append(
+            f"{family.name}{{{inner}}} {format_value(value)}" if labels else f"{family.name} {format_value(value)}"
+        )
+    return lines
+
+
+def single(name: str, type_: str, help_: str, value: float) -> Family:
+    return Family(name, type_, help_, (((), value),))
+
+
+def by_label(name: str, type_: str, help_: str, label: str, values: Iterable[tuple[str, float]]) -> Family:
+    return Family(name, type_, help_, tuple((((label, key),), value) for key, value in values))
+
+
+# Per-worker gauges: name after scaler_worker_, help, and how to read it from a WorkerStatus.
+WORKER_GAUGES: tuple[tuple[str, str, Callable[[WorkerStatus], float]], ...] = (
+    ("agent_cpu_percent", "CPU use of the worker's agent, in percent of one core.", lambda w: w.agent_cpu_percent),
+    ("agent_rss_bytes", "Resident memory of the worker's agent.", lambda w: w.agent_rss_bytes),
+    ("processor_cpu_percent", "CPU use of the worker's processors, in percent of one core.", lambda w: w.cpu_percent),
+    ("processor_rss_bytes", "Resident memory of the worker's processors.", lambda w: w.rss_bytes),
+    ("free_slots", "Task slots the scheduler may still fill on the worker.", lambda w: w.free),
+    ("assigned_tasks", "Tasks the scheduler gave the worker that have not finished.", lambda w: w.sent),
+    ("queued_tasks", "Tasks waiting in the worker for a processor.", lambda w: w.queued),
+    ("running_tasks", "Tasks running on the worker's processors.", lambda w: w.running),
+    ("waiting_tasks", "The worker's tasks waiting on nested tasks.", lambda w: w.waiting),
+    ("processors", "Processors alive on the worker.", lambda w: w.processors),
+    ("blocked_processors", "The worker's processors blocked on nested tasks.", lambda w: w.blocked_processors),
+    ("lag_seconds", "Heartbeat round trip between the worker and the scheduler.", lambda w: w.lag_us / 1e6),
+    (
+        "held_back_seconds",
+        "How long the scheduler still holds tasks back from the worker.",
+        lambda w: w.held_back_ms / 1e3,
+    ),
+)
+
+CLIENT_GAUGES: tuple[tuple[str, str, Callable[[ClientStatus], float]], ...] = (
+    ("unfinished_tasks", "The client's tasks that have not finished.", lambda c: c.tasks),
+    ("objects", "Objects the client holds in the scheduler.", lambda c: c.objects),
+)
+
+
+def families(status: Status | None, age_seconds: float | None) -> list[Family]:
+    """Every metric for a status (None before the first: scaler_up 0 only) of the given age in seconds."""
+    up = status is not None and age_seconds is not None and age_seconds <= UP_WITHIN_SECONDS
+    result = [single("scaler_up", "gauge", f"1 if a status arrived in the last {UP_WITHIN_SECONDS:g} s.", int(up))]
+    if status is None:
+        return result
+    return (
+        result
+        + scheduler_families(status, age_seconds or 0.0)
+        + worker_families(status.workers)
+        + client_families(status.clients)
+    )
+
+
+def scheduler_families(status: Status, age_seconds: float) -> list[Family]:
+    counts = status.tasks_by_state
+    info = (("scheduler", status.scheduler_name), ("protected", str(status.protected).lower()))
+    return [
+        single("scaler_status_age_seconds", "gauge", "Age of the latest status.", round(age_seconds, 3)),
+        Family("scaler_scheduler_info", "gauge", "The scheduler's name and mode, as labels.", ((info, 1),)),
+        single(
+            "scaler_scheduler_cpu_percent",
+            "gauge",
+            "CPU use of the scheduler, in percent of one core.",
+            status.cpu_percent,
+        ),
+        single("scaler_scheduler_rss_bytes", "gauge", "Resident memory of the scheduler.", status.rss_bytes),
+        by_label(
+            "scaler_tasks", "gauge", "Tasks by state, now.", "state", ((s, counts.get(s, 0)) for s in LIVE_STATES)
+        ),
+        by_label(
+            "scaler_tasks_ended_total",
+            "counter",
+            "Tasks that ended, by how.",
+            "state",
+            ((s, counts.get(s, 0)) for s in ENDED_STATES),
+        ),
+        by_label(
+            "scaler_messages_sent_total",
+            "counter",
+            "Messages the scheduler sent, by kind.",
+            "kind",
+            sorted(status.sent.items()),
+        ),
+        by_label(
+            "scaler_messages_received_total",
+            "counter",
+            "Messages the scheduler received, by kind.",
+            "kind",
+            sorted(status.received.items()),
+        ),
+        single(
+            "scaler_dropped_messages_total",
+            "counter",
+            "Messages the scheduler dropped as bad.",
+            status.dropped_messages,
+        ),
+        single("scaler_refused_peers_total", "counter", "Peers the scheduler refused.", status.refused_peers),
+        single(
+            "scaler_handler_errors_total", "counter", "Errors the scheduler's handlers survived.", status.handler_errors
+        ),
+        single("scaler_workers", "gauge", "Workers connected.", len(status.workers)),
+        single("scaler_clients", "gauge", "Clients connected.", len(status.clients)),
+    ]
+
+
+def worker_families(workers: list[WorkerStatus]) -> list[Family]:
+    result = [
+        by_label(f"scaler_worker_{name}", "gauge", help_, "worker", ((w.name, read(w)) for w in workers))
+        for name, help_, read in WORKER_GAUGES
+    ]
+    done = ((w.name, w.completed) for w in workers)
+    result.append(
+        by_label("scaler_worker_completed_tasks_total", "counter", "Tasks the worker finished.", "worker", done)
+    )
+    return result
+
+
+def client_families(clients: list[ClientStatus]) -> list[Family]:
+    result = [
+        by_label(f"scaler_client_{name}", "gauge", help_, "client", ((c.name, read(c)) for c in clients))
+        for name, help_, read in CLIENT_GAUGES
+    ]
+    done = ((c.name, c.completed) for c in clients)
+    result.append(
+        by_label("scaler_client_completed_tasks_total", "counter", "The client's tasks that finished.", "client", done)
+    )
+    return result
+
+
+def render_metrics(status: Status | None, age_seconds: float | None) -> str:
+    """The /metrics page: every metric with samples, each with its HELP and TYPE lines, ending in a newline."""
+    lines = [line for family in families(status, age_seconds) if family.samples for line in format_family(family)]
+    return "\n".join(lines) + "\n"
