@@ -28,12 +28,11 @@ from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.options import (
-    _DASK_KEYWORDS,
-    _KEEP,
+    DASK_KEYWORDS,
+    KEEP,
     ClientOptions,
     check_dask_keywords,
     check_options,
-    merge_options,
 )
 from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
@@ -157,7 +156,7 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- tasks
     def options(
-        self, *, timeout: float | object | None = _KEEP, retries: int | object = _KEEP, priority: int | object = _KEEP
+        self, *, timeout: float | object | None = KEEP, retries: int | object = KEEP, priority: int | object = KEEP
     ) -> ClientOptions:
         """This client with task options, for the tasks submitted through what it returns (submit, map, get,
         submit_graph); options not given stay as they are. The function's own keyword arguments are untouched.
@@ -173,7 +172,7 @@ class Client:
             anyway, up to the scheduler's --max-task-retries.)
         priority: among this client's ready tasks, higher first (default 0); other clients still take turns.
         """
-        return ClientOptions(self, merge_options(self._options, timeout, retries, priority))
+        return ClientOptions(self, check_options(self._options, timeout, retries, priority))
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run fn(*args, **kwargs) on a worker; returns a future of its result.
@@ -186,7 +185,7 @@ class Client:
 
     def _submit(self, options: TaskOptions, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
         profiling = bool(kwargs.pop("profiling", self._profiling))
-        if kwargs.keys() & _DASK_KEYWORDS:
+        if kwargs.keys() & DASK_KEYWORDS:
             check_dask_keywords(fn, kwargs)
         connection = self._live()
         if not callable(fn):

@@ -19,16 +19,16 @@ if TYPE_CHECKING:
     from scaler.client.client import Client
     from scaler.client.future import ScalerFuture
 
-_KEEP: Any = object()  # an option not given: it stays as it was
+KEEP: Any = object()  # an option not given: it stays as it was
 
 # Keywords Dask's submit takes for itself; passed to Scaler's submit, they would reach the function.
-_DASK_KEYWORDS = frozenset({"retries", "priority", "key", "pure", "workers", "resources", "allow_other_workers"})
+DASK_KEYWORDS = frozenset({"retries", "priority", "key", "pure", "workers", "resources", "allow_other_workers"})
 
 
 def check_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) -> TaskOptions:
-    """`base` with the options given (not _KEEP) checked and applied; a clear error for a bad one."""
+    """`base` with the options given (not KEEP) checked and applied; a clear error for a bad one."""
     timeout_ms, retry_count, level = base
-    if timeout is not _KEEP:
+    if timeout is not KEEP:
         if timeout is None:
             timeout_ms = 0
         elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -37,20 +37,16 @@ def check_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) 
             raise ValueError(f"timeout must be at most {MAX_TIMEOUT_MS // 1000:,} seconds, not {timeout!r}")
         else:
             timeout_ms = max(1, math.ceil(timeout * 1000))
-    if retries is not _KEEP:
+    if retries is not KEEP:
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
             raise ValueError(f"retries must be a whole number from 0 to {MAX_RETRIES}, not {retries!r}")
         retry_count = retries
-    if priority is not _KEEP:
+    if priority is not KEEP:
         low, high = PRIORITY_RANGE
         if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
             raise ValueError(f"priority must be a whole number from {low} to {high}, not {priority!r}")
         level = priority
     return timeout_ms, retry_count, level
-
-
-def merge_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) -> TaskOptions:
-    return check_options(base, timeout, retries, priority)
 
 
 def describe(options: TaskOptions) -> str:
@@ -68,7 +64,7 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         return  # no signature to read (a builtin): let it run as written
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    unknown = sorted(name for name in kwargs.keys() & _DASK_KEYWORDS if name not in parameters)
+    unknown = sorted(name for name in kwargs.keys() & DASK_KEYWORDS if name not in parameters)
     if unknown:
         given = ", ".join(f"{name}={kwargs[name]!r}" for name in unknown)
         name = getattr(fn, "__qualname__", repr(fn))
@@ -87,9 +83,9 @@ class ClientOptions:
         self._client = client
         self._options = options
 
-    def options(self, *, timeout: Any = _KEEP, retries: Any = _KEEP, priority: Any = _KEEP) -> ClientOptions:
+    def options(self, *, timeout: Any = KEEP, retries: Any = KEEP, priority: Any = KEEP) -> ClientOptions:
         """These options with the ones given changed (see Client.options)."""
-        return ClientOptions(self._client, merge_options(self._options, timeout, retries, priority))
+        return ClientOptions(self._client, check_options(self._options, timeout, retries, priority))
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         return self._client._submit(self._options, fn, args, kwargs)
