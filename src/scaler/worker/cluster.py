@@ -69,7 +69,6 @@ def run_cluster(
     )
 
     def worker(index: int, restarts: int) -> multiprocessing.process.BaseProcess:
-        # A restarted worker has a name of its own: the scheduler may still hold the session of the one it replaces.
         # A restarted worker keeps its name: the scheduler holds back a name lost again and again (crash loops).
         name = names[index] if names is not None else f"{config.name}-{os.getpid()}-{index}"
         worker_config = dataclasses.replace(config, name=name)
