@@ -105,23 +105,42 @@ def golden_messages() -> dict[str, m.Message]:
             sent={"welcome": 2, "dispatchTasks": 1},
             received={"hello": 2, "submitTasks": 1},
             workers=[
-                m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500)
+                m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500, 120)
             ],
             clients=[m.ClientStatus("client-1", 5, 1, 10)],
             protected=True,
             dropped_messages=1,
             refused_peers=2,
             handler_errors=0,
+            clock_us=5_000_000,
+            functions=[m.FunctionStatus("inc", 20, 2, 10, 1, 0, 0, 11_000)],
+            events=m.TaskEvents(
+                task_ids=[P | 10, P | 11],
+                kinds=bytes([0, 1]),
+                statuses=bytes([0, int(m.TaskStatus.ERROR)]),
+                functions=[0, 0],
+                workers=[1, m.NO_NAME],
+                times_us=[4_900_000, 4_950_000],
+                durations_us=[0, 1_000],
+                peak_memory=[0, 0],
+                names=["inc", "worker-1"],
+                sample_every=1,
+                dropped=0,
+            ),
+            failures=[m.TaskFailure(P | 11, "inc", "worker-1", int(m.TaskStatus.ERROR), "ValueError: x", 4_950_000)],
+            outputs=[m.OutputRecord(P | 10, "inc", "worker-1", m.OUTPUT_STDOUT, "hello\n", 4_920_000)],
+            departed=[m.DepartedWorker("worker-2", "timed out", True, 4_000_000)],
         ),
         m.TasksStarted([P | 10, P | 11]),
+        m.TaskOutput([P | 10, P | 11], bytes([m.OUTPUT_STDOUT, m.OUTPUT_ERROR]), ["hello\n", "Traceback ..."]),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
 
 
 # Data fields holding columns of other widths than u64 (every other Data field is a u64 column).
-U8_COLUMNS = {"flags", "statuses", "retries"}
+U8_COLUMNS = {"flags", "statuses", "retries", "kinds", "streams"}
 U16_COLUMNS = {"argCounts"}
-U32_COLUMNS = {"timeoutsMs"}
+U32_COLUMNS = {"timeoutsMs", "functions", "workers"}
 I32_COLUMNS = {"priorities"}
 
 

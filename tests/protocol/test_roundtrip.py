@@ -87,6 +87,10 @@ EXAMPLES: dict[type, list[Any]] = {
     m.BalanceRequest: [m.BalanceRequest([]), m.BalanceRequest([1, 2, 3]), m.BalanceRequest(BIG)],
     m.BalanceResponse: [m.BalanceResponse([]), m.BalanceResponse([2]), m.BalanceResponse(BIG)],
     m.TasksStarted: [m.TasksStarted([]), m.TasksStarted([2]), m.TasksStarted(BIG)],
+    m.TaskOutput: [
+        m.TaskOutput([], b"", []),
+        m.TaskOutput([2, 3, 4], bytes([m.OUTPUT_STDOUT, m.OUTPUT_STDERR, m.OUTPUT_ERROR]), ["a\n", UNICODE, ""]),
+    ],
     m.Disconnect: [m.Disconnect(), m.Disconnect("bye"), m.Disconnect(UNICODE)],
     m.ShutdownRequest: [m.ShutdownRequest(), m.ShutdownRequest("client.shutdown()"), m.ShutdownRequest(UNICODE)],
     m.Shutdown: [m.Shutdown(), m.Shutdown("the scheduler received SIGTERM"), m.Shutdown(UNICODE)],

@@ -36,8 +36,19 @@ def status_json(status: Status | None, monitor_address: str, age_seconds: float 
     return {
         "monitor_address": monitor_address,
         "age_seconds": None if age_seconds is None else round(age_seconds, 3),
-        "status": None if status is None else dataclasses.asdict(status),
+        "status": None if status is None else _plain(dataclasses.asdict(status)),
     }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: byte columns (task event kinds and statuses) as lists of integers."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return list(value)
+    return value
 
 
 class StatusFeed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
+from enum import IntEnum
 from typing import Any, TypeVar
 
 import capnp
@@ -31,20 +32,27 @@ from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.records import (
     MESSAGE_NAMES,
+    NO_NAME,
+    OUTPUT_ERROR,
+    OUTPUT_STDERR,
+    OUTPUT_STDOUT,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
     ClientStatus,
+    DepartedWorker,
     Disconnect,
     DispatchTasks,
     Error,
     ErrorCode,
     FreeObjects,
+    FunctionStatus,
     Heartbeat,
     HeartbeatEcho,
     Hello,
     IdMessage,
     Message,
+    OutputRecord,
     Payload,
     PeerKind,
     PutObjects,
@@ -55,6 +63,9 @@ from scaler.protocol.records import (
     Status,
     SubmitTasks,
     TaskBatch,
+    TaskEvents,
+    TaskFailure,
+    TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
@@ -345,7 +356,66 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     clients = b.init("clients", len(m.clients))
     for i, c in enumerate(m.clients):
         _set_fields(clients[i], c, _CLIENT_STATUS_FIELDS)
+    b.clockUs = m.clock_us
+    for column, items, fields in (
+        ("functions", m.functions, _FUNCTION_STATUS_FIELDS),
+        ("failures", m.failures, _FAILURE_FIELDS),
+        ("outputs", m.outputs, _OUTPUT_RECORD_FIELDS),
+        ("departed", m.departed, _DEPARTED_FIELDS),
+    ):
+        out = b.init(column, len(items))
+        for i, item in enumerate(items):
+            _set_fields(out[i], item, fields)
+    e, events = b.events, m.events
+    if events.task_ids:
+        e.taskIds = pack_u64(events.task_ids)
+        e.kinds = bytes(events.kinds)
+        e.statuses = bytes(events.statuses)
+        e.functions = pack_u32(events.functions)
+        e.workers = pack_u32(events.workers)
+        e.timesUs = pack_u64(events.times_us)
+        e.durationsUs = pack_u64(events.durations_us)
+        e.peakMemory = pack_u64(events.peak_memory)
+        e.names = events.names
+    e.sampleEvery = events.sample_every
+    e.dropped = events.dropped
     return []
+
+
+def _enc_output(b: Any, m: TaskOutput) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.streams = bytes(m.streams)
+    b.texts = m.texts
+    return []
+
+
+_FUNCTION_STATUS_FIELDS = {
+    "name": "name",
+    "submitted": "submitted",
+    "running": "running",
+    "success": "success",
+    "error": "error",
+    "canceled": "canceled",
+    "failed": "failed",
+    "duration_us": "durationUs",
+}
+_FAILURE_FIELDS = {
+    "task_id": "taskId",
+    "function": "function",
+    "worker": "worker",
+    "status": "status",
+    "text": "text",
+    "time_us": "timeUs",
+}
+_OUTPUT_RECORD_FIELDS = {
+    "task_id": "taskId",
+    "function": "function",
+    "worker": "worker",
+    "stream": "stream",
+    "text": "text",
+    "time_us": "timeUs",
+}
+_DEPARTED_FIELDS = {"name": "name", "reason": "reason", "lost": "lost", "time_us": "timeUs"}
 
 
 _WORKER_STATUS_FIELDS = {
@@ -364,13 +434,15 @@ _WORKER_STATUS_FIELDS = {
     "completed": "completed",
     "waiting": "waiting",
     "held_back_ms": "heldBackMs",
+    "heartbeat_age_ms": "heartbeatAgeMs",
 }
 _CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
 
 
 def _set_fields(target: Any, source: Any, fields: dict[str, str]) -> None:
     for py_name, capnp_name in fields.items():
-        setattr(target, capnp_name, getattr(source, py_name))
+        value = getattr(source, py_name)
+        setattr(target, capnp_name, int(value) if isinstance(value, IntEnum) else value)
 
 
 _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
@@ -393,6 +465,7 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
     "shutdown": _enc_reason,
     "error": _enc_error,
     "status": _enc_status,
+    "taskOutput": _enc_output,
 }
 
 
@@ -670,8 +743,11 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
     def counters(items: Any) -> dict[str, int]:
         return {c.name: c.value for c in items}
 
-    workers = [WorkerStatus(**{k: getattr(w, v) for k, v in _WORKER_STATUS_FIELDS.items()}) for w in b.workers]
-    clients = [ClientStatus(**{k: getattr(c, v) for k, v in _CLIENT_STATUS_FIELDS.items()}) for c in b.clients]
+    def records(cls: Any, items: Any, fields: dict[str, str]) -> list[Any]:
+        return [cls(**{k: getattr(item, v) for k, v in fields.items()}) for item in items]
+
+    workers = records(WorkerStatus, b.workers, _WORKER_STATUS_FIELDS)
+    clients = records(ClientStatus, b.clients, _CLIENT_STATUS_FIELDS)
     return Status(
         scheduler_name=b.schedulerName,
         time_us=b.timeUs,
@@ -686,7 +762,51 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         dropped_messages=b.droppedMessages,
         refused_peers=b.refusedPeers,
         handler_errors=b.handlerErrors,
+        clock_us=b.clockUs,
+        functions=records(FunctionStatus, b.functions, _FUNCTION_STATUS_FIELDS),
+        events=_dec_events(b.events),
+        failures=records(TaskFailure, b.failures, _FAILURE_FIELDS),
+        outputs=records(OutputRecord, b.outputs, _OUTPUT_RECORD_FIELDS),
+        departed=records(DepartedWorker, b.departed, _DEPARTED_FIELDS),
     )
+
+
+def _dec_events(e: Any) -> TaskEvents:
+    ids = unpack_u64(e.taskIds, None, "events.taskIds")
+    n = len(ids)
+    names = list(e.names)
+    functions = unpack_u32(e.functions, n, "events.functions")
+    workers = unpack_u32(e.workers, n, "events.workers")
+    if any(f >= len(names) for f in functions) or any(w >= len(names) and w != NO_NAME for w in workers):
+        raise ProtocolError("events: a name index past the names")
+    return TaskEvents(
+        task_ids=ids,
+        kinds=check_u8(e.kinds, n, "events.kinds"),
+        statuses=check_u8(e.statuses, n, "events.statuses"),
+        functions=functions,
+        workers=workers,
+        times_us=unpack_u64(e.timesUs, n, "events.timesUs"),
+        durations_us=unpack_u64(e.durationsUs, n, "events.durationsUs"),
+        peak_memory=unpack_u64(e.peakMemory, n, "events.peakMemory"),
+        names=names,
+        sample_every=e.sampleEvery,
+        dropped=e.dropped,
+    )
+
+
+def _dec_output(b: Any, p: Sequence[Payload]) -> TaskOutput:
+    _no_payloads(p, "taskOutput")
+    ids = unpack_u64(b.taskIds, None, "taskIds")
+    streams = check_u8(b.streams, len(ids), "streams")
+    texts = list(b.texts)
+    if len(texts) != len(ids):
+        raise ProtocolError(f"texts: {len(texts)} values for {len(ids)} pieces")
+    if any(s not in _OUTPUT_STREAMS for s in streams):
+        raise ProtocolError("streams: a stream other than 1 (stdout), 2 (stderr) or 3 (error text)")
+    return TaskOutput(ids, streams, texts)
+
+
+_OUTPUT_STREAMS = frozenset({OUTPUT_STDOUT, OUTPUT_STDERR, OUTPUT_ERROR})
 
 
 _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
@@ -709,4 +829,5 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "shutdown": _dec_reason(Shutdown),
     "error": _dec_error,
     "status": _dec_status,
+    "taskOutput": _dec_output,
 }

@@ -19,6 +19,13 @@ MAX_ID_PREFIX = (1 << 24) - 1
 
 FLAG_PROFILING = 1
 FLAG_SILENT = 2
+FLAG_STREAM_OUTPUT = 4
+
+# TaskOutput.streams
+OUTPUT_STDOUT = 1
+OUTPUT_STDERR = 2
+OUTPUT_ERROR = 3  # the text of the exception a task raised (worker -> scheduler only, before its result)
+NO_NAME = 0xFFFFFFFF  # TaskEvents.workers: the task ended while no worker held it
 
 # What each role accepts; anything else is refused before its fields are read.
 ACCEPTED_BY_SCHEDULER = frozenset(
@@ -34,6 +41,7 @@ ACCEPTED_BY_SCHEDULER = frozenset(
         "disconnect",
         "shutdownRequest",
         "tasksStarted",
+        "taskOutput",
     }
 )
 ACCEPTED_BY_WORKER = frozenset(
@@ -50,7 +58,9 @@ ACCEPTED_BY_WORKER = frozenset(
         "error",
     }
 )
-ACCEPTED_BY_CLIENT = frozenset({"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error"})
+ACCEPTED_BY_CLIENT = frozenset(
+    {"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error", "taskOutput"}
+)
 ACCEPTED_BY_MONITOR = frozenset({"status"})
 
 
@@ -299,6 +309,7 @@ class WorkerStatus:
     completed: int = 0
     waiting: int = 0
     held_back_ms: int = 0
+    heartbeat_age_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -307,6 +318,72 @@ class ClientStatus:
     tasks: int = 0
     objects: int = 0
     completed: int = 0
+
+
+@dataclass(slots=True)
+class TaskOutput:
+    """Worker -> scheduler -> client: pieces of text tasks wrote (see scaler.capnp's TaskOutput)."""
+
+    task_ids: list[int]
+    streams: bytes  # one OUTPUT_* per piece
+    texts: list[str]
+
+
+@dataclass(slots=True)
+class FunctionStatus:
+    name: str
+    submitted: int = 0
+    running: int = 0
+    success: int = 0
+    error: int = 0
+    canceled: int = 0
+    failed: int = 0  # failed, timed out or over memory
+    duration_us: int = 0  # total run time of its tasks that ended with a result
+
+
+@dataclass(slots=True)
+class TaskEvents:
+    """Task starts and ends since the previous status, as columns (see scaler.capnp's TaskEvents)."""
+
+    task_ids: list[int] = field(default_factory=list)
+    kinds: bytes = b""  # 0 started, 1 ended
+    statuses: bytes = b""
+    functions: list[int] = field(default_factory=list)  # index into names
+    workers: list[int] = field(default_factory=list)  # index into names, NO_NAME for none
+    times_us: list[int] = field(default_factory=list)
+    durations_us: list[int] = field(default_factory=list)
+    peak_memory: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    sample_every: int = 1
+    dropped: int = 0
+
+
+@dataclass(slots=True)
+class TaskFailure:
+    task_id: int
+    function: str
+    worker: str
+    status: int  # TaskStatus
+    text: str
+    time_us: int = 0
+
+
+@dataclass(slots=True)
+class OutputRecord:
+    task_id: int
+    function: str
+    worker: str
+    stream: int  # OUTPUT_STDOUT or OUTPUT_STDERR
+    text: str
+    time_us: int = 0
+
+
+@dataclass(slots=True)
+class DepartedWorker:
+    name: str
+    reason: str
+    lost: bool
+    time_us: int = 0
 
 
 @dataclass(slots=True)
@@ -324,6 +401,12 @@ class Status:
     dropped_messages: int = 0
     refused_peers: int = 0
     handler_errors: int = 0
+    clock_us: int = 0  # the scheduler's own clock: the clock of the times in events, failures, outputs, departed
+    functions: list[FunctionStatus] = field(default_factory=list)
+    events: TaskEvents = field(default_factory=TaskEvents)
+    failures: list[TaskFailure] = field(default_factory=list)
+    outputs: list[OutputRecord] = field(default_factory=list)
+    departed: list[DepartedWorker] = field(default_factory=list)
 
 
 Message = (
@@ -346,6 +429,7 @@ Message = (
     | Error
     | Status
     | TasksStarted
+    | TaskOutput
 )
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
@@ -369,6 +453,7 @@ MESSAGE_NAMES: dict[type, str] = {
     Error: "error",
     Status: "status",
     TasksStarted: "tasksStarted",
+    TaskOutput: "taskOutput",
 }
 
 

@@ -47,6 +47,8 @@ struct Message {
     status @17 :Status;               # scheduler -> monitor subscribers (PUB socket), about once a second
     tasksStarted @18 :IdList;         # worker -> scheduler: these tasks were handed to a processor and may have
                                       # started (see "Attempts" in docs/protocol.md)
+    taskOutput @19 :TaskOutput;       # worker -> scheduler: what tasks printed, and the text of errors they raised;
+                                      # scheduler -> client: the printed output of its tasks flagged streamOutput
   }
 }
 
@@ -109,7 +111,8 @@ struct TaskBatch {
   taskIds @0 :Data;             # u64 column
   functionIds @1 :Data;         # u64 column: object id holding the task's function
   flags @2 :Data;               # u8 column: bit 0 profile the run; bit 1 silent: do not send the result to
-                                #   the client (graph nodes only other nodes need)
+                                #   the client (graph nodes only other nodes need); bit 2 stream output: the
+                                #   worker sends what the task prints (taskOutput), the scheduler forwards it
   argCounts @3 :Data;           # u16 column: arguments of each task (positional, then keyword)
   argRefs @4 :Data;             # u64 column over all arguments: 0 = the next payload; else object/task id
   keywords @5 :List(Text);      # one per argument ("" = positional), or empty when every argument is positional
@@ -197,6 +200,79 @@ struct Status {
                                 # failed), authorized for the other role, or removed from the authorized keys
   handlerErrors @12 :UInt64;    # exceptions the scheduler survived while handling events (each is logged with its
                                 # traceback): 0 unless there is a bug
+  clockUs @13 :UInt64;          # the scheduler's own (monotonic) clock now: the clock of the times below
+  functions @14 :List(FunctionStatus);  # the functions with tasks in flight or most recently submitted (bounded)
+  events @15 :TaskEvents;       # empty unless a monitor subscribes
+  failures @16 :List(TaskFailure);      # since the previous status, at most 100
+  outputs @17 :List(OutputRecord);      # since the previous status, at most 256 KiB of text
+  departed @18 :List(DepartedWorker);   # since the previous status
+}
+
+struct TaskOutput {
+  # n pieces of text, in the order they were written. Worker -> scheduler: stream 1 (stdout) and 2 (stderr) only
+  # for tasks flagged streamOutput; stream 3 for any task that ended with status error, sent before its result:
+  # the exception and its traceback as text, for monitors (the client reads the result's payload). The scheduler
+  # forwards streams 1 and 2 to the task's client and keeps recent pieces of every stream for monitors.
+  taskIds @0 :Data;             # u64 column
+  streams @1 :Data;             # u8 column: 1 stdout, 2 stderr, 3 error text
+  texts @2 :List(Text);         # one per entry; a worker sends at most 64 KiB per piece
+}
+
+struct FunctionStatus {
+  # One function's tasks since the scheduler started, by the name its client gave the function's object.
+  name @0 :Text;
+  submitted @1 :UInt64;
+  running @2 :UInt32;           # assigned to a worker now (queued there or running)
+  success @3 :UInt64;
+  error @4 :UInt64;
+  canceled @5 :UInt64;
+  failed @6 :UInt64;            # failed, timed out or over memory
+  durationUs @7 :UInt64;        # total run time of its tasks that ended with a result (success or error)
+}
+
+struct TaskEvents {
+  # Tasks that started or ended since the previous status, as columns (one entry per event), recorded only while a
+  # monitor subscribes. When there are too many to draw, only tasks whose id counter (low 40 bits) is a multiple
+  # of sampleEvery are recorded, both their start and their end.
+  taskIds @0 :Data;             # u64 column
+  kinds @1 :Data;               # u8 column: 0 started (its worker said so: tasksStarted), 1 ended
+  statuses @2 :Data;            # u8 column: TaskStatus of an ended task, 0 for a start
+  functions @3 :Data;           # u32 column: index into names
+  workers @4 :Data;             # u32 column: index into names; 0xFFFFFFFF: no worker (ended while not assigned)
+  timesUs @5 :Data;             # u64 column: when the scheduler saw it, on Status.clockUs's clock
+  durationsUs @6 :Data;         # u64 column: run time the worker measured (ended tasks with a result), else 0
+  peakMemory @7 :Data;          # u64 column: peak memory in bytes the worker measured (profiled tasks), else 0
+  names @8 :List(Text);         # the function and worker names the u32 columns index
+  sampleEvery @9 :UInt32;       # 1: every event; k: one task in k (see above)
+  dropped @10 :UInt64;          # events not recorded since the previous status (sampling and bounds)
+}
+
+struct TaskFailure {
+  # A task that ended with status error, failed, timed out or over memory (recorded while a monitor subscribes).
+  taskId @0 :UInt64;
+  function @1 :Text;
+  worker @2 :Text;              # "" if it ended while not assigned
+  status @3 :UInt8;             # TaskStatus
+  text @4 :Text;                # the error's text and traceback (taskOutput stream 3) or the reason; truncated
+  timeUs @5 :UInt64;            # on Status.clockUs's clock
+}
+
+struct OutputRecord {
+  # A piece of a task's output (taskOutput), recorded while a monitor subscribes; bounded per status.
+  taskId @0 :UInt64;
+  function @1 :Text;
+  worker @2 :Text;
+  stream @3 :UInt8;             # 1 stdout, 2 stderr
+  text @4 :Text;
+  timeUs @5 :UInt64;
+}
+
+struct DepartedWorker {
+  # A worker whose session ended since the previous status.
+  name @0 :Text;
+  reason @1 :Text;
+  lost @2 :Bool;                # true: it did not say goodbye (timed out, connection lost, crashed)
+  timeUs @3 :UInt64;            # on Status.clockUs's clock
 }
 
 struct Counter {
@@ -211,7 +287,7 @@ struct WorkerStatus {
   cpuPercent @3 :Float32;
   rssBytes @4 :UInt64;
   free @5 :UInt32;              # capacity plus waiting tasks, minus assigned
-  sent @6 :UInt32;              # tasks assigned by the scheduler and not finished
+  sent @6 :UInt32;              # tasks assigned by the scheduler and not finished, when its last heartbeat came
   queued @7 :UInt32;            # tasks the worker reports waiting in its queue
   lagUs @8 :UInt64;
   processors @9 :UInt32;
@@ -220,6 +296,8 @@ struct WorkerStatus {
   completed @12 :UInt64;
   waiting @13 :UInt32;          # its tasks waiting on nested tasks (heartbeat.waitingTasks)
   heldBackMs @14 :UInt32;       # it was lost repeatedly: no new tasks for this much longer (0: not held back)
+  heartbeatAgeMs @15 :UInt32;   # since its last heartbeat: queued, running, the CPU and memory figures and sent
+                                # are all as of that heartbeat (sent: the scheduler's count when it arrived)
 }
 
 struct ClientStatus {
