@@ -1,5 +1,6 @@
-"""scaler_top end to end: --once without a scheduler, and the full screen in a pseudo-terminal as the scheduler
-comes and goes."""
+"""scaler_top end to end: --once without a scheduler, the full screen in a pseudo-terminal as the scheduler comes and
+goes, the functions and stale worker rows from a published status, and a busy processor's cpu as scaler_top --once,
+scaler_ui's /status.json and /metrics read it from a real cluster."""
 
 from __future__ import annotations
 
@@ -12,13 +13,22 @@ import struct
 import subprocess
 import termios
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
+from scaler import Client, SchedulerClusterCombo
+from scaler.io.sockets import bind_publisher, send_message
+from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
+from tests.e2e.dashboard_browser import Page, browser
 from tests.e2e.test_cli import ENV, Program, cli, run
+from tests.e2e.test_ui import metrics_of, start_ui, status_of
 from tests.helpers import free_address, wait_until
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_once_without_a_scheduler_says_what_it_waited_for_and_fails(tmp_path: Path) -> None:
@@ -95,3 +105,152 @@ def test_the_screen_waits_shows_the_status_then_a_banner_when_the_scheduler_stop
     os.write(top.master, b"q")
     top.process.wait(5)
     assert top.process.returncode == 0
+
+
+class Publisher:
+    """A stand-in scheduler: publishes `status` on an ipc monitor address every 0.2 s, from a thread, until stopped."""
+
+    def __init__(self, address: str, status: Status) -> None:
+        self.address, self.status = address, status
+        self._stop = threading.Event()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sock = bind_publisher(self.address, self._ctx)
+        try:
+            while not self._stop.wait(0.2):
+                send_message(sock, self.status)
+        finally:
+            sock.close(linger=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._ctx.term()
+
+
+def published_status() -> Status:
+    many = [
+        FunctionStatus(f"batch_{i:02d}", submitted=i + 1, success=i + 1, duration_us=(i + 1) * 1000) for i in range(30)
+    ]
+    long_name = "pipeline.Stage.<locals>." + "step_" * 12 + "price"
+    return Status(
+        scheduler_name="fake",
+        tasks_by_state={"assigned": 3},
+        workers=[WorkerStatus("w-late", heartbeat_age_ms=17_000), WorkerStatus("w-fresh", heartbeat_age_ms=800)],
+        functions=[
+            *many,
+            FunctionStatus(long_name, submitted=1_000, running=3, success=990, error=4, failed=1, duration_us=990_000),
+        ],
+    )
+
+
+@pytest.fixture
+def publisher(tmp_path: Path) -> Iterator[Publisher]:
+    feed = Publisher(f"ipc://{tmp_path}/fake_monitor", published_status())
+    yield feed
+    feed.stop()
+
+
+def test_once_prints_every_function_and_how_old_a_stale_worker_row_is(publisher: Publisher) -> None:
+    done = run(cli("scaler_top"), "--once", "--timeout", "10", publisher.address)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("function ")))
+    assert lines[header].split() == ["function", "submitted", "running", "done", "failed", "canceled", "mean"]
+    first = lines[header + 1].split()
+    assert first[0].startswith("pipeline.Stage.") and first[0].endswith("step_price") and "\u2026" in first[0]
+    assert first[1:] == ["1,000", "3", "990", "5", "0", "1.0ms"]  # running first; 990 ms over 994 tasks with a result
+    assert sum(line.startswith("batch_") for line in lines) == 30  # --once shows them all
+    rows = {line.split()[0]: line for line in lines if line.lstrip().startswith("w-")}
+    assert " 17s " in rows["w-late"] and " 17s " not in rows["w-fresh"]
+    assert "hb_age[a]" in done.stdout
+
+
+def test_the_screen_shows_the_first_functions_and_how_many_more(
+    started: list[Program | Terminal], publisher: Publisher
+) -> None:
+    top = Terminal(cli("scaler_top"), publisher.address)
+    started.append(top)
+    top.wait_for(r"\u2026 and 21 more functions")  # 40 lines high: 10 functions shown, of 31
+    top.wait_for(r"batch_29")  # the most submitted after the one running
+    assert "batch_00" not in top.text
+    os.write(top.master, b"aq")  # sort the workers by the age of their heartbeat (curses redraws only what changed, so
+    # the new header is not on the screen's byte stream as one string), then quit
+    top.process.wait(5)
+    assert top.process.returncode == 0
+
+
+def spin_until(stop_file: str, most_seconds: float) -> int:
+    """Keep one processor busy until `stop_file` exists, for `most_seconds` at most; the number of rounds."""
+    end = time.monotonic() + most_seconds
+    rounds = 0
+    while time.monotonic() < end and not (rounds % 100_000 == 0 and os.path.exists(stop_file)):
+        rounds += 1
+    return rounds
+
+
+def top_processor_cpu(text: str) -> float:
+    """The first worker's processor cpu in scaler_top --once's output, -1 without a worker row."""
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.endswith("ITL | client_manager")), None)
+    if header is None or header + 1 >= len(lines):
+        return -1.0
+    titles = lines[header].split(" | ")[0].split()
+    cells = lines[header + 1].split(" | ")[0].split()
+    from_right = len(titles) - titles.index("cpu")  # a worker name may hold spaces: count from the right
+    return float(cells[-from_right].rstrip("%"))
+
+
+def test_a_busy_processor_reads_at_least_50_percent_in_top_status_json_metrics_and_the_page(tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    with SchedulerClusterCombo(
+        address=free_address(), n_workers=1, heartbeat_interval_seconds=0.5, logging_level="WARNING"
+    ) as combo:
+        ui, url = start_ui(combo.monitor_address)
+        try:
+            with Client(combo.address, timeout_seconds=30) as client, browser() as chromium:
+                page = Page(chromium, url)
+                page.open("workers")
+                future = client.submit(spin_until, str(stop), 45.0)
+
+                def top() -> float:
+                    done = run(cli("scaler_top"), "--once", "--timeout", "5", combo.monitor_address)
+                    return top_processor_cpu(done.stdout) if done.returncode == 0 else -1.0
+
+                def status_json() -> float:
+                    workers = (status_of(url)["status"] or {}).get("workers") or [{}]
+                    return float(workers[0].get("cpu_percent", -1.0))
+
+                def metrics() -> float:
+                    cpu = metrics_of(url).labelled("scaler_worker_processor_cpu_percent", "worker")
+                    return max(cpu.values(), default=-1.0)
+
+                def dashboard() -> float:  # the cpu cell of the worker's row on the Workers view, as shown
+                    shown = page.js(
+                        "() => document.querySelector('#workers tbody tr[data-worker] .value')?.textContent"
+                    )
+                    return float(shown.rstrip("%")) if shown else -1.0
+
+                views: dict[str, Callable[[], float]] = {
+                    "scaler_top --once": top,
+                    "/status.json": status_json,
+                    "/metrics": metrics,
+                    "scaler_ui's Workers view": dashboard,
+                }
+                most = {name: -1.0 for name in views}
+                deadline = time.monotonic() + 40
+                while min(most.values()) < 50:
+                    assert not future.done(), f"the task ended before every view read 50 %: {most}"
+                    assert time.monotonic() < deadline, f"a spinning processor read at most {most}"
+                    for name, read in views.items():
+                        if most[name] < 50:
+                            most[name] = max(most[name], read())
+                    time.sleep(0.2)
+                stop.touch()
+                assert future.result(timeout=30) > 0
+        finally:
+            stop.touch()  # the task ends, whatever happened; the cluster stops with the block
+            ui.kill()

@@ -5,7 +5,9 @@ its own model of the protocol, built only from the commands the core emitted:
 - a task is never held by two live workers at once, and never dispatched after its result went out;
 - a worker never holds more tasks than its capacity, and holds every object its tasks need;
 - what each worker holds agrees with what the core thinks it assigned to that worker;
-- each task's result goes to its own client, at most once.
+- each task's result goes to its own client, at most once, after every piece of printed output its worker sent for
+  it (tasks flagged stream output), in order;
+- the status adds up: tasks running by function = tasks assigned; nothing is recorded for monitors unless monitored.
 At the end (teardown) every worker answers everything: no task may be left, and every task of a client that
 is still connected must have ended exactly once at that client.
 
@@ -13,7 +15,7 @@ Half the machines also take the scheduler's lone-message fast path, as its shell
 agrees to forward (forward_submit, forward_result) is forwarded as it is. Each time, the same message goes through
 the slow path on a copy of the core, and both must end in the same whole state (tests/core_dump.py: every field of
 every object the core reaches, not a chosen part of it), having sent the same messages. A forward the core refuses
-must leave the whole state as it was.
+must leave the whole state as it was. Half the machines run monitored (the period's records are part of the state).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from scaler.core.scheduler import (
 )
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.protocol.messages import (
+    FLAG_STREAM_OUTPUT,
+    OUTPUT_ERROR,
+    OUTPUT_STDERR,
+    OUTPUT_STDOUT,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -53,7 +59,9 @@ from scaler.protocol.messages import (
     PeerKind,
     PutObjects,
     SubmitTasks,
+    TaskOutput,
     TaskResults,
+    TasksStarted,
     TaskStatus,
     Welcome,
     decode,
@@ -110,6 +118,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.peers = 0
         self.forwarding = False  # whether lone submits and results take the fast path (set by start)
         self.forwarded = 0
+        self.flagged: set[int] = set()  # tasks submitted with FLAG_STREAM_OUTPUT
+        self.printed: Counter[int] = Counter()  # task id -> pieces of output forwarded to its client, expected
+        self.shown: Counter[int] = Counter()  # task id -> pieces of output its client got
 
     # ------------------------------------------------------------------------------------------- plumbing
     def fresh_peer(self, kind: str) -> bytes:
@@ -192,19 +203,33 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert worker is not None and not worker.balance, "a second balance request before the answer"
             assert set(message.ids) <= set(worker.held)
             worker.balance = list(message.ids)
+        elif isinstance(message, TaskOutput):
+            self.on_output(peer, message)
         elif isinstance(message, TaskResults):
-            for task_id in message.task_ids:
-                assert self.owner.get(task_id) == peer, f"result of {task_id:#x} sent to {peer!r}"
-                self.delivered[task_id] += 1
-                assert self.delivered[task_id] == 1, f"{task_id:#x} ended twice at its client"
-                client = self.clients.get(peer)
-                if client is not None:
-                    client.open_tasks.discard(task_id)
+            self.on_results(peer, message)
+
+    def on_output(self, peer: bytes, message: TaskOutput) -> None:
+        for task_id, text in zip(message.task_ids, message.texts, strict=True):
+            assert self.owner.get(task_id) == peer and task_id in self.flagged, f"output of {task_id:#x} to {peer!r}"
+            assert self.delivered[task_id] == 0, f"output of {task_id:#x} after its result"
+            assert text == f"{task_id:#x}:{self.shown[task_id]}", f"output of {task_id:#x} out of order"
+            self.shown[task_id] += 1
+
+    def on_results(self, peer: bytes, message: TaskResults) -> None:
+        for task_id in message.task_ids:
+            assert self.owner.get(task_id) == peer, f"result of {task_id:#x} sent to {peer!r}"
+            assert self.shown[task_id] == self.printed[task_id], f"result of {task_id:#x} before its output"
+            self.delivered[task_id] += 1
+            assert self.delivered[task_id] == 1, f"{task_id:#x} ended twice at its client"
+            client = self.clients.get(peer)
+            if client is not None:
+                client.open_tasks.discard(task_id)
 
     # ------------------------------------------------------------------------------------------- peers
-    @initialize(capacity=st.integers(1, 6), forwarding=st.booleans())
-    def start(self, capacity: int, forwarding: bool) -> None:
+    @initialize(capacity=st.integers(1, 6), forwarding=st.booleans(), monitored=st.booleans())
+    def start(self, capacity: int, forwarding: bool, monitored: bool) -> None:
         self.forwarding = forwarding
+        self.core.monitored = monitored
         self.connect_client()
         self.connect_worker(capacity)
 
@@ -266,8 +291,8 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------------------- clients' requests
     @precondition(lambda self: self.clients)
-    @rule(data=st.data(), count=st.integers(1, 8), named=st.booleans())
-    def submit_tasks(self, data: st.DataObject, count: int, named: bool) -> None:
+    @rule(data=st.data(), count=st.integers(1, 8), named=st.booleans(), flags=st.sampled_from([0, FLAG_STREAM_OUTPUT]))
+    def submit_tasks(self, data: st.DataObject, count: int, named: bool, flags: int) -> None:
         client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
         function = tid(client.prefix, 1)
         specs = []
@@ -285,19 +310,23 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.owner[task_id] = client.peer
             client.open_tasks.add(task_id)
             client.submitted.add(task_id)
+            if flags:
+                self.flagged.add(task_id)
         keywords = [f"k{i}" if i else "" for _, _, args in specs for i in range(len(args))] if named else None
-        self.send(client.peer, submit(*specs, keywords=keywords))
+        self.send(client.peer, submit(*specs, keywords=keywords, flags=flags))
 
     @precondition(lambda self: self.clients)
-    @rule(data=st.data(), inline=st.integers(0, 2))
-    def submit_one(self, data: st.DataObject, inline: int) -> None:
+    @rule(data=st.data(), inline=st.integers(0, 2), flags=st.sampled_from([0, FLAG_STREAM_OUTPUT]))
+    def submit_one(self, data: st.DataObject, inline: int, flags: int) -> None:
         """A lone task, all of its arguments inline: what the fast path forwards (when the core agrees)."""
         client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
         task_id = client.mint()
         self.owner[task_id] = client.peer
         client.open_tasks.add(task_id)
         client.submitted.add(task_id)
-        self.send(client.peer, submit((task_id, tid(client.prefix, 1), [b"inline"] * inline)))
+        if flags:
+            self.flagged.add(task_id)
+        self.send(client.peer, submit((task_id, tid(client.prefix, 1), [b"inline"] * inline), flags=flags))
 
     def bad_requests(self, data: st.DataObject, client: ClientModel) -> None:
         """Ids in use, of another session, or 0: refused, and nothing else changes."""
@@ -375,6 +404,50 @@ class SchedulerMachine(RuleBasedStateMachine):
             worker.balance.remove(task_id)
         self.send(worker.peer, results((task_id, status, b"result")))
 
+    @precondition(lambda self: any(w.held for w in self.workers.values()))
+    @rule(data=st.data())
+    def worker_prints(self, data: st.DataObject) -> None:
+        """Printed output and error texts of tasks it holds (and of one it does not: ignored); then, often, the
+        result of one of them, as a worker sends them: output first."""
+        worker = data.draw(st.sampled_from(sorted((w for w in self.workers.values() if w.held), key=lambda w: w.peer)))
+        ids = data.draw(st.lists(st.sampled_from(sorted(worker.held)), min_size=1, max_size=4))
+        streams = data.draw(
+            st.lists(
+                st.sampled_from([OUTPUT_STDOUT, OUTPUT_STDERR, OUTPUT_ERROR]), min_size=len(ids), max_size=len(ids)
+            )
+        )
+        texts = []
+        for task_id, stream in zip(ids, streams, strict=True):
+            client = self.owner[task_id]
+            if stream != OUTPUT_ERROR and task_id in self.flagged and client in self.clients:
+                texts.append(f"{task_id:#x}:{self.printed[task_id]}")
+                self.printed[task_id] += 1
+            else:
+                texts.append("not forwarded")
+        stray = some(data, [t for t in self.owner if t not in worker.held], 1)
+        pieces = TaskOutput(
+            [*ids, *stray], bytes([*streams, *(OUTPUT_STDOUT for _ in stray)]), [*texts, *["-"] * len(stray)]
+        )
+        if not data.draw(st.booleans()):
+            self.send(worker.peer, pieces)
+            return
+        # Its result right behind, read in the same wake-up of the shell: one flush, or a lone result the core is
+        # asked to forward while the output is not flushed yet.
+        self.core.feed(Received(self.now, worker.peer, pieces))
+        shown = [t for t, text in zip(ids, texts, strict=True) if text != "not forwarded"]
+        task_id = shown[-1] if shown else ids[-1]
+        del worker.held[task_id]
+        if task_id in worker.balance:
+            worker.balance.remove(task_id)
+        status = data.draw(st.sampled_from([TaskStatus.SUCCESS, TaskStatus.ERROR]))
+        self.send(worker.peer, results((task_id, status, b"result")))
+
+    @precondition(lambda self: any(w.held for w in self.workers.values()))
+    @rule(data=st.data())
+    def worker_starts(self, data: st.DataObject) -> None:
+        worker = data.draw(st.sampled_from(sorted((w for w in self.workers.values() if w.held), key=lambda w: w.peer)))
+        self.send(worker.peer, TasksStarted(data.draw(st.lists(st.sampled_from(sorted(worker.held)), max_size=3))))
+
     @precondition(lambda self: any(w.balance for w in self.workers.values()))
     @rule(data=st.data())
     def worker_answers_balance(self, data: st.DataObject) -> None:
@@ -401,6 +474,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert sum(status.tasks_by_state[s] for s in ("waiting", "queued", "assigned", "canceling")) == len(
             self.core.tasks
         )
+        assert sum(f.running for f in status.functions) == sum(len(w.assigned) for w in self.core.workers.values())
+        in_flight = sum(f.submitted - f.success - f.error - f.canceled - f.failed for f in status.functions)
+        assert in_flight == len(self.core.tasks)  # a handful of functions: all of them are listed
+        if not self.core.monitored:
+            assert not (status.events.task_ids or status.failures or status.outputs or status.departed)
+        events = status.events
+        assert len(events.kinds) == len(events.task_ids) == len(events.workers) == len(events.times_us)
         for task_id in self.core.tasks:
             assert f"{task_id:#x}" in self.core.explain(task_id)
 

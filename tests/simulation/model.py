@@ -31,6 +31,7 @@ class WorkTask:
     session: WorkerSession | None
     run: Run | None = None
     timeout_ms: int = 0
+    flags: int = 0
 
 
 def needs(task: WorkTask, object_id: int) -> bool:

@@ -17,13 +17,20 @@ Like the scheduler's shell, the simulation forwards the lone submits and results
 message so that lone submits happen. With check_forwards, each forward is also replayed through the slow path on a
 copy of the core, and both must leave the whole core (tests/core_dump.py) and send the same messages.
 
-Checked as it runs: validate() after every flush; a worker is never given a task twice, never beyond its
+Every task whose id is a multiple of 3 is flagged stream output: the simulated workers print a line for it before its
+result, and send the text of the error a task raised before that result (taskOutput). The scheduler's status is taken
+every simulated second, as the shell does; with SimConfig.monitored, a monitor subscribes from the start.
+
+Checked as it runs: validate() after every flush (with its check that every function's tasks submitted = ended + in
+flight); a worker is never given a task twice, never beyond its
 capacity, always holds the objects its task needs, and is never told to free an object one of its tasks needs; a
 task never runs twice unless the worker of its earlier run was lost (or that run crashed, or failed with retries
 left); every attempt the scheduler charges is for a run that may have started (a worker started it, or an agent
 handed it to a processor): a task never fails for losses of workers that never started it; results go to the
-task's own client, at most once. Checked at the end: every task of a client that stayed ended exactly once, with
-a plausible outcome; nothing is left in the scheduler; workers still in a session hold no objects.
+task's own client, at most once; printed output goes only to the client of a flagged task and never after its result,
+and a flagged task that succeeded on simulated workers only got its output first; monitored statuses hold the error
+texts their workers sent, bounded and sampled records. Checked at the end: every task of a client that stayed ended
+exactly once, with a plausible outcome; nothing is left in the scheduler; workers still in a session hold no objects.
 """
 
 from __future__ import annotations
@@ -58,12 +65,17 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
+from scaler.core.scheduler.monitoring import MAX_EVENTS, MAX_FAILURES
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     FLAG_SILENT,
+    FLAG_STREAM_OUTPUT,
+    ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
+    OUTPUT_ERROR,
+    OUTPUT_STDOUT,
     RETRIABLE_STATUSES,
     BalanceRequest,
     BalanceResponse,
@@ -79,7 +91,9 @@ from scaler.protocol.messages import (
     Message,
     PeerKind,
     PutObjects,
+    Status,
     SubmitTasks,
+    TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
@@ -105,6 +119,12 @@ from tests.simulation.model import (
 from tests.simulation.sim_agent import AgentWorker
 
 SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time are fed in one batch
+STATUS_MS = 1000  # how often the scheduler's status is taken, as its shell does
+
+
+def streams_output(task_id: int) -> bool:
+    """Whether a client submits this task flagged stream output (from its id: no draw from the generator)."""
+    return task_id % 3 == 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,7 @@ class SimConfig:
     retry_rate: float = 0.15  # the share of tasks submitted with retries (1 or 2)
     timeout_rate: float = 0.05  # the share of tasks submitted with a timeout (some run longer)
     forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
+    monitored: bool = False  # a monitor subscribes: the core records task events, failures, output, departures
     check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
     scheduler: SchedulerConfig = field(
         default_factory=lambda: SchedulerConfig(
@@ -149,6 +170,7 @@ class TaskInfo:
     cancel_requested: bool = False
     retries: int = 0
     timeout_ms: int = 0
+    printed: int = 0  # pieces of its output its client got
 
 
 class Simulation:
@@ -162,6 +184,10 @@ class Simulation:
         self.config = config
         self.rng = random.Random(config.seed)
         self.core = core(config.scheduler)
+        self.core.monitored = config.monitored
+        self.statuses = 0
+        # task id -> the error text a simulated worker last sent for it, and that worker's name
+        self.error_texts: dict[int, tuple[str, str]] = {}
         self.agent_core = agent  # what an AgentWorker runs
         self.now = 0  # ms
         self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -185,14 +211,14 @@ class Simulation:
         self.held_names: set[str] = set()  # worker names the scheduler held back at some point
         charge = self.core._retry_or_fail
 
-        def checked_charge(task: Any, reason: str) -> bool:
+        def checked_charge(task: Any, reason: str, worker: WorkerSession | None = None) -> bool:
             if task.attempts + 1 > self.handed[task.task_id]:
                 self.fail(
                     f"task {task.task_id:#x} charged attempt {task.attempts + 1} ({reason}), but it may have started "
                     f"only {self.handed[task.task_id]} times"
                 )
             self.charged += 1
-            return charge(task, reason)
+            return charge(task, reason, worker)
 
         self.core._retry_or_fail = checked_charge  # type: ignore[method-assign]
 
@@ -214,15 +240,46 @@ class Simulation:
         return when
 
     # ------------------------------------------------------------------------------------------- scheduler side
-    def send_to_scheduler(self, peer: bytes, message: Message) -> None:
+    def send_to_scheduler(self, peer: bytes, message: Message, before: Message | None = None) -> None:
+        """`message` reaches the scheduler after a link's latency; `before` (printed output), just ahead of it."""
         if isinstance(message, TaskResults):  # a failed run of a task with retries may be followed by another
             for task_id, status in zip(message.task_ids, message.statuses, strict=True):
                 if status in RETRIABLE_STATUSES and self.runs.get(task_id):
                     self.runs[task_id][-1].failed = True
-        self.at(self.latency(peer, True), self._arrive, peer, message)
+        when = self.latency(peer, True)
+        if before is not None:
+            self.at(when, self._arrive, peer, before)
+        self.at(when, self._arrive, peer, message)
 
     def _arrive(self, peer: bytes, message: Message) -> None:
         self._to_scheduler.append(Received(self.now / 1000, peer, message))
+
+    def _status(self) -> None:
+        """The shell's status, once a second: check what a monitor would read."""
+        self._check_status(self.core.status())
+        self.statuses += 1
+        if self.finished_at is None:
+            self.after(STATUS_MS, self._status)
+
+    def _check_status(self, status: Status) -> None:
+        running = sum(f.running for f in status.functions)
+        if running != sum(len(w.assigned) for w in self.core.workers.values()):
+            self.fail(f"the status says {running} tasks run, the workers hold others")
+        events = status.events
+        if not self.core.monitored:
+            if events.task_ids or status.failures or status.outputs or status.departed:
+                self.fail("recorded for monitors while none subscribes")
+            return
+        if len(events.task_ids) > MAX_EVENTS or len(status.failures) > MAX_FAILURES:
+            self.fail(f"{len(events.task_ids)} events, {len(status.failures)} failures in one status")
+        if any((t & ID_COUNTER_MASK) % events.sample_every for t in events.task_ids):
+            self.fail(f"an event of a task not drawn (one in {events.sample_every})")
+        for failure in status.failures:
+            worker, sent = self.error_texts.get(failure.task_id, ("", ""))
+            if failure.status == TaskStatus.ERROR and worker and failure.worker == worker and failure.text != sent:
+                self.fail(
+                    f"failure of {failure.task_id:#x} on {worker} shows {failure.text!r}, its worker sent {sent!r}"
+                )
 
     def _tick(self) -> None:
         self._to_scheduler.append(Tick(self.now / 1000))
@@ -350,6 +407,7 @@ class Simulation:
         for client in rng.sample(self.clients, min(c.vanish_clients, len(self.clients))):
             self.at(rng.randrange(300, 3_000), client.vanish, rng.random() < 0.5)  # while its work is in flight
         self.at(0, self._tick)
+        self.at(STATUS_MS, self._status)
 
     def _plan_worker_fault(self, worker: SimWorker | AgentWorker) -> None:
         c, rng = self.config, self.rng
@@ -535,7 +593,9 @@ class SimWorker:
             if task_id in self.running or any(t.task_id == task_id for t in self.queue):
                 self.sim.fail(f"task {task_id:#x} dispatched twice to {self.peer!r}")
             timeout = message.timeouts_ms[k] if message.timeouts_ms else 0
-            self.queue.append(WorkTask(task_id, message.function_ids[k], refs, payload, session, timeout_ms=timeout))
+            task = WorkTask(task_id, message.function_ids[k], refs, payload, session, timeout_ms=timeout)
+            task.flags = message.flags[k]
+            self.queue.append(task)
         if len(self.queue) + len(self.running) > self.capacity:
             self.sim.fail(f"worker {self.peer!r} holds {len(self.queue) + len(self.running)} > {self.capacity} tasks")
 
@@ -610,10 +670,25 @@ class SimWorker:
             task.run.crashed = True
             self.send(TaskResults([task.task_id], bytes([TaskStatus.CRASHED]), [b"processor died"]))
         elif outcome == RAISES:
-            self.send(TaskResults([task.task_id], bytes([TaskStatus.ERROR]), [b"raised:%x" % task.task_id]))
+            output = self._output(task, f"Traceback: task {task.task_id:#x} raised on {self.peer!r}")
+            result = TaskResults([task.task_id], bytes([TaskStatus.ERROR]), [b"raised:%x" % task.task_id])
+            self.sim.send_to_scheduler(self.peer, result, output)
         else:
-            self.send(TaskResults([task.task_id], bytes([TaskStatus.SUCCESS]), [b"ok:%x" % task.task_id]))
+            result = TaskResults([task.task_id], bytes([TaskStatus.SUCCESS]), [b"ok:%x" % task.task_id])
+            self.sim.send_to_scheduler(self.peer, result, self._output(task, None))
         self._run_next()
+
+    def _output(self, task: WorkTask, error: str | None) -> TaskOutput | None:
+        """What a worker sends before a result: the task's printed line if it is flagged, its error's text if it
+        raised; in one taskOutput, on the same link (so it arrives first)."""
+        pieces = [(OUTPUT_STDOUT, f"printed by {task.task_id:#x}")] if task.flags & FLAG_STREAM_OUTPUT else []
+        if error is not None:
+            pieces.append((OUTPUT_ERROR, error))
+            self.sim.error_texts[task.task_id] = (self.name, error)
+        if not pieces:
+            return None
+        n = len(pieces)
+        return TaskOutput([task.task_id] * n, bytes(s for s, _ in pieces), [text for _, text in pieces])
 
     def _reset(self) -> None:
         self._drop_tasks()
@@ -705,7 +780,19 @@ class SimClient:
     def deliver(self, message: Message, _: object) -> None:
         if self.state in ("done", "vanished"):
             return
+        if isinstance(message, TaskOutput):
+            self._on_output(message)
+            return
         self._do(self.core.received(self.sim.now / 1000, message))
+
+    def _on_output(self, message: TaskOutput) -> None:
+        for task_id, stream in zip(message.task_ids, message.streams, strict=True):
+            info = self.tasks.get(task_id)
+            if info is None or not streams_output(task_id) or stream == OUTPUT_ERROR:
+                self.sim.fail(f"client {self.peer!r} got output (stream {stream}) of {task_id:#x}, not to show")
+            if self.results[task_id]:
+                self.sim.fail(f"client {self.peer!r} got output of {task_id:#x} after its result")
+            info.printed += 1
 
     def _connected(self, prefix: int) -> None:
         self.state = "connected"
@@ -738,7 +825,7 @@ class SimClient:
                 refs.append(parent)
                 parents = (parent,)
             silent = rng.random() < 0.1
-            flags = FLAG_SILENT if silent else 0
+            flags = (FLAG_SILENT if silent else 0) | (FLAG_STREAM_OUTPUT if streams_output(task_id) else 0)
             retries = rng.choice((1, 2)) if rng.random() < self.sim.config.retry_rate else 0
             timeout = rng.choice((30, 150)) if rng.random() < self.sim.config.timeout_rate else 0
             payload = b"%d:%d" % (duration, outcome)
@@ -781,6 +868,15 @@ class SimClient:
                 self.sim.fail(f"task {task_id:#x} ended twice at its client")
             self.status[task_id] = status
             self.open.discard(task_id)
+            runs = self.sim.runs.get(task_id, [])
+            simulated = bool(runs) and all(isinstance(self.sim.peers[r.peer], SimWorker) for r in runs)
+            if (
+                status == TaskStatus.SUCCESS
+                and streams_output(task_id)
+                and simulated
+                and not self.tasks[task_id].printed
+            ):
+                self.sim.fail(f"task {task_id:#x} succeeded at its client before its output came")
             if status == TaskStatus.SUCCESS and payload != b"ok:%x" % task_id:
                 self.sim.fail(f"task {task_id:#x} succeeded with someone else's result {payload!r}")
         if not self.open and self.wave >= self.sim.config.waves and self.state == "connected":

@@ -149,7 +149,8 @@ def test_the_simulation_catches_a_broken_agent() -> None:
 @pytest.mark.parametrize(
     ("core", "complaint"),
     [
-        (TrustsBalanceRequests, "runs on"),
+        # the tasks it takes back wrongly run twice, or their worker is given more than its capacity
+        (TrustsBalanceRequests, r"runs on|holds \d+ > \d+ tasks"),
         (AnswersTwice, "ended twice at its client"),
         (ChargesEveryLostTask, "but it may have started only"),
     ],
@@ -161,12 +162,27 @@ def test_the_simulation_catches_a_broken_scheduler(core: type[SchedulerCore], co
     assert f"seed={SEEDS[0]}" in str(failure.value)
 
 
+@pytest.mark.parametrize("monitored", [False, True], ids=["unmonitored", "monitored"])
 @pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
-def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(seed: int) -> None:
+def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(seed: int, monitored: bool) -> None:
     """Every lone submit and result the core forwards (as the shell does) is replayed through the slow path on a copy
     of the core: both must leave the same whole core and send the same messages, while workers die, hang and come
-    back (SimConfig.check_forwards)."""
-    config = SimConfig(seed=seed, workers=40, clients=3, waves=3, wave_size=(20, 100), check_forwards=True)
+    back (SimConfig.check_forwards). Monitored, the records of the status period are part of that state."""
+    config = SimConfig(
+        seed=seed, workers=40, clients=3, waves=4, wave_size=(20, 100), check_forwards=True, monitored=monitored
+    )
     sim = simulate(config)
     assert sim.forwarded > 100, f"only {sim.forwarded} forwards: the shortcut was hardly taken"
     assert sim.summary()["workers_lost"] > 0
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
+def test_a_monitored_scheduler_survives_faults_and_its_records_add_up(seed: int) -> None:
+    """A monitor subscribes from the start: the statuses hold sampled task events, failures with the error texts
+    their workers sent and departed workers (Simulation._check_status), and the run is the same otherwise."""
+    sim = simulate(SimConfig(seed=seed, workers=150, monitored=True))
+    summary = sim.summary()
+    assert summary["tasks"] > 1000 and summary["workers_lost"] >= 5 and sim.statuses > 5
+    functions = sim.core.status().functions
+    assert sum(f.submitted for f in functions) == sum(f.success + f.error + f.canceled + f.failed for f in functions)
+    assert sum(f.submitted for f in functions) >= summary["tasks"]

@@ -30,6 +30,10 @@ from scaler.core.worker.agent import (
 )
 from scaler.protocol.messages import (
     FLAG_PROFILING,
+    FLAG_STREAM_OUTPUT,
+    OUTPUT_ERROR,
+    OUTPUT_STDERR,
+    OUTPUT_STDOUT,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -45,6 +49,7 @@ from scaler.protocol.messages import (
     PutObjects,
     Refused,
     Shutdown,
+    TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
@@ -811,3 +816,42 @@ def test_slow_tasks_are_told_at_once() -> None:
     slow = pm.Results([t(1)], bytes([0]), [5000], [0], [b"r"])  # 5 ms: above EAGER_NOTICE_ABOVE_US
     a.proc(0, slow)
     assert a.told[-1] == TasksStarted([t(2), t(3)]) and a.unreported == set()  # a window of 2 ms: 2 tasks
+
+
+# ----------------------------------------------------------------------------------------------- task output
+def test_what_a_task_printed_goes_to_the_scheduler_before_its_result() -> None:
+    a = connected()
+    a.sched(PutObjects([F], [b"fn"]))
+    a.sched(dispatch((t(1), F, []), flags=FLAG_STREAM_OUTPUT))
+    a.core.feed(FromProcessor(0.0, 0, pm.Output([t(1), t(1)], bytes([OUTPUT_STDOUT, OUTPUT_STDERR]), ["a\n", "b"])))
+    a.core.feed(FromProcessor(0.0, 0, pm.Results([t(1)], bytes([0]), [100], [0], [b"r"])))
+    assert without_started(a.core.flush(), a.unreported) == [
+        ToScheduler(TaskOutput([t(1), t(1)], bytes([OUTPUT_STDOUT, OUTPUT_STDERR]), ["a\n", "b"])),
+        ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"])),
+    ]
+
+
+def test_output_of_a_task_still_running_goes_at_once() -> None:
+    a = with_tasks(1)
+    assert a.proc(0, pm.Output([t(1)], bytes([OUTPUT_STDOUT]), ["half way\n"])) == [
+        ToScheduler(TaskOutput([t(1)], bytes([OUTPUT_STDOUT]), ["half way\n"]))
+    ]
+
+
+def test_the_error_text_of_a_task_that_raised_goes_before_its_result() -> None:
+    a = with_tasks(1)
+    text = 'Traceback (most recent call last):\n  File "job.py", line 3, in f\nValueError: bad\n'
+    a.core.feed(FromProcessor(0.0, 0, pm.Output([t(1)], bytes([OUTPUT_ERROR]), [text])))
+    a.core.feed(FromProcessor(0.0, 0, pm.Results([t(1)], bytes([TaskStatus.ERROR]), [100], [0], [b"exc"])))
+    assert a.core.flush() == [
+        ToScheduler(TaskOutput([t(1)], bytes([OUTPUT_ERROR]), [text])),
+        ToScheduler(TaskResults([t(1)], bytes([TaskStatus.ERROR]), [b"exc"])),
+    ]
+
+
+def test_output_of_tasks_this_agent_does_not_hold_is_dropped() -> None:
+    a = with_tasks(1)
+    assert a.proc(0, pm.Output([t(7)], bytes([OUTPUT_STDOUT]), ["not mine"])) == []  # never given to this processor
+    a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))  # t(1) is of the lost session now
+    assert a.core.tasks == {}
+    assert a.proc(0, pm.Output([t(1)], bytes([OUTPUT_ERROR]), ["stale"])) == []  # from the processor replaced

@@ -15,6 +15,7 @@ from scaler.core.client.session import (
     FreeRequest,
     NewObject,
     NewTask,
+    Output,
     Rejected,
     Send,
     SessionState,
@@ -36,6 +37,7 @@ from scaler.protocol.messages import (
     Shutdown,
     ShutdownRequest,
     SubmitTasks,
+    TaskOutput,
     TaskResults,
     Welcome,
 )
@@ -252,3 +254,11 @@ def test_heartbeats_often_enough_for_a_strict_scheduler() -> None:
     core.received(0.0, Welcome(1, peer_timeout_ms=2000))  # the scheduler drops clients silent for 2 s
     assert core.tick(0.4) == []
     assert core.tick(0.5) == [Send(Heartbeat())]  # a quarter of its timeout, not our 5 s
+
+
+def test_output_of_tasks_is_handed_to_the_shell_while_the_session_lasts() -> None:
+    core = connected()
+    output = TaskOutput([7, 7], bytes([1, 2]), ["hello\n", "oops\n"])
+    assert core.received(1.0, output) == [Output(output)]
+    core.disconnect()
+    assert core.received(2.0, output) == []

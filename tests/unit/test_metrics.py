@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from scaler.monitor.metrics import CONTENT_TYPE, render_metrics
-from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
+from scaler.monitor.metrics import CONTENT_TYPE, MAX_FUNCTIONS, render_metrics
+from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+
+pytestmark = pytest.mark.timeout(60)
 
 NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 VALUE = r"[+-]?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|Inf|NaN)"
@@ -67,7 +70,20 @@ def a_status() -> Status:
         sent={"welcome": 2, "dispatchTasks": 5},
         received={"hello": 2},
         workers=[
-            WorkerStatus("w1", 1.5, 100, 50.0, 200, free=3, sent=1, queued=2, lag_us=1500, processors=4, running=1),
+            WorkerStatus(
+                "w1",
+                1.5,
+                100,
+                50.0,
+                200,
+                free=3,
+                sent=1,
+                queued=2,
+                lag_us=1500,
+                processors=4,
+                running=1,
+                heartbeat_age_ms=6500,
+            ),
             WorkerStatus("w2", blocked_processors=1, completed=7, waiting=2, held_back_ms=250),
         ],
         clients=[ClientStatus("c1", tasks=4, objects=2, completed=9)],
@@ -112,6 +128,7 @@ def test_every_metric_of_a_status_with_its_type() -> None:
         "scaler_worker_blocked_processors": 0,
         "scaler_worker_lag_seconds": 0.0015,
         "scaler_worker_held_back_seconds": 0.0,
+        "scaler_worker_heartbeat_age_seconds": 6.5,
         "scaler_worker_completed_tasks_total": 0,
     }
     assert m.value("scaler_worker_held_back_seconds", worker="w2") == 0.25
@@ -124,15 +141,59 @@ def test_every_metric_of_a_status_with_its_type() -> None:
     assert {n for n, t in m.types.items() if t == "counter"} == {n for n in m.types if n.endswith("_total")}
 
 
+def test_tasks_by_function_submitted_running_ended_and_their_run_time() -> None:
+    status = a_status()
+    status.functions = [
+        FunctionStatus("abs", submitted=300, running=2, success=290, error=3, canceled=4, failed=1, duration_us=1500),
+        FunctionStatus("Outer.<locals>.spin", submitted=1, running=1),
+    ]
+    m = parse(render_metrics(status, 0.0))
+    assert m.types["scaler_function_tasks_submitted_total"] == "counter"
+    assert m.types["scaler_function_tasks_running"] == "gauge"
+    assert m.types["scaler_function_tasks_total"] == "counter"
+    assert m.types["scaler_function_duration_seconds_total"] == "counter"
+    assert m.labelled("scaler_function_tasks_submitted_total", "function") == {"abs": 300, "Outer.<locals>.spin": 1}
+    assert m.labelled("scaler_function_tasks_running", "function") == {"abs": 2, "Outer.<locals>.spin": 1}
+    ended = {k: v for (n, k), v in m.samples.items() if n == "scaler_function_tasks_total" and ("function", "abs") in k}
+    assert {dict(k)["state"]: v for k, v in ended.items()} == {"success": 290, "error": 3, "canceled": 4, "failed": 1}
+    assert m.value("scaler_function_tasks_total", function="Outer.<locals>.spin", state="success") == 0
+    assert m.value("scaler_function_duration_seconds_total", function="abs") == 0.0015
+
+
+def test_no_functions_no_function_metrics() -> None:
+    assert "scaler_function" not in render_metrics(a_status(), 0.0)
+
+
+def test_function_series_are_unique_and_bounded() -> None:
+    twice = [FunctionStatus("f", submitted=2, success=1, duration_us=10), FunctionStatus("f", submitted=3, error=1)]
+    m = parse(render_metrics(Status(functions=twice), 0.0))  # parse() fails on a repeated series
+    assert m.value("scaler_function_tasks_submitted_total", function="f") == 5
+    assert m.value("scaler_function_tasks_total", function="f", state="error") == 1
+    many = [FunctionStatus(f"fn{i}", submitted=i) for i in range(MAX_FUNCTIONS + 50)]
+    m = parse(render_metrics(Status(functions=many), 0.0))
+    assert len(m.labelled("scaler_function_tasks_submitted_total", "function")) == MAX_FUNCTIONS == 200
+    assert "fn0" in m.labelled("scaler_function_tasks_running", "function")  # the first ones, in the scheduler's order
+    ended = [key for (n, key) in m.samples if n == "scaler_function_tasks_total"]
+    assert len(ended) == 4 * MAX_FUNCTIONS
+
+
 def test_label_values_are_escaped() -> None:
     tricky = 'a\\b"c\nd'
-    status = Status(scheduler_name=tricky, workers=[WorkerStatus(tricky, free=1)], clients=[ClientStatus(tricky)])
+    status = Status(
+        scheduler_name=tricky,
+        workers=[WorkerStatus(tricky, free=1)],
+        clients=[ClientStatus(tricky)],
+        functions=[FunctionStatus(tricky, submitted=2), FunctionStatus('{x="1"}', running=1)],
+    )
     text = render_metrics(status, 0.0)
     assert 'scaler_worker_free_slots{worker="a\\\\b\\"c\\nd"} 1\n' in text
+    assert 'scaler_function_tasks_submitted_total{function="a\\\\b\\"c\\nd"} 2\n' in text
     m = parse(text)
     assert m.value("scaler_worker_free_slots", worker=tricky) == 1
     assert m.value("scaler_client_objects", client=tricky) == 0
     assert m.value("scaler_scheduler_info", scheduler=tricky, protected="true") == 1
+    assert m.value("scaler_function_tasks_total", function=tricky, state="failed") == 0
+    assert m.value("scaler_function_tasks_running", function='{x="1"}') == 1
 
 
 def test_an_old_status_is_down_and_empty_families_are_left_out() -> None:
@@ -152,3 +213,12 @@ def test_odd_numbers_parse(value: float) -> None:
 
 def test_the_content_type_is_the_0_0_4_text_format() -> None:
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+
+
+def test_every_metric_is_in_the_table_of_docs_monitoring_md() -> None:
+    status = a_status()
+    status.functions = [FunctionStatus("f", submitted=1)]
+    names = parse(render_metrics(status, 0.0)).types
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
+    table = "\n".join(line for line in docs.splitlines() if line.startswith("| `scaler_"))
+    assert [name for name in names if f"`{name}`" not in table] == []

@@ -31,6 +31,7 @@ MESSAGES: list[Any] = [
     pm.Resume(),
     pm.DropObjects([9]),
     pm.Exit("bye"),
+    pm.Output([5, 5, 6], b"\x01\x02\x03", ["out\n", "err", "Traceback ...\nValueError: bad\n"]),
 ]
 
 

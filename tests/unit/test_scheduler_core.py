@@ -694,6 +694,7 @@ def test_stop_flushes_pending_results_first() -> None:
 def test_status_counts_tasks_messages_and_peers() -> None:
     d = with_tasks(3, capacity=2)
     d.recv(W1, results((t(1), TaskStatus.ERROR, b"e")))
+    d.recv(W1, Heartbeat())
     status = d.core.status()
     assert status.tasks_by_state == {
         "waiting": 0,
@@ -705,8 +706,8 @@ def test_status_counts_tasks_messages_and_peers() -> None:
         "canceled": 0,
         "failed": 0,
     }
-    assert status.received == {"hello": 2, "putObjects": 1, "submitTasks": 1, "taskResults": 1}
-    assert status.sent == {"welcome": 2, "putObjects": 1, "dispatchTasks": 2, "taskResults": 1}
+    assert status.received == {"hello": 2, "putObjects": 1, "submitTasks": 1, "taskResults": 1, "heartbeat": 1}
+    assert status.sent == {"welcome": 2, "putObjects": 1, "dispatchTasks": 2, "taskResults": 1, "heartbeatEcho": 1}
     [worker] = status.workers
     assert (worker.name, worker.free, worker.sent, worker.completed) == ("w1", 0, 2, 1)
     assert [(c.name, c.tasks, c.objects, c.completed) for c in status.clients] == [("c1", 2, 1, 1)]

@@ -5,8 +5,25 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from scaler.monitor.render import fmt_bytes, fmt_lag, is_stale, render, screen, waiting
-from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
+import pytest
+
+from scaler.monitor.render import (
+    FUNCTION_NAME_WIDTH,
+    cut,
+    fmt_age,
+    fmt_bytes,
+    fmt_duration,
+    fmt_lag,
+    function_rows,
+    is_stale,
+    printable,
+    render,
+    screen,
+    waiting,
+)
+from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def _status() -> Status:
@@ -31,7 +48,9 @@ def test_sections_show_counts_and_resources() -> None:
     assert "12.5%" in text and "130.0m" in text
     assert "53,704" in text and "heartbeat" in text
     assert "Total 2 worker(s)" in text
-    shortcuts = "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l] held[h]"
+    shortcuts = (
+        "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l] held[h] hb_age[a]"
+    )
     assert "Shortcuts: " + shortcuts in text
     assert "c-1 tasks=5 objects=1 done=12" in text
 
@@ -113,3 +132,102 @@ def test_a_status_older_than_3s_keeps_the_last_screen_under_a_banner() -> None:
 def test_the_banner_goes_when_statuses_resume() -> None:
     assert screen(_status(), NOW, 5.0)[0].startswith("no status for 5s")
     assert not any("no status" in line for line in screen(_status(), NOW, 0.1))
+
+
+def _functions() -> list[FunctionStatus]:
+    return [
+        FunctionStatus("abs", submitted=300, success=297, error=1, canceled=1, failed=1, duration_us=298 * 120),
+        FunctionStatus("spin", submitted=2, running=1),
+        FunctionStatus("idle", submitted=5, canceled=5),
+        FunctionStatus("fetch", submitted=9, running=4, success=5, duration_us=5 * 2_500_000),
+    ]
+
+
+def _function_rows(lines: list[str]) -> dict[str, list[str]]:
+    start = next(i for i, line in enumerate(lines) if line.startswith("function "))
+    rows = {}
+    for line in lines[start + 1 :]:
+        if not line or line.startswith("-"):
+            break
+        rows[line.split()[0]] = line.split()[1:]
+    return rows
+
+
+def test_the_functions_show_submitted_running_done_failed_canceled_and_mean_run_time() -> None:
+    status = _status()
+    status.functions = _functions()
+    lines = render(status)
+    header = next(line for line in lines if line.startswith("function "))
+    assert header.split() == ["function", "submitted", "running", "done", "failed", "canceled", "mean"]
+    rows = _function_rows(lines)
+    assert rows["abs"] == ["300", "0", "297", "2", "1", "0.1ms"]  # failed: raised (error) or failed
+    assert rows["fetch"] == ["9", "4", "5", "0", "0", "2.5s"]
+    assert rows["idle"] == ["5", "0", "0", "0", "5", "-"]  # no task ended with a result: no mean
+    status.functions = [FunctionStatus("untimed", submitted=3, success=3)]
+    assert _function_rows(render(status))["untimed"] == ["3", "0", "3", "0", "0", "-"]  # no run time came: no mean
+    assert lines.index(header) < lines.index(next(line for line in lines if line.startswith("Shortcuts:")))
+
+
+def test_functions_with_tasks_running_come_first_then_the_most_submitted() -> None:
+    status = _status()
+    status.functions = [*_functions(), FunctionStatus("also_idle", submitted=5)]
+    assert list(_function_rows(render(status))) == ["fetch", "spin", "abs", "also_idle", "idle"]
+
+
+def test_no_functions_no_function_table() -> None:
+    assert not any(line.startswith("function") for line in render(_status()))
+
+
+def test_the_screen_shows_the_first_functions_and_how_many_more() -> None:
+    status = _status()
+    status.functions = _functions()
+    lines = screen(status, NOW, 0.5, max_functions=2)
+    assert list(_function_rows(lines)) == ["fetch", "spin", "\u2026"]
+    assert "\u2026 and 2 more functions" in lines
+    assert "\u2026 and 1 more function" in render(status, max_functions=3)
+    assert len(_function_rows(render(status))) == 4  # --once: all of them
+    assert [function_rows(h) for h in (8, 24, 30, 40, 60)] == [2, 2, 5, 10, 15]  # room is left for the workers
+
+
+def test_long_function_names_are_cut_in_the_middle_and_rows_fit_the_width() -> None:
+    status = _status()
+    long = "module.Outer.<locals>." + "x" * 60 + ".compute"
+    status.functions = [FunctionStatus(long, submitted=1_234_567, success=3, duration_us=3 * 75_000_000)]
+    wide = _function_rows(render(status))
+    (name,) = wide
+    assert len(name) == FUNCTION_NAME_WIDTH and name.startswith("module.Outer") and name.endswith(".compute")
+    assert wide[name] == ["1,234,567", "0", "3", "0", "0", "1.2m"]
+    narrow = render(status, width=70)
+    row = next(line for line in narrow if "\u2026" in line and "1,234,567" in line)
+    assert len(row) <= 70 and row.endswith("1.2m")
+
+
+def test_control_characters_in_peer_names_do_not_reach_the_terminal() -> None:
+    status = _status()
+    status.workers[0].name = "w-\x1b[2J"
+    status.clients[0].name = "c\n1"
+    status.functions = [FunctionStatus("f\r\x07", submitted=1)]
+    text = "\n".join(render(status))
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "w-?[2J" in text and "c?1 tasks=5" in text and "f??" in text
+    assert printable("plain") == "plain" and printable("a\tb") == "a?b"
+
+
+def test_a_worker_row_older_than_5s_says_how_old_and_sorts_first_by_it() -> None:
+    status = _status()
+    status.workers[0].heartbeat_age_ms = 5000  # at the limit: the row is recent enough
+    status.workers[1].heartbeat_age_ms = 12_400
+    lines = render(status, "a")
+    header = next(line for line in lines if "ITL" in line)
+    assert "[hb_age]" in header and header.index("held") < header.index("[hb_age]") < header.index("ITL")
+    rows = [line for line in lines if line.lstrip().startswith("w-")]
+    assert [row.split()[0] for row in rows] == ["w-b", "w-a"]
+    assert " 12s 010 " in rows[0] and " - 100 " in rows[1]
+
+
+def test_durations_ages_and_cut_names() -> None:
+    assert fmt_duration(400) == "0.4ms" and fmt_duration(2_500_000) == "2.5s"
+    assert fmt_duration(90_000_000) == "1.5m" and fmt_duration(5_400_000_000) == "1.5h"
+    assert fmt_age(7_400) == "7s" and fmt_age(720_000) == "12m" and fmt_age(10_800_000) == "3h"
+    assert cut("abcdefghij", 10) == "abcdefghij" and cut("abcdefghij", 5) == "ab\u2026ij"
+    assert cut("abcdefghij", 4) == "a\u2026ij" and cut("abc", 1) == "\u2026" and cut("abc", 0) == ""

@@ -25,12 +25,13 @@ from scaler.client.connection import Collector, Connection, FutureSink, ResultSi
 from scaler.client.dask_graph import as_task_tuples, caller_module, dask_call
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
-from scaler.client.graph import KeyArg, plan_graph
+from scaler.client.graph import KeyArg, TaskNode, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.options import (
     DASK_KEYWORDS,
     KEEP,
     ClientOptions,
+    Options,
     check_dask_keywords,
     check_options,
 )
@@ -45,8 +46,14 @@ from scaler.errors import (
 )
 from scaler.io.processes import current_pid, parse_address
 from scaler.payloads import pack_function, unpack_exception
-from scaler.protocol.messages import FLAG_PROFILING, FLAG_SILENT, ID_PREFIX_SHIFT, Payload, TaskStatus
-from scaler.protocol.records import DEFAULT_OPTIONS, TaskOptions
+from scaler.protocol.messages import (
+    FLAG_PROFILING,
+    FLAG_SILENT,
+    FLAG_STREAM_OUTPUT,
+    ID_PREFIX_SHIFT,
+    Payload,
+    TaskStatus,
+)
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
 
@@ -75,6 +82,9 @@ class Client:
             $SCALER_KEYS says. See docs/security.md.
         task_timeout, task_retries, task_priority: the task options every task of this client gets unless
             client.options(...) says otherwise (see options()).
+        stream_output: print what this client's tasks write to sys.stdout and sys.stderr here, in this process's
+            sys.stdout and sys.stderr, each line prefixed "(function task 0x...) " (docs/client.md, "Task output");
+            client.options(stream_output=True) for some tasks only.
     """
 
     # dask.compute(..., scheduler=client) reads it (a "Client" with a get: its get is the scheduler, if not async).
@@ -91,9 +101,10 @@ class Client:
         task_timeout: float | None = None,
         task_retries: int = 0,
         task_priority: int = 0,
+        stream_output: bool = False,
     ) -> None:
         parse_address(address)
-        self._options = check_options(DEFAULT_OPTIONS, task_timeout, task_retries, task_priority)
+        self._options = check_options(Options(), task_timeout, task_retries, task_priority, stream_output)
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         if not heartbeat_interval_seconds > 0:
@@ -156,7 +167,12 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- tasks
     def options(
-        self, *, timeout: float | object | None = KEEP, retries: int | object = KEEP, priority: int | object = KEEP
+        self,
+        *,
+        timeout: float | object | None = KEEP,
+        retries: int | object = KEEP,
+        priority: int | object = KEEP,
+        stream_output: bool | object = KEEP,
     ) -> ClientOptions:
         """This client with task options, for the tasks submitted through what it returns (submit, map, get,
         submit_graph); options not given stay as they are. The function's own keyword arguments are untouched.
@@ -171,8 +187,10 @@ class Client:
             memory limit; the future then holds the last run's outcome. (Runs lost with a worker are retried
             anyway, up to the scheduler's --max-task-retries.)
         priority: among this client's ready tasks, higher first (default 0); other clients still take turns.
+        stream_output: print what the tasks write to sys.stdout and sys.stderr in this process, each line prefixed
+            with the task (see Client's stream_output).
         """
-        return ClientOptions(self, check_options(self._options, timeout, retries, priority))
+        return ClientOptions(self, check_options(self._options, timeout, retries, priority, stream_output))
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run fn(*args, **kwargs) on a worker; returns a future of its result.
@@ -183,7 +201,7 @@ class Client:
         """
         return self._submit(self._options, fn, args, kwargs)
 
-    def _submit(self, options: TaskOptions, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
+    def _submit(self, options: Options, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
         profiling = bool(kwargs.pop("profiling", self._profiling))
         if kwargs.keys() & DASK_KEYWORDS:
             check_dask_keywords(fn, kwargs)
@@ -197,15 +215,17 @@ class Client:
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
         connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
-        flags = FLAG_PROFILING if profiling else 0
-        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads, options))
+        flags = (FLAG_PROFILING if profiling else 0) | options.flags
+        if flags & FLAG_STREAM_OUTPUT:
+            connection.output.expect((task_id,), _label(fn))
+        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task))
         return future
 
     def map(
         self,
         fn: Callable[..., Any],
-        iterable: Iterable[tuple[Any, ...]],
-        *,
+        iterable: Iterable[Any],
+        *iterables: Iterable[Any],
         timeout: float | None = None,
         progress: bool = False,
     ) -> list[Any]:
@@ -214,18 +234,22 @@ class Client:
         >>> client.map(pow, [(2, 1), (2, 2), (2, 3)])
         [2, 4, 8]
 
+        An item that is not a tuple is the one argument of its task (client.map(abs, [-1, -2]) is [1, 2], as in
+        Dask and scaler 2.x); with several iterables, the tasks take one argument from each, as the builtin map
+        (client.map(pow, [2, 2], [1, 2]) is [2, 4]).
+
         If a task fails, map raises its exception (the other tasks are cancelled). timeout: seconds to wait for
         all the results (None, the default: no limit); past it, map raises TimeoutError and cancels the tasks that
         have not finished. (A limit per task: client.options(timeout=...).map(...).) progress: show a live
         progress bar while waiting (see scaler.progress).
         """
-        return self._map(self._options, fn, iterable, timeout, progress)
+        return self._map(self._options, fn, (iterable, *iterables), timeout, progress)
 
     def _map(
         self,
-        options: TaskOptions,
+        options: Options,
         fn: Callable[..., Any],
-        iterable: Iterable[tuple[Any, ...]],
+        iterables: tuple[Iterable[Any], ...],
         timeout: float | None,
         bar: bool = False,
     ) -> list[Any]:
@@ -233,22 +257,18 @@ class Client:
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, not {type(fn).__name__}")
         _check_timeout(timeout, "map()")
-        items = list(iterable)
-        for index, item in enumerate(items):
-            if not isinstance(item, tuple):
-                raise TypeError(
-                    f"map() takes an iterable of argument tuples, like [(1,), (2,)]; item {index} is a "
-                    f"{type(item).__name__}: {item!r:.60}"
-                )
+        items = _argument_tuples(iterables)
         function_id = self._function_object(fn)
-        flags = 0  # map returns values, not futures: there is nowhere to read profiling from
+        flags = options.flags  # not profiling: map returns values, not futures, so there is nowhere to read it from
         ids = connection.mint(len(items))
         tasks = []
         for task_id, item in zip(ids, items, strict=False):
             refs, _, payloads = self._encode_arguments(fn, item, {})
-            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads, options))
+            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads, options.task))
         collector = Collector(len(items))
         connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
+        if flags & FLAG_STREAM_OUTPUT:
+            connection.output.expect(ids, _label(fn))
         for start in range(0, len(tasks), _MAP_CHUNK):
             connection.submit(tasks[start : start + _MAP_CHUNK])
         label = _label(fn)
@@ -308,7 +328,7 @@ class Client:
 
     def _get(
         self,
-        options: TaskOptions,
+        options: Options,
         graph: dict[Hashable, Any],
         keys: list[Hashable],
         timeout: float | None,
@@ -354,7 +374,7 @@ class Client:
         return self._submit_graph(self._options, graph, keys, profiling)[0]
 
     def _submit_graph(
-        self, options: TaskOptions, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+        self, options: Options, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
     ) -> tuple[list[ScalerFuture], list[int]]:
         """submit_graph, also returning the ids of all the graph's tasks."""
         if not isinstance(keys, (list, tuple)):
@@ -366,7 +386,7 @@ class Client:
     def _send_graph(
         self,
         connection: Connection,
-        options: TaskOptions,
+        options: Options,
         graph: dict[Hashable, Any],
         keys: list[Hashable],
         profiling: bool | None,
@@ -387,7 +407,8 @@ class Client:
         wanted = set(keys)
         futures: dict[Hashable, ScalerFuture] = {}
         sinks: list[tuple[int, ResultSink]] = []
-        flags_base = FLAG_PROFILING if (self._profiling if profiling is None else profiling) else 0
+        profiled = bool(self._profiling if profiling is None else profiling)
+        flags_base = (FLAG_PROFILING if profiled else 0) | options.flags
         tasks: list[Request] = []
         task_ids = list(connection.mint(len(plan.tasks)))
         for node, task_id in zip(plan.tasks, task_ids):
@@ -407,13 +428,14 @@ class Client:
                         raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
-            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options))
+            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task))
             if node.key in wanted:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
                 future.set_running_or_notify_cancel()
                 futures[node.key] = future
-                sinks.append((task_id, FutureSink(future, self._serializer, bool(flags_base))))
+                sinks.append((task_id, FutureSink(future, self._serializer, profiled)))
         connection.register(sinks)
+        _print_graph_output(connection, options, plan.tasks, task_ids, list(futures.values()))
         connection.submit(requests + tasks)
         # The scheduler keeps the literals while tasks need them; we do not. (Referenced objects stay the sender's.)
         literals = plan.literals.items()
@@ -780,7 +802,7 @@ def _reconnect(
     heartbeat: float,
     serializer: Serializer,
     keys: PeerKeys | None = None,
-    options: TaskOptions = DEFAULT_OPTIONS,
+    options: Options = Options(),  # noqa: B008 (a NamedTuple: immutable)
 ) -> Client:
     """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key and options."""
     public = keys.pair.public if keys is not None else None
@@ -796,5 +818,42 @@ def _reconnect(
         return client
 
 
+def _print_graph_output(
+    connection: Connection, options: Options, nodes: list[TaskNode], task_ids: list[int], futures: list[ScalerFuture]
+) -> None:
+    """With stream_output, print the output of a graph's tasks: until its task ends, or, for a silent task (whose
+    result never reaches this client), until the graph's futures are all done: each silent task is needed by one of
+    them, so it ended before, and its output came before their results."""
+    if not options.flags & FLAG_STREAM_OUTPUT:
+        return
+    for node, task_id in zip(nodes, task_ids, strict=True):
+        connection.output.expect((task_id,), _label(node.function))
+    silent = list(set(task_ids).difference(future.task_id for future in futures))
+    if not silent:
+        return
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: object) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            connection.end_output(silent)
+
+    if not futures:
+        connection.end_output(silent)
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
 def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:
     return all(f.done() for f in futures)
+
+
+def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:
+    """map()'s tasks' arguments: one iterable of tuples (scaler 1.9.9's form), or of single arguments (any item
+    that is not a tuple), or several iterables taken in step (the builtin map's form, stopping at the shortest)."""
+    if len(iterables) > 1:
+        return list(zip(*iterables))
+    return [item if isinstance(item, tuple) else (item,) for item in iterables[0]]

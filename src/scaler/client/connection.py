@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import zmq
 
 from scaler.client.future import ProfilingInfo, ScalerFuture, wake_blocked_waits
+from scaler.client.output import OutputPrinter
 from scaler.core.client.session import (
     CancelRequest,
     ClientCommand,
@@ -32,6 +33,7 @@ from scaler.core.client.session import (
     Completed,
     Connected,
     NewTask,
+    Output,
     Rejected,
     Request,
     Send,
@@ -164,6 +166,7 @@ class Connection:
         # The routing id: 128 random bits nobody else learns (with it, a peer could take this client's route).
         self.identity = f"C|{hostname()}|{os.getpid()}|{os.urandom(16).hex()}".encode()
         self.sinks: dict[int, ResultSink] = {}
+        self.output = OutputPrinter()  # prints what tasks flagged stream_output wrote (I/O thread)
         self.connected = threading.Event()
         self.closed = threading.Event()
         self.close_kind: CloseKind | None = None
@@ -274,7 +277,9 @@ class Connection:
         Only a lone result of `future` (one result, no profiling) is handled here; anything else read meanwhile
         goes to the I/O thread, in order, and it ends the future as usual (waking this thread)."""
         task_id = future.task_id
-        if len(self.sinks) != 1 or task_id not in self.sinks or not self._receiving.acquire(blocking=False):
+        if len(self.sinks) != 1 or task_id not in self.sinks or task_id in self.output.labels:
+            return  # (a task's output is printed by the I/O thread, before its result is delivered)
+        if not self._receiving.acquire(blocking=False):
             return
         delivery: tuple[ResultSink, int, Payload] | None = None
         try:
@@ -376,6 +381,15 @@ class Connection:
         wake_blocked_waits()  # a task in a processor may wait on one of them
         if self._receiver_active:
             self._wake_receiver()
+
+    def end_output(self, task_ids: list[int]) -> None:
+        """Print nothing more of these tasks (graph nodes whose results never reach this client), in the I/O
+        thread, after what it read so far."""
+        self._call(lambda now: self._end_output(task_ids))
+
+    def _end_output(self, task_ids: list[int]) -> list[ClientCommand]:
+        self.output.end(task_ids)
+        return []
 
     def request_shutdown(self, reason: str, timeout: float) -> None:
         """Ask the scheduler to stop the cluster; raises ProtectedModeError if it refuses."""
@@ -552,8 +566,12 @@ class Connection:
                     self._wake_receiver()
             elif isinstance(command, Closed):
                 self._on_closed(command)
+            elif isinstance(command, Output):
+                self.output.write(command.message)
 
     def _on_results(self, results: TaskResults) -> None:
+        if self.output.labels:  # the last line a task printed, if it did not end it, comes before its result
+            self.output.end(results.task_ids)
         sinks = self.sinks
         durations, peaks, cpu_times = results.durations_us, results.peak_memory, results.cpu_times_us
         for k, task_id in enumerate(results.task_ids):
@@ -571,6 +589,8 @@ class Connection:
             self._shutdown_event.set()
             return
         logger.error("the scheduler refused a request: %s", command.text)
+        if self.output.labels:
+            self.output.end(command.ids)
         error = TaskFailedError(f"the scheduler refused the task: {command.text}")
         for task_id in command.ids:
             sink = self.sinks.pop(task_id, None)
@@ -588,6 +608,7 @@ class Connection:
         with self._sinks_lock:
             sinks, self.sinks = self.sinks, {}
             self._sinks_closed = True
+        self.output.end_all()
         for sink in sinks.values():
             if command.kind == CloseKind.LOCAL:  # we closed it ourselves: what was pending is cancelled
                 sink.cancel()

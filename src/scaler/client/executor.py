@@ -17,7 +17,7 @@ from scaler.client.future import ScalerFuture, check_may_wait
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
-    from scaler.protocol.records import TaskOptions
+    from scaler.client.options import Options
 
 
 class ScalerExecutor(concurrent.futures.Executor):
@@ -28,7 +28,7 @@ class ScalerExecutor(concurrent.futures.Executor):
     [32, 9]
     """
 
-    def __init__(self, client: Client, options: TaskOptions) -> None:
+    def __init__(self, client: Client, options: Options) -> None:
         self._client = client
         self._options = options
         self._lock = threading.Lock()

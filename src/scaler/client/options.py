@@ -1,7 +1,9 @@
-"""Task options (timeout, retries, priority) and the view of a client that submits with them: client.options().
+"""Task options (timeout, retries, priority, stream_output) and the view of a client that submits with them:
+client.options().
 
-The options travel with each task (docs/protocol.md, "Task options"): the worker enforces the timeout, the scheduler
-decides retries and keeps priorities. They never touch the function's own keyword arguments.
+The options travel with each task (docs/protocol.md, "Task options"; stream_output is a flag bit): the worker enforces
+the timeout and captures output, the scheduler decides retries, keeps priorities and forwards output. They never touch
+the function's own keyword arguments.
 """
 
 from __future__ import annotations
@@ -9,11 +11,18 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scaler.client.dask_graph import caller_module, dask_call
 from scaler.client.executor import ScalerExecutor
-from scaler.protocol.records import MAX_RETRIES, MAX_TIMEOUT_MS, PRIORITY_RANGE, TaskOptions
+from scaler.protocol.records import (
+    DEFAULT_OPTIONS,
+    FLAG_STREAM_OUTPUT,
+    MAX_RETRIES,
+    MAX_TIMEOUT_MS,
+    PRIORITY_RANGE,
+    TaskOptions,
+)
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
@@ -25,9 +34,17 @@ KEEP: Any = object()  # an option not given: it stays as it was
 DASK_KEYWORDS = frozenset({"retries", "priority", "key", "pure", "workers", "resources", "allow_other_workers"})
 
 
-def check_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) -> TaskOptions:
+class Options(NamedTuple):
+    """What a client, or a view of it, submits every task with."""
+
+    task: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): columns of submitTasks
+    flags: int = 0  # flag bits every task gets (FLAG_STREAM_OUTPUT)
+
+
+def check_options(base: Options, timeout: Any, retries: Any, priority: Any, stream_output: Any = KEEP) -> Options:
     """`base` with the options given (not KEEP) checked and applied; a clear error for a bad one."""
-    timeout_ms, retry_count, level = base
+    timeout_ms, retry_count, level = base.task
+    flags = base.flags
     if timeout is not KEEP:
         if timeout is None:
             timeout_ms = 0
@@ -46,13 +63,18 @@ def check_options(base: TaskOptions, timeout: Any, retries: Any, priority: Any) 
         if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
             raise ValueError(f"priority must be a whole number from {low} to {high}, not {priority!r}")
         level = priority
-    return timeout_ms, retry_count, level
+    if stream_output is not KEEP:
+        if not isinstance(stream_output, bool):
+            raise ValueError(f"stream_output must be True or False, not {stream_output!r}")
+        flags = flags | FLAG_STREAM_OUTPUT if stream_output else flags & ~FLAG_STREAM_OUTPUT
+    return Options((timeout_ms, retry_count, level), flags)
 
 
-def describe(options: TaskOptions) -> str:
-    timeout_ms, retries, priority = options
+def describe(options: Options) -> str:
+    timeout_ms, retries, priority = options.task
     timeout = f"{timeout_ms / 1000:g}s" if timeout_ms else "None"
-    return f"timeout={timeout} retries={retries} priority={priority}"
+    stream = " stream_output=True" if options.flags & FLAG_STREAM_OUTPUT else ""
+    return f"timeout={timeout} retries={retries} priority={priority}{stream}"
 
 
 def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
@@ -71,7 +93,7 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         raise TypeError(
             f"{name}() does not take {', '.join(unknown)}: Scaler passes every keyword of submit() to the function. "
             f"Task options go through client.options(): client.options({given}).submit(...) "
-            "(options: timeout, retries, priority)"
+            "(options: timeout, retries, priority, stream_output)"
         )
 
 
@@ -79,13 +101,15 @@ class ClientOptions:
     """A client that submits with these task options: submit, map, get, submit_graph and get_executor as on Client;
     anything else is the client's own (send_object, disconnect, ...). Made by Client.options()."""
 
-    def __init__(self, client: Client, options: TaskOptions) -> None:
+    def __init__(self, client: Client, options: Options) -> None:
         self._client = client
         self._options = options
 
-    def options(self, *, timeout: Any = KEEP, retries: Any = KEEP, priority: Any = KEEP) -> ClientOptions:
+    def options(
+        self, *, timeout: Any = KEEP, retries: Any = KEEP, priority: Any = KEEP, stream_output: Any = KEEP
+    ) -> ClientOptions:
         """These options with the ones given changed (see Client.options)."""
-        return ClientOptions(self._client, check_options(self._options, timeout, retries, priority))
+        return ClientOptions(self._client, check_options(self._options, timeout, retries, priority, stream_output))
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         return self._client._submit(self._options, fn, args, kwargs)
@@ -93,12 +117,12 @@ class ClientOptions:
     def map(
         self,
         fn: Callable[..., Any],
-        iterable: Iterable[tuple[Any, ...]],
-        *,
+        iterable: Iterable[Any],
+        *iterables: Iterable[Any],
         timeout: float | None = None,
         progress: bool = False,
     ) -> list[Any]:
-        return self._client._map(self._options, fn, iterable, timeout, progress)
+        return self._client._map(self._options, fn, (iterable, *iterables), timeout, progress)
 
     def get(
         self,

@@ -93,15 +93,35 @@ def new_dealer(identity: bytes, ctx: zmq.Context[Any] | None = None, keys: PeerK
 def bind_publisher(
     address: str, ctx: zmq.Context[Any] | None = None, curve_secret: bytes | None = None
 ) -> zmq.Socket[Any]:
-    """The monitor socket. Over ipc only this user can connect (file permissions); over tcp with `curve_secret`, only
-    the client keys the context's ZAP handler admits."""
-    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.PUB)
+    """The monitor socket: an XPUB, which tells who subscribes (read_subscriptions). Over ipc only this user can
+    connect (file permissions); over tcp with `curve_secret`, only the client keys the context's ZAP handler admits."""
+    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.XPUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 16)
+    # Every subscribe and unsubscribe, not only the first subscribe and the last unsubscribe of a topic (what XPUB
+    # passes by default, and XPUB_VERBOSE for unsubscribes): each subscriber counts, and its connection closing counts
+    # as its unsubscribe.
+    sock.setsockopt(zmq.XPUB_VERBOSER, 1)
     if curve_secret is not None and address.startswith("tcp://"):
         make_server(sock, curve_secret, MONITOR_DOMAIN)
     _bind(sock, address)
     return sock
+
+
+def read_subscriptions(sock: zmq.Socket[Any]) -> int:
+    """Subscriptions made minus subscriptions ended on a publisher (bind_publisher) since the last call; reads what
+    waits without blocking. ZeroMQ passes a subscriber's leaving once its connection's end is processed, which may
+    take a later call."""
+    change = 0
+    while True:
+        try:
+            message = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return change
+        if message[:1] == b"\x01":
+            change += 1
+        elif message[:1] == b"\x00":
+            change -= 1
 
 
 def new_subscriber(address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None) -> zmq.Socket[Any]:

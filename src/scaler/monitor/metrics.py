@@ -5,16 +5,19 @@ Pure: a status and its age in, text out. No I/O and no clock: the caller measure
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from scaler.protocol.messages import ClientStatus, Status, WorkerStatus
+from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UP_WITHIN_SECONDS = 5.0  # a status older than this and the scheduler counts as down, as the web page says
 LIVE_STATES = ("waiting", "queued", "assigned", "canceling")  # gauges: tasks in these states now
 ENDED_STATES = ("success", "error", "canceled", "failed")  # counters: tasks that ended so, since the start
+MAX_FUNCTIONS = 200  # series per function metric: the scheduler sends at most this many functions
+FUNCTION_COUNTS = ("submitted", "running", "success", "error", "canceled", "failed", "duration_us")
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -84,6 +87,11 @@ WORKER_GAUGES: tuple[tuple[str, str, Callable[[WorkerStatus], float]], ...] = (
         "How long the scheduler still holds tasks back from the worker.",
         lambda w: w.held_back_ms / 1e3,
     ),
+    (
+        "heartbeat_age_seconds",
+        "Age of the worker's last heartbeat, which its queued, running, cpu, rss and assigned figures are as of.",
+        lambda w: w.heartbeat_age_ms / 1e3,
+    ),
 )
 
 CLIENT_GAUGES: tuple[tuple[str, str, Callable[[ClientStatus], float]], ...] = (
@@ -103,6 +111,7 @@ def families(status: Status | None, age_seconds: float | None) -> list[Family]:
         + scheduler_families(status, age_seconds or 0.0)
         + worker_families(status.workers)
         + client_families(status.clients)
+        + function_families(status.functions)
     )
 
 
@@ -180,6 +189,53 @@ def client_families(clients: list[ClientStatus]) -> list[Family]:
         by_label("scaler_client_completed_tasks_total", "counter", "The client's tasks that finished.", "client", done)
     )
     return result
+
+
+def merged_functions(functions: list[FunctionStatus]) -> list[FunctionStatus]:
+    """One entry per name (two with the same name are added up: a series must be unique), the first MAX_FUNCTIONS
+    names in the scheduler's order, sorted by name."""
+    merged: dict[str, FunctionStatus] = {}
+    for f in functions:
+        into = merged.get(f.name)
+        if into is None and len(merged) < MAX_FUNCTIONS:
+            merged[f.name] = dataclasses.replace(f)
+        elif into is not None:
+            for name in FUNCTION_COUNTS:
+                setattr(into, name, getattr(into, name) + getattr(f, name))
+    return [merged[name] for name in sorted(merged)]
+
+
+def function_families(functions: list[FunctionStatus]) -> list[Family]:
+    """Per function (`function` label, the name its client gave it): tasks submitted, running, ended by how, and
+    their run time."""
+    merged = merged_functions(functions)
+    ended = tuple(
+        ((("function", f.name), ("state", state)), getattr(f, state)) for f in merged for state in ENDED_STATES
+    )
+    return [
+        by_label(
+            "scaler_function_tasks_submitted_total",
+            "counter",
+            "Tasks of the function submitted.",
+            "function",
+            ((f.name, f.submitted) for f in merged),
+        ),
+        by_label(
+            "scaler_function_tasks_running",
+            "gauge",
+            "Tasks of the function assigned to a worker now (queued there or running).",
+            "function",
+            ((f.name, f.running) for f in merged),
+        ),
+        Family("scaler_function_tasks_total", "counter", "Tasks of the function that ended, by how.", ended),
+        by_label(
+            "scaler_function_duration_seconds_total",
+            "counter",
+            "Run time of the function's tasks that ended with a result (success or error).",
+            "function",
+            ((f.name, f.duration_us / 1e6) for f in merged),
+        ),
+    ]
 
 
 def render_metrics(status: Status | None, age_seconds: float | None) -> str:

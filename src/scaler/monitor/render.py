@@ -1,5 +1,5 @@
-"""Text rendering of a scheduler Status for scaler_top: sections side by side, then the worker table; the waiting
-screen before the first status, and the banner over a status that stopped coming.
+"""Text rendering of a scheduler Status for scaler_top: sections side by side, the functions, then the worker table;
+the waiting screen before the first status, and the banner over a status that stopped coming.
 
 Pure: a Status, the time and the status's age in, lines out; curses and clocks live in scaler.monitor.top.
 """
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scaler.protocol.messages import Status, WorkerStatus
+from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,49 @@ def fmt_lag(us: int) -> str:
     return f"{us / 1000:.1f}ms" if us < 1_000_000 else f"{us / 1e6:.1f}s"
 
 
+def fmt_duration(us: float) -> str:
+    """A run time: 0.4ms, 2.5s, 12.0m, 1.5h."""
+    if us < 60_000_000:
+        return fmt_lag(round(us))
+    return f"{us / 60e6:.1f}m" if us < 3600e6 else f"{us / 3600e6:.1f}h"
+
+
+def fmt_age(ms: int) -> str:
+    """How long ago, coarsely: 7s, 12m, 3h."""
+    seconds = ms / 1000
+    if seconds < 100:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 6000 else f"{seconds / 3600:.0f}h"
+
+
+def printable(text: str) -> str:
+    """`text` safe to write to a terminal: names come from peers, and a control character would move the cursor."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut in the middle: both a name's start and its own last part stay."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "\u2026"[:width]
+    head = (width - 1) // 2
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
+
+
 def _itl(w: WorkerStatus) -> str:
     return f"{int(w.processors > 0)}{int(w.running > 0)}{int(w.blocked_processors > 0)}"
 
 
+STALE_HEARTBEAT_MS = 5000  # a worker row older than this says how old: more than 2 heartbeats at the default 2 s
+
+
+def _heartbeat_age(w: WorkerStatus) -> str:
+    return fmt_age(w.heartbeat_age_ms) if w.heartbeat_age_ms > STALE_HEARTBEAT_MS else "-"
+
+
 COLUMNS = [
-    Column("worker", "n", lambda w: w.name, lambda w: w.name, 0),
+    Column("worker", "n", lambda w: w.name, lambda w: printable(w.name), 0),
     Column("agt_cpu", "C", lambda w: w.agent_cpu_percent, lambda w: f"{w.agent_cpu_percent:.1f}%", 7),
     Column("agt_rss", "M", lambda w: w.agent_rss_bytes, lambda w: fmt_bytes(w.agent_rss_bytes), 7),
     Column("cpu", "c", lambda w: w.cpu_percent, lambda w: f"{w.cpu_percent:.1f}%", 6),
@@ -54,10 +91,19 @@ COLUMNS = [
     Column(
         "held", "h", lambda w: w.held_back_ms, lambda w: f"{w.held_back_ms / 1000:.0f}s" if w.held_back_ms else "-", 5
     ),
+    # the row's queued, running, cpu, rss and sent are as of the worker's last heartbeat: its age once that is long
+    Column("hb_age", "a", lambda w: w.heartbeat_age_ms, _heartbeat_age, 6),
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
 ]
 SHORTCUTS = {c.key: c for c in COLUMNS if c.key}
 STALE_AFTER_SECONDS = 3.0  # the scheduler publishes once a second: three missed in a row look like a stop
+FUNCTION_NAME_WIDTH = 40  # longer function names are cut in the middle
+
+
+def function_rows(height: int) -> int:
+    """How many functions a terminal `height` lines high shows: about 20 lines go to the sections above and the worker
+    table's head, half of the rest to the functions (2 at least), up to a quarter of the height."""
+    return min(max(2, height // 4), max(2, (height - 20) // 2))
 
 
 def waiting(address: str, waited_seconds: float, width: int = 200) -> list[str]:
@@ -74,9 +120,16 @@ def stale_banner(now: datetime, age_seconds: float) -> str:
     return f"no status for {age_seconds:.0f}s: the scheduler may have stopped (last at {last_at})"
 
 
-def screen(status: Status, now: datetime, age_seconds: float, sort_key: str = "n", width: int = 200) -> list[str]:
+def screen(
+    status: Status,
+    now: datetime,
+    age_seconds: float,
+    sort_key: str = "n",
+    width: int = 200,
+    max_functions: int | None = None,
+) -> list[str]:
     """The screen for the latest status, received `age_seconds` before `now`: under a banner if that is long ago."""
-    lines = render(status, sort_key, width)
+    lines = render(status, sort_key, width, max_functions)
     if is_stale(age_seconds):
         lines.insert(0, stale_banner(now, age_seconds)[:width])
     return lines
@@ -90,8 +143,9 @@ def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render(status: Status, sort_key: str = "n", width: int = 200) -> list[str]:
-    """The screen for one status: summary sections, a rule, shortcuts, the worker table and the clients."""
+def render(status: Status, sort_key: str = "n", width: int = 200, max_functions: int | None = None) -> list[str]:
+    """The screen for one status: summary sections, the functions (the first `max_functions` of them, all if None), a
+    rule, shortcuts, the worker table and the clients; no line longer than `width`."""
     counts = status.tasks_by_state
     own = [("cpu", f"{status.cpu_percent:.1f}%"), ("rss", fmt_bytes(status.rss_bytes))]
     if status.dropped_messages:  # bad messages and refused keys: shown only when there were some
@@ -114,6 +168,9 @@ def render(status: Status, sort_key: str = "n", width: int = 200) -> list[str]:
     for row in range(height):
         cells = [(s[row] if row < len(s) else "").rjust(w) for s, w in zip(sections, widths)]
         lines.append(" | ".join(cells).rstrip())
+    if status.functions:
+        lines.append("")
+        lines += function_table(status.functions, width, max_functions)
     rule_width = min(width, max(len(line) for line in lines))
     lines.append("-" * rule_width)
     shortcuts = " ".join(f"{c.title}[{c.key}]" for c in COLUMNS if c.key)
@@ -132,7 +189,9 @@ def _worker_table(status: Status, sort_key: str) -> list[str]:
     for c in COLUMNS:
         title = f"[{c.title}]" if c is column else c.title
         headers.append(title.rjust(name_width if c.key == "n" else max(c.width, len(title))))
-    client_lines = [f"{c.name} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients]
+    client_lines = [
+        f"{printable(c.name)} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients
+    ]
     table = [" ".join(headers) + " | client_manager"]
     for index, w in enumerate(workers):
         cells = [
@@ -143,4 +202,42 @@ def _worker_table(status: Status, sort_key: str) -> list[str]:
         table.append(" ".join(cells) + " | " + side)
     for extra in client_lines[len(workers) :]:
         table.append(" " * len(table[0].split(" | ")[0]) + " | " + extra)
+    return table
+
+
+FUNCTION_TITLES = ("submitted", "running", "done", "failed", "canceled", "mean")
+
+
+def function_cells(f: FunctionStatus) -> tuple[str, ...]:
+    """A function's row: done is success; failed is error (the task raised) plus failed, timed out or over memory;
+    mean is the mean run time of its tasks that ended with a result (success or error), "-" if no run time came (none
+    ended so, or their workers sent no run times)."""
+    with_time = f.success + f.error
+    mean = fmt_duration(f.duration_us / with_time) if with_time and f.duration_us else "-"
+    counts = (f.submitted, f.running, f.success, f.error + f.failed, f.canceled)
+    return (*(f"{n:,}" for n in counts), mean)
+
+
+def function_order(f: FunctionStatus) -> tuple[int, int, str]:
+    """Functions with tasks running first, the most running first; then the most submitted; then by name."""
+    return (-f.running, -f.submitted, f.name)
+
+
+def function_table(functions: list[FunctionStatus], width: int, max_functions: int | None = None) -> list[str]:
+    """One row per function (see function_cells, function_order): the first `max_functions` and how many more, names
+    cut to fit `width` (and FUNCTION_NAME_WIDTH)."""
+    ordered = sorted(functions, key=function_order)
+    shown = ordered if max_functions is None else ordered[:max_functions]
+    rows = [function_cells(f) for f in shown]
+    widths = [max([len(title), *(len(row[i]) for row in rows)]) for i, title in enumerate(FUNCTION_TITLES)]
+    numbers = sum(widths) + len(widths)
+    longest = max([len("function"), *(len(f.name) for f in shown)])
+    name_width = max(len("function"), min(longest, FUNCTION_NAME_WIDTH, width - numbers))
+    table = [" ".join(["function".ljust(name_width), *(t.rjust(w) for t, w in zip(FUNCTION_TITLES, widths))])]
+    for f, row in zip(shown, rows):
+        name = cut(printable(f.name), name_width).ljust(name_width)
+        table.append(" ".join([name, *(cell.rjust(w) for cell, w in zip(row, widths))]))
+    if len(ordered) > len(shown):
+        more = len(ordered) - len(shown)
+        table.append(f"\u2026 and {more} more function{'s' if more > 1 else ''}")
     return table

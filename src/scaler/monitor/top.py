@@ -16,7 +16,7 @@ from scaler.errors import KeysError
 from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import parse_address
 from scaler.io.sockets import new_subscriber, recv_message
-from scaler.monitor.render import SHORTCUTS, is_stale, render, screen, waiting
+from scaler.monitor.render import SHORTCUTS, function_rows, is_stale, render, screen, waiting
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
@@ -125,12 +125,12 @@ def run_once(address: str, timeout: float, keys: PeerKeys | None = None) -> int:
 
 
 def lines_to_show(
-    feed: Subscription, status: Status | None, age_seconds: float, sort_key: str, width: int
+    feed: Subscription, status: Status | None, age_seconds: float, sort_key: str, width: int, height: int
 ) -> list[str]:
     """What the screen shows: the latest status (under a banner once stale), else why none came yet. `age_seconds`
     is the status's age, or how long scaler_top has waited when none came."""
     if status is not None:
-        return screen(status, datetime.now(), age_seconds, sort_key, width)
+        return screen(status, datetime.now(), age_seconds, sort_key, width, function_rows(height))
     if feed.failure is not None:
         return [feed.failure[:width]]
     return waiting(feed.address, age_seconds, width)
@@ -166,7 +166,8 @@ def run_screen(window: Any, address: str, keys: PeerKeys | None = None) -> None:
         if fresh is not None:
             status, since = fresh, time.monotonic()
         age = time.monotonic() - since
-        lines = lines_to_show(feed, status, age, sort_key, window.getmaxyx()[1] - 1)
+        height, width = window.getmaxyx()
+        lines = lines_to_show(feed, status, age, sort_key, width - 1, height)
         if lines != shown or key != -1:  # the clock in the waiting line and the banner ticks once a second
             draw(window, lines, status is not None and is_stale(age))
             shown = lines

@@ -1,26 +1,31 @@
-"""scaler_ui: a web page showing a scheduler's status, from its monitor address.
+"""scaler_ui: a web dashboard of a scheduler, from its monitor address.
 
-A thread subscribes to the monitor address and keeps the latest status; an HTTP server (standard library) serves
-one self-contained page, which fetches /status.json every second and draws the scheduler, task, message, worker
-and client tables; /metrics gives the same status in Prometheus's text format (scaler.monitor.metrics). Nothing is
-stored: a page opened later shows the present.
+A thread subscribes to the monitor address and feeds every status to a History (scaler.monitor.history: what the
+dashboard remembers, bounded); an HTTP server (standard library) serves the page and its assets from the package
+(scaler/monitor/static: no CDN, nothing fetched from elsewhere), the JSON the page polls (/api/...), /status.json
+(the latest status as it came) and /metrics (Prometheus's text format, scaler.monitor.metrics).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import http.server
 import json
 import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.io.processes import setup_logging
+from scaler.monitor.fleet import SORT_KEYS
+from scaler.monitor.history import History
 from scaler.monitor.metrics import CONTENT_TYPE, render_metrics
 from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
@@ -29,6 +34,21 @@ from scaler.security.keys import PeerKeys
 logger = logging.getLogger(__name__)
 
 POLL_MS = 500  # the feed looks for a stop request at least this often
+GZIP_FROM = 2048  # answers at least this long are compressed for a browser that accepts gzip
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+}
+# Bounds on what one request may ask for.
+MAX_WORKER_ROWS = 500
+MAX_BARS = 50_000
+MAX_RUNNING_BARS = 20_000
+MAX_WINDOW_MS = 30 * 60 * 1000
+MAX_LOG = 2000
+MAX_FAILURES = 1000
+MAX_OUTPUTS = 5000
 
 
 def status_json(status: Status | None, monitor_address: str, age_seconds: float | None) -> dict[str, Any]:
@@ -52,13 +72,13 @@ def _plain(value: Any) -> Any:
 
 
 class StatusFeed:
-    """The latest status published on a monitor address, kept up to date by a thread of its own."""
+    """The statuses published on a monitor address, fed to a History by a thread of its own."""
 
     def __init__(self, monitor_address: str, keys: PeerKeys | None = None) -> None:
         self.monitor_address = monitor_address
         self.keys = keys
-        self._lock = threading.Lock()
-        self._status: Status | None = None
+        self.lock = threading.Lock()  # held while the history changes, and while it is read
+        self.history = History(epoch=f"{time.time_ns():x}")
         self._received_at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scaler-ui-feed", daemon=True)
@@ -72,10 +92,17 @@ class StatusFeed:
 
     def latest(self) -> tuple[Status | None, float | None]:
         """The latest status and its age in seconds (None, None before the first)."""
-        with self._lock:
-            if self._status is None:
-                return None, None
-            return self._status, time.monotonic() - self._received_at
+        with self.lock:
+            return self.history.latest, self.age()
+
+    def age(self) -> float | None:
+        """The latest status's age in seconds (None before the first); call with the lock held."""
+        return None if self.history.latest is None else time.monotonic() - self._received_at
+
+    def add(self, status: Status) -> None:
+        with self.lock:
+            self.history.add(status)
+            self._received_at = time.monotonic()
 
     def _run(self) -> None:
         feed = Subscription(self.monitor_address, self.keys)
@@ -84,8 +111,7 @@ class StatusFeed:
             while not self._stop.is_set():
                 status = feed.next(POLL_MS)
                 if status is not None:
-                    with self._lock:
-                        self._status, self._received_at = status, time.monotonic()
+                    self.add(status)
                 elif feed.failure is not None and not said:
                     logger.error("scaler_ui: %s", feed.failure)
                     said = True
@@ -93,35 +119,167 @@ class StatusFeed:
             feed.close()
 
 
-def page() -> bytes:
-    return resources.files("scaler.monitor").joinpath("ui.html").read_bytes()
+class BadRequest(ValueError):
+    """A query the page (or someone) got wrong: answered 400 with the message."""
+
+
+class Query:
+    """A request's query string, read with bounds."""
+
+    def __init__(self, query: str) -> None:
+        self.values = {k: v[-1] for k, v in parse_qs(query).items()}
+
+    def int(self, name: str, default: int, low: int, high: int) -> int:
+        text = self.values.get(name)
+        if text is None or text == "":
+            return default
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise BadRequest(f"{name} must be an integer, not {text!r}") from None
+        return min(max(value, low), high)
+
+    def str(self, name: str, default: str = "", choices: Any = None) -> str:
+        value = self.values.get(name, default)
+        if choices is not None and value not in choices:
+            raise BadRequest(f"{name} must be one of {', '.join(sorted(choices))}, not {value!r}")
+        return value
+
+
+def static_files() -> dict[str, tuple[str, bytes, bytes]]:
+    """The page's files by URL path: content type, body, and the body gzipped."""
+    folder = resources.files("scaler.monitor").joinpath("static")
+    files: dict[str, tuple[str, bytes, bytes]] = {}
+    for entry in folder.iterdir():
+        suffix = "." + entry.name.rsplit(".", 1)[-1]
+        if entry.is_file() and suffix in STATIC_TYPES:
+            body = entry.read_bytes()
+            files["/static/" + entry.name] = (STATIC_TYPES[suffix], body, gzip.compress(body, 6))
+    files["/"] = files["/index.html"] = files["/static/index.html"]
+    return files
+
+
+Api = Callable[[History, Query, StatusFeed], Any]  # called with the feed's lock held
+
+
+def api_summary(h: History, q: Query, feed: StatusFeed) -> Any:
+    return h.summary(feed.monitor_address, feed.age())
+
+
+def api_series(h: History, q: Query, feed: StatusFeed) -> Any:
+    return h.series_since(q.int("since", 0, 0, 2**62))
+
+
+def api_workers(h: History, q: Query, feed: StatusFeed) -> Any:
+    sort = q.str("sort", "name", SORT_KEYS)
+    descending = q.str("order", "asc", ("asc", "desc")) == "desc"
+    offset = q.int("offset", 0, 0, 2**31)
+    return h.workers(sort, descending, offset, q.int("limit", 50, 1, MAX_WORKER_ROWS), q.str("q"))
+
+
+def api_worker(h: History, q: Query, feed: StatusFeed) -> Any:
+    detail = h.worker(q.str("name"))
+    if detail is None:
+        raise BadRequest(f"no worker {q.str('name')!r}")
+    return detail
+
+
+def api_stream(h: History, q: Query, feed: StatusFeed) -> Any:
+    window = q.int("window", 10 * 60 * 1000, 1000, MAX_WINDOW_MS)
+    since = q.int("since", 0, 0, 2**62)
+    return h.stream(since, window, q.int("limit", 20_000, 1, MAX_BARS), q.int("running", 10_000, 0, MAX_RUNNING_BARS))
+
+
+def api_tasks(h: History, q: Query, feed: StatusFeed) -> Any:
+    status = q.str("status", "", ("", "success", "failed", "canceled"))
+    return h.log(q.int("limit", 200, 1, MAX_LOG), status, q.str("function"), q.str("worker"))
+
+
+def api_failures(h: History, q: Query, feed: StatusFeed) -> Any:
+    return h.failures(q.int("since", 0, 0, 2**62), q.int("limit", MAX_FAILURES, 1, MAX_FAILURES))
+
+
+def api_outputs(h: History, q: Query, feed: StatusFeed) -> Any:
+    return h.outputs(q.int("since", 0, 0, 2**62), q.int("limit", 1000, 1, MAX_OUTPUTS))
+
+
+def api_task(h: History, q: Query, feed: StatusFeed) -> Any:
+    if "id" not in q.values:
+        raise BadRequest("id is missing (a task id, such as 0x10000000001)")
+    return h.task(q.int("id", 0, 0, 2**64 - 1))
+
+
+APIS: dict[str, Api] = {
+    "/api/summary": api_summary,
+    "/api/series": api_series,
+    "/api/workers": api_workers,
+    "/api/worker": api_worker,
+    "/api/stream": api_stream,
+    "/api/tasks": api_tasks,
+    "/api/failures": api_failures,
+    "/api/outputs": api_outputs,
+    "/api/task": api_task,
+}
+
+
+def encoded(body: bytes, zipped: bytes | None, accept_encoding: str) -> tuple[bytes, bool]:
+    """The body to send, and whether it is gzipped: when the browser accepts it and the body is long enough."""
+    if "gzip" not in accept_encoding:
+        return body, False
+    if zipped is None:
+        if len(body) < GZIP_FROM:
+            return body, False
+        zipped = gzip.compress(body, 5)
+    return zipped, True
 
 
 def make_handler(feed: StatusFeed) -> type[http.server.BaseHTTPRequestHandler]:
-    html = page()
+    files = static_files()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "scaler_ui"
 
         def do_GET(self) -> None:  # the name http.server calls
-            path = self.path.split("?", 1)[0]
-            if path in ("/", "/index.html"):
-                self._answer(200, "text/html; charset=utf-8", html)
+            url = urlsplit(self.path)
+            path = url.path
+            if path in files:
+                content_type, body, zipped = files[path]
+                cache = "no-cache" if content_type.startswith("text/html") else "max-age=3600"
+                self._answer(200, content_type, body, zipped, cache)
+            elif path in APIS:
+                self._api(APIS[path], Query(url.query))
             elif path == "/status.json":
                 status, age = feed.latest()
-                body = json.dumps(status_json(status, feed.monitor_address, age)).encode()
-                self._answer(200, "application/json", body)
+                self._json(status_json(status, feed.monitor_address, age))
             elif path == "/metrics":
                 self._answer(200, CONTENT_TYPE, render_metrics(*feed.latest()).encode())
             else:
-                wrong = f"no page {path!r}: try /, /status.json or /metrics\n"
+                wrong = f"no page {path!r}: try /, /status.json, /metrics or /api/summary\n"
                 self._answer(404, "text/plain; charset=utf-8", wrong.encode())
 
-        def _answer(self, code: int, content_type: str, body: bytes) -> None:
+        def _api(self, api: Api, query: Query) -> None:
+            try:
+                with feed.lock:
+                    data = api(feed.history, query, feed)
+            except BadRequest as error:
+                self._answer(400, "text/plain; charset=utf-8", f"{error}\n".encode())
+                return
+            self._json(data)
+
+        def _json(self, data: Any) -> None:
+            body = json.dumps(data, separators=(",", ":")).encode()
+            self._answer(200, "application/json", body)
+
+        def _answer(
+            self, code: int, content_type: str, body: bytes, zipped: bytes | None = None, cache: str = "no-store"
+        ) -> None:
+            body, zipped_now = encoded(body, zipped, self.headers.get("Accept-Encoding", ""))
             self.send_response(code)
             self.send_header("Content-Type", content_type)
+            if zipped_now:
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
+            self.send_header("Cache-Control", cache)
             self.end_headers()
             self.wfile.write(body)
 
@@ -146,7 +304,7 @@ class Server(http.server.ThreadingHTTPServer):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scaler_ui",
-        description="Serve a web page showing a scheduler's status, read from its monitor address.",
+        description="Serve a web dashboard of a scheduler, read from its monitor address.",
         formatter_class=HelpFormatter,
     )
     add_version(p)

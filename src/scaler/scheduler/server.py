@@ -1,4 +1,4 @@
-"""The scheduler's shell: a ROUTER socket for clients and workers, a PUB socket for monitors, an asyncio loop,
+"""The scheduler's shell: a ROUTER socket for clients and workers, an XPUB socket for monitors, an asyncio loop,
 and SchedulerCore deciding everything.
 
 Each wake-up drains a bounded number of messages into the core, then flushes once: one placement pass and one
@@ -47,6 +47,7 @@ from scaler.io.sockets import (
     bind_router,
     context,
     has_input,
+    read_subscriptions,
     read_waiting,
     send_frames,
     small_to_bytes,
@@ -115,6 +116,7 @@ class SchedulerServer:
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
+        self.subscribers = 0  # monitors subscribed: while there is one, the core records task events (monitored)
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -376,6 +378,7 @@ class SchedulerServer:
         self._reload_keys()
         for line in self._limiter.summary(self.driver.clock()) + (self.gate.summary() if self.gate else []):
             logger.warning("Scheduler: %s", line)
+        self._count_subscribers()
         status = self.core.status()
         status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
         status.handler_errors = self.driver.errors
@@ -389,6 +392,21 @@ class SchedulerServer:
             pass
         # After a burst, give back what glibc keeps of it (payload frames): rate-limited, only once quiet.
         self.trimmer.check(self.driver.clock(), status.rss_bytes, len(self.core.tasks) + len(self.core.objects))
+
+    def _count_subscribers(self) -> None:
+        """Read the monitors' subscriptions: the core records task events, failures and output while one subscribes
+        (each subscribe and unsubscribe reaches us: bind_publisher)."""
+        assert self.publisher is not None
+        self.subscribers = max(0, self.subscribers + read_subscriptions(self.publisher))
+        monitored = self.subscribers > 0
+        if monitored != self.core.monitored:
+            logger.info(
+                "Scheduler: %s",
+                f"{self.subscribers} monitors subscribe: recording task events"
+                if monitored
+                else "no monitor subscribes any more: task events are not recorded",
+            )
+            self.core.monitored = monitored
 
     def _let_go(self) -> None:
         """Before a trim: the core's emptied tables and the codec's learnt message shapes."""

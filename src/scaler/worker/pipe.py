@@ -49,6 +49,8 @@ def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
         header = ("ready", message.pid)
     elif isinstance(message, pm.Blocked):
         header = ("blocked", message.epoch, message.waiting)
+    elif isinstance(message, pm.Output):
+        header = ("output", message.task_ids, message.streams, message.texts)
     else:
         header = ("unblocked",)
     buffers: list[pickle.PickleBuffer] = []
@@ -80,4 +82,6 @@ def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
         return pm.Blocked(header[1], header[2])
     if kind == "unblocked":
         return pm.Unblocked()
+    if kind == "output":
+        return pm.Output(header[1], header[2], header[3])
     raise ValueError(f"unknown processor message {kind!r}")

@@ -16,6 +16,7 @@ import select
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -27,10 +28,12 @@ from scaler.core.worker import messages as pm
 from scaler.io.loop import DEFAULT_GC_THRESHOLDS
 from scaler.io.processes import die_with_parent
 from scaler.payloads import pack_exception, unpack_function
-from scaler.protocol.messages import FLAG_PROFILING, Payload, TaskStatus
+from scaler.protocol.messages import FLAG_PROFILING, FLAG_STREAM_OUTPUT, Payload, TaskStatus
+from scaler.protocol.records import OUTPUT_ERROR
 from scaler.serializer import Serializer, serializer_input
 from scaler.worker import pipe
 from scaler.worker.link import BlockingLink
+from scaler.worker.output import Pieces, Sender, TaskCapture, error_text
 
 # Results are sent when the local queue empties, when this many wait, when a task took this long, or when the
 # oldest waiting result is this old: few messages for tiny tasks, no delay for long ones.
@@ -88,6 +91,13 @@ class Processor:
         self._profiled = False  # some result waiting to be sent was profiled: send the CPU times too
         self._oldest_ns = 0
         self._runner = threading.main_thread()  # the thread running the latest started task
+        # Text tasks wrote or raised, sent (pm.Output) just before the results it goes with.
+        self._output_ids: list[int] = []
+        self._output_streams = bytearray()
+        self._output_texts: list[str] = []
+        self.capture: TaskCapture | None = None  # of the flagged task running now (the innermost one)
+        self.sender = Sender()
+        self.streams = (sys.stdout, sys.stderr)  # the processor's own
 
     # ------------------------------------------------------------------------------------------- loop
     def run(self) -> None:
@@ -248,11 +258,16 @@ class Processor:
                 baseline = _reset_peak_memory()
                 cpu_start = time.process_time_ns()
             start = time.perf_counter_ns()
-            result = function(*args, **kwargs)
+            if flags & FLAG_STREAM_OUTPUT or self.capture is not None:
+                result = self._call_captured(task_id, flags, function, args, kwargs)
+            else:
+                result = function(*args, **kwargs)
         except BaseException as exc:
             duration = time.perf_counter_ns() - start
             cpu = time.process_time_ns() - cpu_start if profiling else 0
-            self._add(task_id, TaskStatus.ERROR, pack_exception(_trim(exc)), duration, baseline, profiling, cpu)
+            error = _trim(exc)
+            self._stage_output(task_id, [(OUTPUT_ERROR, error_text(error))])  # for monitors: before the result
+            self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling, cpu)
             return
         duration = time.perf_counter_ns() - start
         cpu = time.process_time_ns() - cpu_start if profiling else 0
@@ -261,9 +276,45 @@ class Processor:
         except BaseException as exc:
             error = TypeError(f"the task's result ({type(result).__name__}) could not be serialized: {exc}")
             error.__cause__ = exc
+            self._stage_output(task_id, [(OUTPUT_ERROR, error_text(error))])
             self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling, cpu)
             return
         self._add(task_id, TaskStatus.SUCCESS, payload, duration, baseline, profiling, cpu)
+
+    def _call_captured(
+        self, task_id: int, flags: int, function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Call a task's function with sys.stdout and sys.stderr capturing what it writes (a task flagged
+        FLAG_STREAM_OUTPUT), or with the processor's own streams (a task run inside a flagged task's wait); they are
+        put back after. What is captured and not yet sent goes with the task's result."""
+        outer, saved = self.capture, (sys.stdout, sys.stderr)
+        capture = None
+        if flags & FLAG_STREAM_OUTPUT:
+            capture = TaskCapture(task_id, self._send_output, self.sender, self.streams)
+            sys.stdout, sys.stderr = capture.stdout, capture.stderr
+        else:
+            sys.stdout, sys.stderr = self.streams
+        self.capture = capture
+        try:
+            return function(*args, **kwargs)
+        finally:
+            sys.stdout, sys.stderr = saved
+            self.capture = outer
+            if capture is not None:
+                self._stage_output(task_id, capture.close())
+
+    def _send_output(self, task_id: int, pieces: Pieces) -> None:
+        """Output of a task still running (a capture's call, in the thread that wrote or in the sender's)."""
+        if not pieces:
+            return
+        streams, texts = zip(*pieces, strict=True)
+        self._send(pm.Output([task_id] * len(pieces), bytes(streams), list(texts)))
+
+    def _stage_output(self, task_id: int, pieces: Pieces) -> None:
+        for stream, text in pieces:
+            self._output_ids.append(task_id)
+            self._output_streams.append(stream)
+            self._output_texts.append(text)
 
     def _function(self, function_id: int) -> tuple[Serializer, Any]:
         entry = self.functions.get(function_id)
@@ -345,6 +396,9 @@ class Processor:
     def _flush(self) -> None:
         if not self._ids:
             return
+        if self._output_ids:  # output is staged only with a result, and goes before it
+            self._send(pm.Output(self._output_ids, bytes(self._output_streams), self._output_texts))
+            self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
         cpu_times = self._cpu_times if self._profiled else None
         statuses = bytes(self._statuses)
         self._send(pm.Results(self._ids, statuses, self._durations, self._peaks, self._payloads, cpu_times))

@@ -34,6 +34,7 @@ from scaler.protocol.records import (
     ShutdownRequest,
     SubmitTasks,
     TaskOptions,
+    TaskOutput,
     TaskResults,
     Welcome,
 )
@@ -110,6 +111,13 @@ class Completed:
 
 
 @dataclass(frozen=True, slots=True)
+class Output:
+    """Text our tasks flagged stream output wrote, forwarded by the scheduler before their results."""
+
+    message: TaskOutput
+
+
+@dataclass(frozen=True, slots=True)
 class Rejected:
     """The scheduler refused one of our messages (the ids concerned, if any, will never get results)."""
 
@@ -124,7 +132,7 @@ class Closed:
     reason: str
 
 
-ClientCommand = Send | Connected | Completed | Rejected | Closed
+ClientCommand = Send | Connected | Completed | Rejected | Closed | Output
 
 
 class ClientCore:
@@ -162,6 +170,8 @@ class ClientCore:
             return [Completed(message)]
         if isinstance(message, HeartbeatEcho):
             return []
+        if isinstance(message, TaskOutput):
+            return [Output(message)]
         if isinstance(message, Welcome):
             self.state = SessionState.CONNECTED
             self.id_prefix = message.id_prefix

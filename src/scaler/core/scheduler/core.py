@@ -29,33 +29,51 @@ from scaler.core.scheduler.events import (
     Tick,
     Undeliverable,
 )
+from scaler.core.scheduler.monitoring import (
+    ENDED,
+    ENDED_INDEX,
+    ENDED_NAMES,
+    FAILURES,
+    MAX_FAILURES,
+    STARTED,
+    FunctionStats,
+    FunctionTable,
+    PeriodLog,
+    next_sample_every,
+    payload_text,
+)
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, InvariantError, Task, TaskEvent, TaskState
 from scaler.protocol.records import (
     FLAG_SILENT,
+    FLAG_STREAM_OUTPUT,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
     MAX_ID_PREFIX,
     MESSAGE_NAMES,
+    OUTPUT_ERROR,
     PROTOCOL_VERSION,
     RETRIABLE_STATUSES,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
     ClientStatus,
+    DepartedWorker,
     Disconnect,
     DispatchTasks,
     Error,
     ErrorCode,
     FreeObjects,
+    FunctionStatus,
     Heartbeat,
     HeartbeatEcho,
     Hello,
     LoneResult,
     LoneTask,
     Message,
+    OutputRecord,
     Payload,
     PeerKind,
     PutObjects,
@@ -64,6 +82,9 @@ from scaler.protocol.records import (
     ShutdownRequest,
     Status,
     SubmitTasks,
+    TaskEvents,
+    TaskFailure,
+    TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
@@ -72,12 +93,13 @@ from scaler.protocol.records import (
 )
 
 _EMPTY = b""
-# by TaskStatus value (crashed ends failed; timed out and over memory are failures of the task, counted as failed)
-_ENDED_NAMES = ("success", "error", "canceled", "failed", "failed", "failed", "failed")
 # Id prefixes of ended sessions are reused only once this many are waiting: ids stay unique for a long while in
 # normal use, and a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
 REUSE_PREFIXES_FROM = 4096
 _PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
+# Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
+MAX_PENDING_OUTPUT = 4 << 20
+_MAX_U32 = 2**32 - 1
 
 
 class SchedulerCore:
@@ -91,7 +113,6 @@ class SchedulerCore:
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
         self.state_counts = [0] * len(STATE_NAMES)
-        self.ended: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()
         self.dropped = 0
@@ -113,6 +134,13 @@ class SchedulerCore:
         # back (no new tasks). Pruned at every tick.
         self._losses: dict[str, list[float]] = {}
         self._held_until: dict[str, float] = {}
+        # For monitors: counters by function, always; the status period's records only while `monitored` (the shell
+        # sets it while a monitor subscribes). status() takes the period's records.
+        self.functions = FunctionTable()
+        self.monitored = False
+        self._log = PeriodLog()
+        self._ended_at_status = 0  # tasks ended before the last status (how many the next period samples)
+        self.output_dropped = 0  # pieces of printed output dropped: too much waited for their client
 
     # ------------------------------------------------------------------------------------------- entry points
     def handle(self, event: Event) -> list[Command]:
@@ -190,6 +218,7 @@ class SchedulerCore:
         self.tasks[task_id] = record
         self.state_counts[TaskState.WAITING] += 1
         client.task_count += 1
+        (self.functions.by_id.get(task.function_id) or self._function_stats(task.function_id)).submitted += 1
         function.refs += 1
         self._move(record, TaskEvent.READY)
         self._move(record, TaskEvent.ASSIGN)
@@ -217,7 +246,12 @@ class SchedulerCore:
         ):
             return None
         client = task.client
-        if task.flags & FLAG_SILENT or self.clients.get(client.identity) is not client or client.outbox.ids:
+        if (
+            task.flags & FLAG_SILENT
+            or self.clients.get(client.identity) is not client
+            or client.outbox.ids
+            or client.output.ids  # its task's printed output goes first
+        ):
             return None
         self.now = max(self.now, now)
         worker.last_seen = self.now
@@ -225,7 +259,7 @@ class SchedulerCore:
         del worker.assigned[result.task_id]
         task.worker = None
         worker.completed += 1
-        self._end(task, result.status, payload, forwarded=True)
+        self._end(task, result.status, payload, forwarded=True, worker=worker)
         if not worker.assigned:
             self._balance_due = True
         self.sent["taskResults"] += 1
@@ -309,6 +343,10 @@ class SchedulerCore:
                     task = assigned.get(task_id)
                     if task is not None:
                         task.started = True
+                if self.monitored:
+                    self._monitor_starts(worker, message.ids)
+            case TaskOutput():
+                self._on_task_output(worker, message)
             case BalanceResponse():
                 self._on_balance_response(worker, message)
             case Disconnect():
@@ -462,6 +500,8 @@ class SchedulerCore:
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
         worker.heartbeat = message
+        worker.heartbeat_sent = len(worker.assigned)  # what the scheduler had sent it, at the heartbeat's moment
+        worker.heartbeat_at = self.now
         worker.allowance_peak = max(worker.allowance_peak, message.waiting_tasks)
         self._send(worker.identity, HeartbeatEcho())
 
@@ -510,6 +550,10 @@ class SchedulerCore:
             worker.prefix = 0
         tasks = list(worker.assigned.values())
         worker.assigned.clear()
+        if self._log.error_texts:
+            self._log.forget_texts([task.task_id for task in tasks])
+        if self.monitored:
+            self._log.departure(worker.name, reason, count_attempt, int(self.now * 1e6))
         for oid in worker.objects:
             obj = self.objects.get(oid)
             if obj is not None:
@@ -520,9 +564,9 @@ class SchedulerCore:
         for task in tasks:
             task.worker = None
             if task.state == TaskState.CANCELING:
-                self._end(task, TaskStatus.CANCELED, _EMPTY)
+                self._end(task, TaskStatus.CANCELED, _EMPTY, worker=worker)
             elif count_attempt and task.started:
-                if self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})"):
+                if self._retry_or_fail(task, f"worker {worker.name} was lost ({reason})", worker):
                     requeued.append(task)
             else:
                 self._move(task, TaskEvent.REQUEUE)
@@ -571,6 +615,7 @@ class SchedulerCore:
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
         client.gone = True
+        client.output.take()  # printed output nobody will read
         mine = [t for t in self.tasks.values() if t.client is client]
         for task in mine:
             self._cancel(task)
@@ -593,9 +638,11 @@ class SchedulerCore:
         limit = self.config.max_payload_bytes
         oversized = bool(batch.payloads) and max(map(len, batch.payloads)) > limit
         options = batch.options()
+        refused: list[int] = []  # their function ids
         for k, (task_id, function_id, flags, refs, kws, pays) in enumerate(batch.split()):
             if oversized and any(len(p) > limit for p in pays):
                 too_large.append(task_id)
+                refused.append(function_id)
                 continue
             if (
                 task_id >> ID_PREFIX_SHIFT != client.prefix
@@ -604,6 +651,7 @@ class SchedulerCore:
                 or task_id in self.objects
             ):
                 bad_ids.append(task_id)
+                refused.append(function_id)
                 continue
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
             task = Task(task_id, client, function_id, flags, refs, kws, pays)
@@ -614,11 +662,20 @@ class SchedulerCore:
             self.state_counts[TaskState.WAITING] += 1
             client.task_count += 1
             self._link(task)
+        self._count_submitted(batch.function_ids, refused)
         if bad_ids:
             text = f"{len(bad_ids)} task ids are not this session's, have counter 0 or are already in use"
             self._bad_request(client.identity, text, bad_ids)
         if too_large:
             self._too_large(client.identity, "tasks", too_large)
+
+    def _count_submitted(self, function_ids: list[int], refused: list[int]) -> None:
+        """Count a batch's tasks by function: one pass in C over its column, not a lookup per task."""
+        counts = Counter(function_ids)
+        counts.subtract(refused)
+        for function_id, count in counts.items():
+            if count:
+                self._function_stats(function_id).submitted += count
 
     def _link(self, task: Task) -> None:
         """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
@@ -682,12 +739,14 @@ class SchedulerCore:
             worker.completed += 1
             status = message.statuses[k]
             if task.state == TaskState.CANCELING:
-                self._end(task, TaskStatus.CANCELED, _EMPTY)
+                self._end(task, TaskStatus.CANCELED, _EMPTY, worker=worker)
             elif status == TaskStatus.CRASHED:
                 reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
-                if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it"):
+                if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it", worker):
                     self.ready.appendleft(task)
             elif task.failures < task.options[1] and status in RETRIABLE_STATUSES:
+                if self._log.error_texts:
+                    self._log.forget_texts([task_id])  # the failure of a run that goes again
                 task.failures += 1
                 self._move(task, TaskEvent.REQUEUE)
                 self.ready.append(task)  # behind the client's other ready tasks of its priority, as a new run
@@ -703,7 +762,7 @@ class SchedulerCore:
                 payload = message.payloads[k]
                 if len(payload) > self.config.max_payload_bytes:
                     status, payload = TaskStatus.FAILED, self._result_too_large(task, worker, len(payload))
-                self._end(task, status, payload, duration, peak, cpu_us=cpu)
+                self._end(task, status, payload, duration, peak, cpu_us=cpu, worker=worker)
         if not assigned:
             self._balance_due = True
 
@@ -716,13 +775,13 @@ class SchedulerCore:
         self._warn("payload too large", worker.identity, f"worker {worker.name} sent a result too large: {text}")
         return text.encode()
 
-    def _retry_or_fail(self, task: Task, reason: str) -> bool:
+    def _retry_or_fail(self, task: Task, reason: str, worker: WorkerSession | None = None) -> bool:
         """Count an attempt; True if the task should run again (the caller queues it), False if it failed."""
         task.attempts += 1
         if task.attempts > self.config.max_task_retries:
             text = f"task {task.task_id:#x} was not completed: {reason}; it was tried {task.attempts} times, giving up"
             self._out.append(Log.warning(text))
-            self._end(task, TaskStatus.FAILED, text.encode())
+            self._end(task, TaskStatus.FAILED, text.encode(), worker=worker)
             return False
         self._move(task, TaskEvent.REQUEUE)
         return True
@@ -736,10 +795,12 @@ class SchedulerCore:
                 continue
             task.worker = None
             if task.state == TaskState.CANCELING:
-                self._end(task, TaskStatus.CANCELED, _EMPTY)
+                self._end(task, TaskStatus.CANCELED, _EMPTY, worker=worker)
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 returned.append(task)
+        if self._log.error_texts:
+            self._log.forget_texts(message.ids)
         self.ready.extendleft(returned)
 
     def _move(self, task: Task, event: int) -> None:
@@ -759,12 +820,17 @@ class SchedulerCore:
         pinned: bool = True,
         forwarded: bool = False,
         cpu_us: int = 0,
+        worker: WorkerSession | None = None,
     ) -> None:
         """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome).
 
         pinned=False: `first` never pinned the objects it refers to (it was refused while being linked).
-        forwarded=True: the shell forwards the worker's message to the client; nothing goes into the outbox."""
+        forwarded=True: the shell forwards the worker's message to the client; nothing goes into the outbox.
+        worker: the worker that held `first` and reported its end, for monitors."""
         pending = [first]
+        by_id = self.functions.by_id
+        index = ENDED_INDEX[status]  # the tasks ended by outcome are the functions' counts (SchedulerCore.ended)
+        text: str | None = None  # of a failure, for monitors: the same for the dependents
         while pending:
             task = pending.pop()
             self._move(task, TaskEvent.END)
@@ -777,7 +843,13 @@ class SchedulerCore:
             client.completed += 1
             if client.gone:
                 self._reclaim(client)
-            self.ended[_ENDED_NAMES[status]] += 1
+            stats = by_id.get(task.function_id) or self._function_stats(task.function_id)
+            stats.ended[index] += 1
+            if duration_us and status <= TaskStatus.ERROR:
+                stats.duration_us += duration_us
+            if self.monitored:
+                reporter = worker if task is first else None  # the dependents were not assigned
+                text = self._monitor_end(task, status, payload, stats, reporter, duration_us, peak, text)
             if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
@@ -811,6 +883,85 @@ class SchedulerCore:
                 obj.refs -= 1
                 if obj.droppable:
                     self._drop_object(obj)
+
+    # ------------------------------------------------------------------------------------------- output, monitors
+    def _on_task_output(self, worker: WorkerSession, message: TaskOutput) -> None:
+        """Printed output goes to the task's client (tasks flagged stream output), before the task's result; monitors
+        keep a bounded part of it, and error texts until their results come, while they subscribe. Pieces of tasks
+        the worker does not hold (ended, cancelled, moved meanwhile) are ignored."""
+        assigned, monitored, log = worker.assigned, self.monitored, self._log
+        for task_id, stream, text in zip(message.task_ids, message.streams, message.texts, strict=True):
+            task = assigned.get(task_id)
+            if task is None:
+                continue
+            if stream == OUTPUT_ERROR:
+                if monitored:
+                    log.error_text(task_id, text)
+                continue
+            if task.flags & FLAG_STREAM_OUTPUT:
+                self._forward_output(task, stream, text)
+            if monitored:
+                name = self._function_stats(task.function_id).name
+                log.output(task_id, name, worker.name, stream, text, int(self.now * 1e6))
+
+    def _forward_output(self, task: Task, stream: int, text: str) -> None:
+        client = task.client
+        if self.clients.get(client.identity) is not client:
+            return
+        output = client.output
+        if output.chars + len(text) > MAX_PENDING_OUTPUT:
+            self.output_dropped += 1
+            self._warn(
+                "output dropped",
+                client.identity,
+                f"dropped printed output of task {task.task_id:#x} for client {client.name}: more than "
+                f"{MAX_PENDING_OUTPUT:,} characters of output wait for it",
+            )
+            return
+        output.add(task.task_id, stream, text)
+        self._dirty_clients[client] = None
+
+    def _function_stats(self, function_id: int) -> FunctionStats:
+        """The counters of a task's function (FunctionTable). The hot paths try functions.by_id first, inline."""
+        functions = self.functions
+        return functions.by_id.get(function_id) or functions.of(function_id, self.objects.get(function_id), self.now)
+
+    def _monitor_starts(self, worker: WorkerSession, ids: list[int]) -> None:
+        log, assigned, time_us = self._log, worker.assigned, int(self.now * 1e6)
+        for task_id in ids:
+            task = assigned.get(task_id)
+            if task is not None and log.drawn(task_id):
+                name = self._function_stats(task.function_id).name
+                log.rows.append((task_id, STARTED, 0, name, worker.name, time_us, 0, 0))
+
+    def _monitor_end(
+        self,
+        task: Task,
+        status: int,
+        payload: Payload,
+        stats: FunctionStats,
+        worker: WorkerSession | None,
+        duration_us: int,
+        peak: int,
+        text: str | None,
+    ) -> str | None:
+        """Record a task's end for monitors; returns the text of its failure, for its dependents (same outcome)."""
+        log, task_id = self._log, task.task_id
+        if log.error_texts:
+            own = log.error_texts.pop(task_id, None)
+            text = own if own is not None else text
+        drawn = log.drawn(task_id)
+        failed = status in FAILURES and len(log.failures) < MAX_FAILURES
+        if not (drawn or failed):
+            return text  # the common case under load
+        time_us, worker_name = int(self.now * 1e6), worker.name if worker is not None else None
+        if drawn:
+            log.rows.append((task_id, ENDED, status, stats.name, worker_name, time_us, duration_us, peak))
+        if failed:
+            if text is None:
+                text = "" if status == TaskStatus.ERROR else payload_text(payload)
+            log.failure(task_id, stats.name, worker_name or "", status, text, time_us)
+        return text
 
     # ------------------------------------------------------------------------------------------- objects
     def _on_put_objects(self, client: ClientSession, message: PutObjects) -> None:
@@ -848,6 +999,7 @@ class SchedulerCore:
 
     def _drop_object(self, obj: StoredObject) -> None:
         del self.objects[obj.object_id]
+        self.functions.by_id.pop(obj.object_id, None)
         obj.owner.objects.discard(obj.object_id)
         if obj.owner.gone:
             self._reclaim(obj.owner)
@@ -964,6 +1116,9 @@ class SchedulerCore:
         for client in clients:
             if self.clients.get(client.identity) is not client:
                 continue  # gone meanwhile
+            output = client.output.take()
+            if output is not None:  # before the results: a task's output arrives before its result
+                self._send(client.identity, output)
             results = client.outbox.take()
             if results is not None:
                 self._send(client.identity, results)
@@ -975,15 +1130,22 @@ class SchedulerCore:
         self.objects = dict(self.objects)
 
     # ------------------------------------------------------------------------------------------- queries
+    @property
+    def ended(self) -> Counter[str]:
+        """Tasks ended since the start by outcome (success, error, canceled, failed): the functions' counts summed."""
+        return Counter({name: n for name, n in zip(ENDED_NAMES, self.functions.ended(), strict=True) if n})
+
     def status(self) -> Status:
-        """A snapshot for the monitor socket (the shell adds the process's own cpu and memory)."""
+        """A snapshot for the monitor socket (the shell adds the process's own cpu and memory). It takes the status
+        period's records (events, failures, output, departed workers) and starts the next period: once per status."""
+        now = self.now
         counts = self.state_counts
         by_state = {
             "waiting": counts[TaskState.WAITING],
             "queued": counts[TaskState.QUEUED],
             "assigned": counts[TaskState.ASSIGNED],
             "canceling": counts[TaskState.CANCELING],
-            **{name: self.ended[name] for name in ("success", "error", "canceled", "failed")},
+            **dict(zip(ENDED_NAMES, self.functions.ended(), strict=True)),
         }
         workers = [
             WorkerStatus(
@@ -993,7 +1155,7 @@ class SchedulerCore:
                 cpu_percent=w.heartbeat.processor_cpu_percent,
                 rss_bytes=w.heartbeat.processor_rss_bytes,
                 free=max(0, w.limit - len(w.assigned)),
-                sent=len(w.assigned),
+                sent=w.heartbeat_sent,
                 queued=w.heartbeat.queued,
                 lag_us=w.heartbeat.lag_us,
                 processors=w.heartbeat.processors,
@@ -1001,11 +1163,13 @@ class SchedulerCore:
                 running=w.heartbeat.running,
                 completed=w.completed,
                 waiting=w.heartbeat.waiting_tasks,
-                held_back_ms=max(0, int((w.held_until - self.now) * 1000)),
+                held_back_ms=max(0, int((w.held_until - now) * 1000)),
+                heartbeat_age_ms=min(_MAX_U32, max(0, int((now - w.heartbeat_at) * 1000))),
             )
             for w in self.workers.values()
         ]
         clients = [ClientStatus(c.name, c.task_count, len(c.objects), c.completed) for c in self.clients.values()]
+        events, failures, outputs, departed = self._take_period()
         return Status(
             scheduler_name=self.config.name,
             time_us=int(self.now * 1e6),
@@ -1017,7 +1181,32 @@ class SchedulerCore:
             protected=self.config.protected,
             dropped_messages=self.dropped,
             refused_peers=self.refused,
+            clock_us=int(now * 1e6),
+            functions=self._function_report(),
+            events=events,
+            failures=failures,
+            outputs=outputs,
+            departed=departed,
         )
+
+    def _function_report(self) -> list[FunctionStatus]:
+        running: dict[FunctionStats, int] = {}  # tasks assigned to workers now, by function
+        for worker in self.workers.values():
+            for task in worker.assigned.values():
+                stats = self._function_stats(task.function_id)
+                running[stats] = running.get(stats, 0) + 1
+        return self.functions.report(self.now, running)
+
+    def _take_period(self) -> tuple[TaskEvents, list[TaskFailure], list[OutputRecord], list[DepartedWorker]]:
+        """The status period's records (empty unless monitored); the next period draws one task in k, k from how
+        many tasks ended in this one (monitoring.next_sample_every)."""
+        ended = sum(self.functions.ended())
+        log, self._log = self._log, PeriodLog(next_sample_every(ended - self._ended_at_status))
+        self._ended_at_status = ended
+        if not self.monitored:
+            return TaskEvents(), [], [], []
+        self._log.error_texts = log.error_texts  # they wait for their results across periods
+        return log.taken_events(), log.failures, log.outputs, log.departed
 
     def explain(self, task_id: int) -> str:
         """Why a task is where it is, in words."""
@@ -1071,6 +1260,29 @@ class SchedulerCore:
         for obj in self.objects.values():
             _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
         self._validate_prefixes()
+        self._validate_functions()
+
+    def _validate_functions(self) -> None:
+        """Each function's tasks submitted = ended + in flight; its cache by id follows the objects."""
+        functions, objects = self.functions, self.objects
+        in_flight: Counter[int] = Counter()
+        for task in self.tasks.values():
+            stats = functions.peek(task.function_id, objects.get(task.function_id))
+            if stats is None:
+                raise InvariantError(f"{task!r}'s function {task.function_id:#x} has no counters")
+            in_flight[id(stats)] += 1
+        for name, stats in functions.by_name.items():
+            _check(stats.name == name, "{!r} filed under {!r}", stats, name)
+            _check(
+                stats.in_flight == in_flight[id(stats)],
+                "{!r}: {} in flight by its counters, {} tasks",
+                stats,
+                stats.in_flight,
+                in_flight[id(stats)],
+            )
+        for function_id, stats in functions.by_id.items():
+            _check(function_id in objects, "counters cached for {:#x}, not an object", function_id)
+            _check(functions.by_name.get(stats.name) is stats, "{!r} cached but not filed", stats)
 
     def _task_invariant(self, task_id: int, task: Task, in_ready: set[int]) -> None:
         """Which invariant `task` breaks, in words (validate found one)."""

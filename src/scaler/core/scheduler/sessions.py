@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scaler.protocol.records import Heartbeat, Payload, TaskResults
+from scaler.protocol.records import Heartbeat, Payload, TaskOutput, TaskResults
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.tasks import Task
@@ -50,6 +50,32 @@ class ResultBuffer:
         return message
 
 
+class OutputBuffer:
+    """Printed output of a client's tasks (taskOutput streams 1 and 2) waiting for the next flush: sent before the
+    client's results, so that a task's output always arrives before its result."""
+
+    __slots__ = ("chars", "ids", "streams", "texts")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.streams = bytearray()
+        self.texts: list[str] = []
+        self.chars = 0
+
+    def add(self, task_id: int, stream: int, text: str) -> None:
+        self.ids.append(task_id)
+        self.streams.append(stream)
+        self.texts.append(text)
+        self.chars += len(text)
+
+    def take(self) -> TaskOutput | None:
+        if not self.ids:
+            return None
+        message = TaskOutput(self.ids, bytes(self.streams), self.texts)
+        self.ids, self.streams, self.texts, self.chars = [], bytearray(), [], 0
+        return message
+
+
 class ClientSession:
     __slots__ = (
         "completed",
@@ -60,6 +86,7 @@ class ClientSession:
         "name",
         "objects",
         "outbox",
+        "output",
         "prefix",
         "task_count",
     )
@@ -75,6 +102,7 @@ class ClientSession:
         self.completed = 0
         self.objects: set[int] = set()  # ids of objects it owns
         self.outbox = ResultBuffer()
+        self.output = OutputBuffer()
 
     def __repr__(self) -> str:
         return f"<Client {self.name} prefix={self.prefix} tasks={self.task_count}>"
@@ -90,6 +118,8 @@ class WorkerSession:
         "completed",
         "free_outbox",
         "heartbeat",
+        "heartbeat_at",
+        "heartbeat_sent",
         "held_until",
         "identity",
         "key",
@@ -113,6 +143,8 @@ class WorkerSession:
         self.balance_pending = False
         self.completed = 0
         self.heartbeat = Heartbeat()
+        self.heartbeat_at = now  # when its last heartbeat came (its session's start before the first)
+        self.heartbeat_sent = 0  # tasks assigned to it when its last heartbeat came (Status: one moment per row)
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)

@@ -42,6 +42,7 @@ from scaler.protocol.records import (
     PutObjects,
     Refused,
     Shutdown,
+    TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
@@ -217,6 +218,10 @@ class AgentCore:
         self._results_peaks: list[int] = []
         self._results_cpu: list[int] = []
         self._results_profiled = False
+        # Pieces of text tasks wrote (pm.Output), sent in one TaskOutput before the results of the same flush.
+        self._output_ids: list[int] = []
+        self._output_streams = bytearray()
+        self._output_texts: list[str] = []
         self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
         self._started_late: list[int] = []  # those of the flush before, told at this flush if still running
         self._link_down_since: float | None = None  # when the connection to the scheduler closed, while it is
@@ -259,6 +264,10 @@ class AgentCore:
             self._feed_processor()
         if self._started or self._started_late:
             self._tell_started()
+        if self._output_ids:  # before the results: a task's output reaches its client before its result
+            output = TaskOutput(self._output_ids, bytes(self._output_streams), self._output_texts)
+            self._out.append(ToScheduler(output))
+            self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
         if self._results_ids:
             durations = self._results_durations if self._results_profiled else None
             peaks = self._results_peaks if self._results_profiled else None
@@ -657,6 +666,8 @@ class AgentCore:
             self._out.append(ToProcessor(slot.processor, pm.Resume()))
         elif isinstance(message, pm.Discarded):
             self._on_discarded(slot, message.removed, message.requested)
+        elif isinstance(message, pm.Output):
+            self._on_output(slot, message)
 
     def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
         self._deaths_without_progress = 0
@@ -675,6 +686,19 @@ class AgentCore:
             self._end(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k], cpu)
         if not slot.window and slot.processor != self.active and slot.state == READY:
             self._retire(slot)
+
+    def _on_output(self, slot: ProcessorSlot, message: pm.Output) -> None:
+        """Text tasks of this processor wrote (their output, or the error one raised): it goes to the scheduler
+        with the next flush, before any result of that flush; a task no longer held here (its session was lost)
+        has nobody to read it."""
+        window = slot.window
+        for task_id, stream, text in zip(message.task_ids, message.streams, message.texts, strict=False):
+            task = window.get(task_id)
+            if task is None or task.state == GONE:
+                continue
+            self._output_ids.append(task_id)
+            self._output_streams.append(stream)
+            self._output_texts.append(text)
 
     def _retire(self, slot: ProcessorSlot) -> None:
         """A processor that finished its blocked task while another one took over: keep one spare at most."""
@@ -858,6 +882,8 @@ class AgentCore:
             self._results_cpu,
         )
         _check(all(len(c) == len(self._results_ids) for c in columns), "the results columns differ in length")
+        output = (self._output_streams, self._output_texts)
+        _check(all(len(c) == len(self._output_ids) for c in output), "the output columns differ in length")
         _check(not self.stopped or not self.processors, "a stopped agent still has processors")
 
     def _window_size(self) -> int:

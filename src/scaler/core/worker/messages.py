@@ -68,6 +68,16 @@ class Results:
 
 
 @dataclass(slots=True)
+class Output:
+    """Pieces of text tasks wrote, in order (streams: OUTPUT_STDOUT, OUTPUT_STDERR, OUTPUT_ERROR, one per piece).
+    A task's pieces come before its result; those of a flagged task (FLAG_STREAM_OUTPUT) also while it runs."""
+
+    task_ids: list[int]
+    streams: bytes
+    texts: list[str]
+
+
+@dataclass(slots=True)
 class Blocked:
     """The running task waits on nested tasks; results of the tasks before it were sent before this, and the
     processor forgot every task it had not started. `epoch` numbers the processor's Blocked messages (1, 2, ...);
@@ -93,4 +103,4 @@ class Discarded:
 
 
 ToProcessor = RunTasks | DropObjects | Discard | Resume | Exit
-FromProcessor = Ready | Results | Blocked | Unblocked | Discarded
+FromProcessor = Ready | Results | Blocked | Unblocked | Discarded | Output
