@@ -381,7 +381,7 @@ def test_session_lost_drops_queued_work_ignores_running_results_and_says_hello()
     commands = a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))
     assert commands == [
         Log(logging.WARNING, "the scheduler lost this worker's session; saying hello again"),
-        Log(logging.WARNING, "processor 0 is replaced: it held 1 task of the previous session, which run again"),
+        Log(logging.WARNING, "processor 0 is replaced: it held 1 task of the previous session, which runs again"),
         KillProcessor(0),
         StartProcessor(1),
         Log(logging.WARNING, "5 queued tasks of the previous session dropped"),

@@ -373,7 +373,8 @@ class AgentCore:
             self._leave(task)  # results of tasks running now would be stale
         for slot in [slot for slot in self.processors.values() if slot.window]:
             held = len(slot.window)
-            text = f"it held {held} task{'s' if held > 1 else ''} of the previous session, which run again"
+            tasks, run = ("tasks", "run") if held > 1 else ("task", "runs")
+            text = f"it held {held} {tasks} of the previous session, which {run} again"
             self._out.append(Log.warning(f"processor {slot.processor} is replaced: {text}"))
             self._out.append(KillProcessor(slot.processor))
             del self.processors[slot.processor]
