@@ -1,0 +1,213 @@
+"""The pure-Python codec (scaler.protocol.purecodec) against the pycapnp one (scaler.protocol.codec): the golden
+bytes, the same headers for every example and random message, the same records back, and ProtocolError (never
+another exception) for everything test_malformed.py feeds the codec; where codec.py accepts a mutated header, the
+pure codec reads the same message from it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from scaler.protocol import codec, purecodec
+from scaler.protocol import messages as m
+from scaler.protocol.errors import ProtocolError, UnexpectedMessage
+from tests.protocol import make_layout
+from tests.protocol.make_golden import golden_messages
+from tests.protocol.test_golden import golden_frames
+from tests.protocol.test_malformed import (
+    BAD_COLUMNS,
+    GARBAGE,
+    PAYLOAD_MISMATCHES,
+    _status_with_empty_struct_list,
+    mutated_headers,
+    raw,
+)
+from tests.protocol.test_roundtrip import CASES, any_message
+
+GOLDEN = golden_messages()
+fuzz = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def as_bytes(frames: list[Any]) -> list[bytes]:
+    return [bytes(f) for f in frames]
+
+
+def same_frames(message: Any) -> None:
+    """The pure encoder's frames are codec.py's, byte for byte, where codec.py writes one segment. pycapnp writes a
+    header of more than 8 KiB in several segments; the pure encoder always writes one (as codec.py's fast writer
+    does): equally valid, and codec.py reads it back to the same message."""
+    pure, capnp = as_bytes(purecodec.encode(message)), as_bytes(codec.encode(message))
+    assert pure[1:] == capnp[1:]
+    if capnp[0][:4] == bytes(4):
+        assert pure[0] == capnp[0]
+    else:
+        assert pure[0][:4] == bytes(4)
+    assert codec.decode(pure) == purecodec.decode(capnp) == purecodec.decode(pure)
+
+
+def same_outcome(frames: list[Any]) -> None:
+    """Both codecs give the same message, or both raise ProtocolError."""
+    try:
+        expected = m.decode(frames)
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            purecodec.decode(frames)
+        return
+    assert purecodec.decode(frames) == expected
+
+
+def test_layout_is_current() -> None:
+    assert make_layout.main(["--check"]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ golden
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_encode_gives_the_golden_bytes(name: str) -> None:
+    assert as_bytes(purecodec.encode(GOLDEN[name])) == golden_frames(name)
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_decode_of_golden_bytes_gives_the_message(name: str) -> None:
+    assert purecodec.decode(golden_frames(name)) == GOLDEN[name]
+
+
+# ------------------------------------------------------------------------------------------------ round trips
+@pytest.mark.parametrize("message", CASES)
+def test_the_same_frames_as_codec(message: Any) -> None:
+    same_frames(message)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_message)
+def test_the_same_frames_as_codec_property(message: Any) -> None:
+    same_frames(message)
+    assert purecodec.decode(purecodec.encode(message)) == message
+
+
+def test_multi_segment_headers_decode() -> None:
+    """pycapnp writes big headers in several segments, with far pointers; the pure decoder reads them."""
+    names = [f"object-{i}" for i in range(3000)]
+    message = m.PutObjects(list(range(1, 3001)), [b"x"] * 3000, names)
+    frames = codec.encode(message)
+    assert int.from_bytes(bytes(frames[0][:4]), "little") > 0  # type: ignore[index]
+    assert purecodec.decode(frames) == message
+    batch = m.SubmitTasks(list(range(1, 2001)), [7] * 2000, bytes(2000), [1] * 2000, [9] * 2000, ["k"] * 2000, [])
+    assert purecodec.decode(codec.encode(batch)) == batch
+
+
+def test_accept() -> None:
+    frames = purecodec.encode(GOLDEN["dispatchTasks"])
+    with pytest.raises(UnexpectedMessage):
+        purecodec.decode(frames, m.ACCEPTED_BY_SCHEDULER)
+    assert purecodec.decode(frames, m.ACCEPTED_BY_WORKER) == GOLDEN["dispatchTasks"]
+
+
+# ------------------------------------------------------------------------------------------------ malformed
+def rejects(frames: list[Any]) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        purecodec.decode(frames)
+    return info.value
+
+
+def test_no_frames() -> None:
+    rejects([])
+
+
+@pytest.mark.parametrize("header", GARBAGE, ids=range(len(GARBAGE)))
+def test_garbage_header(header: bytes) -> None:
+    rejects([header])
+    rejects([header, b"payload"])
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_truncated_headers(name: str) -> None:
+    header, *payloads = golden_frames(name)
+    for cut in range(len(header)):
+        rejects([header[:cut], *payloads])
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        *(raw("hello", protocolVersion=1, kind=kind) for kind in (2, 7, 0xFFFF)),
+        *(raw("error", code=code, message="x") for code in (5, 9, 0xFFFF)),
+    ],
+)
+def test_unknown_enum_values(header: bytes) -> None:
+    rejects([header])
+
+
+@pytest.mark.parametrize("discriminant", [20, 255, 0xFFFF])
+def test_unknown_message_kind(discriminant: int) -> None:
+    header = bytearray(golden_frames("hello")[0])
+    header[16:18] = discriminant.to_bytes(2, "little")
+    rejects([bytes(header)])
+
+
+@pytest.mark.parametrize("status", [7, 255])
+def test_unknown_task_status(status: int) -> None:
+    header = raw("taskResults", taskIds=bytes(16), statuses=bytes([0, status]), payloadSizes=bytes(16))
+    assert "status" in str(rejects([header]))
+
+
+@pytest.mark.parametrize("case", list(BAD_COLUMNS))
+def test_wrong_column_lengths(case: str) -> None:
+    name, fields, frames, word = BAD_COLUMNS[case]
+    assert word in str(rejects([raw(name, **fields), *frames]))
+
+
+@pytest.mark.parametrize("case", list(PAYLOAD_MISMATCHES))
+def test_payload_mismatch(case: str) -> None:
+    error = rejects(PAYLOAD_MISMATCHES[case])
+    assert "payload" in str(error) or "frame" in str(error)
+
+
+def test_lists_of_empty_structs() -> None:
+    status = purecodec.decode([_status_with_empty_struct_list(3)])
+    assert isinstance(status, m.Status) and status.workers == [m.WorkerStatus("")] * 3
+    rejects([_status_with_empty_struct_list(1 << 13)])  # a tiny header claiming a huge list
+
+
+@fuzz
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+@example([b"\x00" * 16])
+def test_fuzz_random_frames(frames: list[bytes]) -> None:
+    same_outcome(frames)
+
+
+@fuzz
+@given(st.binary(min_size=0, max_size=64))
+def test_fuzz_random_single_segment_bodies(body: bytes) -> None:
+    header = (0).to_bytes(4, "little") + (len(body) // 8).to_bytes(4, "little") + body
+    same_outcome([header])
+    same_outcome([header, b"x"])
+
+
+@fuzz
+@given(mutated_headers())
+def test_fuzz_mutated_valid_headers(frames: list[bytes]) -> None:
+    same_outcome(frames)
+
+
+PURE_MODULES = ["purecodec.py", "wire.py", "layout.py", "columns.py", "frames.py", "errors.py"]
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_the_pure_codec_is_python_3_9_syntax(module: str) -> None:
+    """Debian's pypy3 is Python 3.9: no match statements, no parenthesised context managers (what the parser
+    checks; run-time features such as dataclass(slots=True) are checked by running it there)."""
+    path = Path(purecodec.__file__).parent / module
+    ast.parse(path.read_text(encoding="utf-8"), feature_version=(3, 9))
+    assert "capnp" not in {n.split(".")[0] for n in _imports(path)}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
