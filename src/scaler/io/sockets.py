@@ -25,6 +25,10 @@ COPY_BELOW = 64 * 1024  # frames smaller than this are copied (sending) or turne
 # as not reading (its session ends). Peers keep far fewer: what they send is batched, what they get is asked for.
 ROUTER_RECEIVE_QUEUE = 1000
 ROUTER_SEND_QUEUE = 100_000
+# Connections waiting to be accepted: libzmq's default of 100 overflows when a fleet of workers starts at once (the
+# kernel drops SYNs; 5,000 workers took 16-36 s to join instead of 2.8 s: benchmarks/fleet.py, docs/benchmarks.md).
+# The kernel caps it at net.core.somaxconn.
+ROUTER_BACKLOG = 4096
 # A frame carries one payload, a pack of small ones (about 1 MiB) or a header: ZeroMQ drops a connection that sends a
 # bigger frame than the largest payload allowed plus this, before it is read.
 FRAME_SLACK = 64 << 20
@@ -70,6 +74,7 @@ def bind_router(
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting with its routing id takes its session back
     sock.setsockopt(zmq.RCVHWM, ROUTER_RECEIVE_QUEUE)
     sock.setsockopt(zmq.SNDHWM, ROUTER_SEND_QUEUE)
+    sock.setsockopt(zmq.BACKLOG, ROUTER_BACKLOG)
     if max_payload_bytes is not None:
         sock.setsockopt(zmq.MAXMSGSIZE, max_payload_bytes + FRAME_SLACK)
     if curve_secret is not None:
