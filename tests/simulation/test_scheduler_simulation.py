@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from scaler.core.scheduler import SchedulerCore
+from scaler.core.scheduler import SchedulerConfig, SchedulerCore
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore, ToScheduler
 from scaler.protocol.messages import FLAG_SILENT, BalanceRequest, BalanceResponse, Payload, TaskStatus
@@ -78,6 +78,22 @@ def test_real_agents_survive_faults(seed: int) -> None:
     # agents stalled past their timeout came back to a new session and replaced processors busy with the old one's
     warnings = [text for worker in sim.workers if isinstance(worker, AgentWorker) for text in worker.warnings]
     assert any("of the previous session, which run" in text for text in warnings)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
+def test_a_small_placement_grain_starves_nobody(seed: int) -> None:
+    """With grain 4 every pass of more than 4 tasks leaves most of the 100 workers out: the workers left out
+    still get work (later passes, balancing), every task ends, and no task runs twice on live workers."""
+    config = SchedulerConfig(
+        worker_timeout_seconds=3.0, client_timeout_seconds=8.0, balance_interval_seconds=0.2, placement_grain=4
+    )
+    sim = simulate(SimConfig(seed=seed, workers=100, waves=3, scheduler=config))
+    summary = sim.summary()
+    print(f"seed={seed}: {summary}")
+    assert summary["tasks"] > 500
+    assert sim.core.received["balanceResponse"] > 0
+    busy = {run.peer for runs in sim.runs.values() for run in runs}
+    assert len(busy) >= 90  # the work reached (nearly) every worker, not only the first few chosen
 
 
 def test_same_seed_same_run() -> None:

@@ -618,6 +618,7 @@ def test_other_clients_are_unaffected_by_one_leaving() -> None:
 # ----------------------------------------------------------------------------------------------- balancing
 def test_idle_worker_gets_queued_tasks_of_a_busy_one_by_a_confirmed_move() -> None:
     d = with_tasks(6, capacity=10)
+    d.now = 0.1  # W1's join ran a balancing pass at 0 (nobody idle then): at most one pass per interval
     commands = d.worker(W2, capacity=10)
     assert sends(commands)[1:] == [(W1, BalanceRequest([t(4), t(5), t(6)]))]  # the last ones are likeliest queued
     assert d.recv(W2, Heartbeat()) == [Send(W2, HeartbeatEcho())]  # one request at a time
@@ -632,6 +633,7 @@ def test_idle_worker_gets_queued_tasks_of_a_busy_one_by_a_confirmed_move() -> No
 
 def test_balance_response_for_a_cancelling_task_ends_it_cancelled() -> None:
     d = with_tasks(4, capacity=10)
+    d.now = 0.1  # a balancing interval after W1's join
     [(_, request)] = of_type(d.worker(W2), BalanceRequest)
     assert request.ids == [t(3), t(4)]  # type: ignore[union-attr]
     d.recv(C, CancelTasks([t(4)]))
@@ -654,6 +656,64 @@ def test_balancing_is_retried_on_ticks_no_more_often_than_the_interval() -> None
     d.recv(W1, BalanceResponse([]))  # nothing could be moved
     assert of_type(d.tick(0.5), BalanceRequest) == []
     assert of_type(d.tick(1.0), BalanceRequest) == [(W1, BalanceRequest([t(3), t(4)]))]
+
+
+def test_balancing_runs_at_most_once_per_interval_however_many_workers_drain() -> None:
+    d = with_function(balance_interval_seconds=1.0)
+    for w in (W1, W2, W3):
+        d.worker(w, capacity=10)
+    d.recv(C, submit(*((t(i), F, []) for i in range(1, 7))))  # 2 each
+    d.tick(1.0)  # a pass: nobody idle
+    assert of_type(d.recv(W1, ok(t(1), t(2))), BalanceRequest) == []  # W1 is idle, but a pass ran at 1.0
+    assert of_type(d.recv(W2, ok(t(3))), BalanceRequest) == []
+    assert of_type(d.tick(1.5), BalanceRequest) == []
+    # the next interval: one pass asks W3 (the most loaded) for its surplus over the mean
+    assert of_type(d.tick(2.0), BalanceRequest) == [(W3, BalanceRequest([t(6)]))]
+    assert of_type(d.recv(W2, ok(t(4))), BalanceRequest) == []  # W2 drains too: no second pass before 3.0
+
+
+def test_balancing_asks_back_only_what_the_idle_workers_can_hold_most_loaded_first() -> None:
+    d = with_function()
+    d.worker(W1, capacity=10)
+    d.worker(W2, capacity=10)
+    d.recv(C, submit(*((t(i), F, []) for i in range(1, 21))))  # 10 each, both full
+    d.worker(W3, capacity=2)
+    d.recv(W1, ok(t(1)))  # W1 holds 9, W2 10: mean 19 / 3, keep 6
+    assert of_type(d.tick(1.0), BalanceRequest) == [(W2, BalanceRequest([t(19), t(20)]))]  # W3 holds only two
+
+
+def test_a_big_batch_goes_to_the_least_loaded_workers_a_grain_each_not_to_all() -> None:
+    d = with_function(placement_grain=2)
+    workers = [b"w%d" % i for i in range(1, 7)]
+    for w in workers:
+        d.worker(w, capacity=100)
+    d.recv(C, submit((t(1), F, [])))  # w1 holds one
+    # 7 tasks: max(grain, ceil(7 / grain)) = 4 workers, the least loaded (w2..w5), levelled
+    commands = d.recv(C, submit(*((t(i), F, []) for i in range(2, 9))))
+    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+        (b"w2", [t(2), t(3)]),
+        (b"w3", [t(4), t(5)]),
+        (b"w4", [t(6), t(7)]),
+        (b"w5", [t(8)]),
+    ]
+    # the next batch goes to those left out: w6, then w1 (levelled; dispatched in worker order)
+    commands = d.recv(C, submit(*((t(i), F, []) for i in range(9, 12))))
+    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+        (b"w1", [t(9)]),
+        (b"w6", [t(10), t(11)]),
+    ]
+
+
+def test_a_grain_never_overfills_a_worker_it_takes_more_workers_instead() -> None:
+    d = with_function(placement_grain=4)
+    for w in (W1, W2, W3):
+        d.worker(w, capacity=2)
+    commands = d.recv(C, submit(*((t(i), F, []) for i in range(1, 6))))  # 5 tasks, 2 per worker at most
+    assert [(peer, len(m.task_ids)) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+        (W1, 2),
+        (W2, 2),
+        (W3, 1),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- shutdown

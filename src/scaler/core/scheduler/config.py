@@ -26,6 +26,11 @@ class SchedulerConfig:
     max_hold_back_seconds: float = 120.0
     # Least time between two balancing passes.
     balance_interval_seconds: float = 0.1
+    # A placement pass of Q ready tasks levels them over the max(grain, ceil(Q / grain)) least-loaded workers with
+    # room (more if those lack room), not over every worker: with thousands of workers a big batch goes out about
+    # `grain` tasks per dispatch, not a few; up to `grain` workers are all used as before. Workers left out get the
+    # next pass's tasks, or tasks moved to them by balancing.
+    placement_grain: int = 64
     # The most bytes one payload (a function, an argument, an object, a result) may have. Bigger ones are refused
     # with error tooLarge (a result: the task fails); clients check it before sending.
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES

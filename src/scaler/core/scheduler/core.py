@@ -269,9 +269,11 @@ class SchedulerCore:
         if not self._stopped:
             self._place()
             counts = self.state_counts
-            # Balancing moves queued tasks from a busy worker to an idle one: it needs two tasks out at least.
+            # Balancing moves queued tasks from a busy worker to an idle one: it needs two tasks out at least. At most
+            # one pass per interval, however many workers drain meanwhile (ADR 0011).
             if (
                 self._balance_due
+                and self.now - self._last_balance >= self.config.balance_interval_seconds
                 and counts[TaskState.QUEUED] == 0
                 and counts[TaskState.ASSIGNED] + counts[TaskState.CANCELING] >= 2
             ):
@@ -1027,7 +1029,7 @@ class SchedulerCore:
         if not open_workers:
             return
         loads = [len(w.assigned) for w in open_workers]
-        shares = water_fill(loads, [w.limit for w in open_workers], queued)
+        shares = water_fill(loads, [w.limit for w in open_workers], queued, self.config.placement_grain)
         for worker, share in zip(open_workers, shares, strict=False):
             if share:
                 self._dispatch(worker, share)
@@ -1091,7 +1093,9 @@ class SchedulerCore:
         self._balance_due = False
         self._last_balance = self.now
         workers = [w for w in self.workers.values() if w.held_until <= self.now]
-        plan = plan_balance([len(w.assigned) for w in workers], [w.balance_pending for w in workers])
+        loads = [len(w.assigned) for w in workers]
+        rooms = [max(0, w.limit - load) for w, load in zip(workers, loads, strict=True)]
+        plan = plan_balance(loads, [w.balance_pending for w in workers], rooms)
         for index, count in plan.items():
             worker = workers[index]
             candidates = [tid for tid, t in worker.assigned.items() if t.state == TaskState.ASSIGNED]
