@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import capnp
 
+from scaler.protocol import fieldnames
 from scaler.protocol.columns import (
     check_u8,
     pack_i32,
@@ -352,16 +353,16 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
             out[i].value = value
     workers = b.init("workers", len(m.workers))
     for i, w in enumerate(m.workers):
-        _set_fields(workers[i], w, _WORKER_STATUS_FIELDS)
+        _set_fields(workers[i], w, fieldnames.WORKER_STATUS)
     clients = b.init("clients", len(m.clients))
     for i, c in enumerate(m.clients):
-        _set_fields(clients[i], c, _CLIENT_STATUS_FIELDS)
+        _set_fields(clients[i], c, fieldnames.CLIENT_STATUS)
     b.clockUs = m.clock_us
     for column, items, fields in (
-        ("functions", m.functions, _FUNCTION_STATUS_FIELDS),
-        ("failures", m.failures, _FAILURE_FIELDS),
-        ("outputs", m.outputs, _OUTPUT_RECORD_FIELDS),
-        ("departed", m.departed, _DEPARTED_FIELDS),
+        ("functions", m.functions, fieldnames.FUNCTION_STATUS),
+        ("failures", m.failures, fieldnames.TASK_FAILURE),
+        ("outputs", m.outputs, fieldnames.OUTPUT_RECORD),
+        ("departed", m.departed, fieldnames.DEPARTED_WORKER),
     ):
         out = b.init(column, len(items))
         for i, item in enumerate(items):
@@ -387,56 +388,6 @@ def _enc_output(b: Any, m: TaskOutput) -> list[Payload]:
     b.streams = bytes(m.streams)
     b.texts = m.texts
     return []
-
-
-_FUNCTION_STATUS_FIELDS = {
-    "name": "name",
-    "submitted": "submitted",
-    "running": "running",
-    "success": "success",
-    "error": "error",
-    "canceled": "canceled",
-    "failed": "failed",
-    "duration_us": "durationUs",
-}
-_FAILURE_FIELDS = {
-    "task_id": "taskId",
-    "function": "function",
-    "worker": "worker",
-    "status": "status",
-    "text": "text",
-    "time_us": "timeUs",
-}
-_OUTPUT_RECORD_FIELDS = {
-    "task_id": "taskId",
-    "function": "function",
-    "worker": "worker",
-    "stream": "stream",
-    "text": "text",
-    "time_us": "timeUs",
-}
-_DEPARTED_FIELDS = {"name": "name", "reason": "reason", "lost": "lost", "time_us": "timeUs"}
-
-
-_WORKER_STATUS_FIELDS = {
-    "name": "name",
-    "agent_cpu_percent": "agentCpuPercent",
-    "agent_rss_bytes": "agentRssBytes",
-    "cpu_percent": "cpuPercent",
-    "rss_bytes": "rssBytes",
-    "free": "free",
-    "sent": "sent",
-    "queued": "queued",
-    "lag_us": "lagUs",
-    "processors": "processors",
-    "blocked_processors": "blockedProcessors",
-    "running": "running",
-    "completed": "completed",
-    "waiting": "waiting",
-    "held_back_ms": "heldBackMs",
-    "heartbeat_age_ms": "heartbeatAgeMs",
-}
-_CLIENT_STATUS_FIELDS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
 
 
 def _set_fields(target: Any, source: Any, fields: dict[str, str]) -> None:
@@ -746,8 +697,8 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
     def records(cls: Any, items: Any, fields: dict[str, str]) -> list[Any]:
         return [cls(**{k: getattr(item, v) for k, v in fields.items()}) for item in items]
 
-    workers = records(WorkerStatus, b.workers, _WORKER_STATUS_FIELDS)
-    clients = records(ClientStatus, b.clients, _CLIENT_STATUS_FIELDS)
+    workers = records(WorkerStatus, b.workers, fieldnames.WORKER_STATUS)
+    clients = records(ClientStatus, b.clients, fieldnames.CLIENT_STATUS)
     return Status(
         scheduler_name=b.schedulerName,
         time_us=b.timeUs,
@@ -763,11 +714,11 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         refused_peers=b.refusedPeers,
         handler_errors=b.handlerErrors,
         clock_us=b.clockUs,
-        functions=records(FunctionStatus, b.functions, _FUNCTION_STATUS_FIELDS),
+        functions=records(FunctionStatus, b.functions, fieldnames.FUNCTION_STATUS),
         events=_dec_events(b.events),
-        failures=records(TaskFailure, b.failures, _FAILURE_FIELDS),
-        outputs=records(OutputRecord, b.outputs, _OUTPUT_RECORD_FIELDS),
-        departed=records(DepartedWorker, b.departed, _DEPARTED_FIELDS),
+        failures=records(TaskFailure, b.failures, fieldnames.TASK_FAILURE),
+        outputs=records(OutputRecord, b.outputs, fieldnames.OUTPUT_RECORD),
+        departed=records(DepartedWorker, b.departed, fieldnames.DEPARTED_WORKER),
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from scaler.protocol import columns
+from scaler.protocol import columns, fieldnames
 from scaler.protocol.columns import check_u8, pack_i32, pack_u16, pack_u32, pack_u64
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.frames import pack as pack_payloads
@@ -209,52 +209,6 @@ _HEARTBEAT = {
     "waiting_tasks": "waitingTasks",
 }
 _ECHO = {"sent_at_us": "sentAtUs"}
-_FUNCTION_STATUS = {
-    "name": "name",
-    "submitted": "submitted",
-    "running": "running",
-    "success": "success",
-    "error": "error",
-    "canceled": "canceled",
-    "failed": "failed",
-    "duration_us": "durationUs",
-}
-_FAILURE = {
-    "task_id": "taskId",
-    "function": "function",
-    "worker": "worker",
-    "status": "status",
-    "text": "text",
-    "time_us": "timeUs",
-}
-_OUTPUT_RECORD = {
-    "task_id": "taskId",
-    "function": "function",
-    "worker": "worker",
-    "stream": "stream",
-    "text": "text",
-    "time_us": "timeUs",
-}
-_DEPARTED = {"name": "name", "reason": "reason", "lost": "lost", "time_us": "timeUs"}
-_WORKER_STATUS = {
-    "name": "name",
-    "agent_cpu_percent": "agentCpuPercent",
-    "agent_rss_bytes": "agentRssBytes",
-    "cpu_percent": "cpuPercent",
-    "rss_bytes": "rssBytes",
-    "free": "free",
-    "sent": "sent",
-    "queued": "queued",
-    "lag_us": "lagUs",
-    "processors": "processors",
-    "blocked_processors": "blockedProcessors",
-    "running": "running",
-    "completed": "completed",
-    "waiting": "waiting",
-    "held_back_ms": "heldBackMs",
-    "heartbeat_age_ms": "heartbeatAgeMs",
-}
-_CLIENT_STATUS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
 _STATUS_HEAD = {
     "scheduler_name": "schedulerName",
     "time_us": "timeUs",
@@ -324,12 +278,12 @@ def _enc_status(b: Builder, at: int, name: str, m: Status) -> list[Payload]:
             b.set(item, "Counter", "value", value)
     b.set(at, name, "clockUs", m.clock_us)
     for column, struct_name, items, names in (
-        ("workers", "WorkerStatus", m.workers, _WORKER_STATUS),
-        ("clients", "ClientStatus", m.clients, _CLIENT_STATUS),
-        ("functions", "FunctionStatus", m.functions, _FUNCTION_STATUS),
-        ("failures", "TaskFailure", m.failures, _FAILURE),
-        ("outputs", "OutputRecord", m.outputs, _OUTPUT_RECORD),
-        ("departed", "DepartedWorker", m.departed, _DEPARTED),
+        ("workers", "WorkerStatus", m.workers, fieldnames.WORKER_STATUS),
+        ("clients", "ClientStatus", m.clients, fieldnames.CLIENT_STATUS),
+        ("functions", "FunctionStatus", m.functions, fieldnames.FUNCTION_STATUS),
+        ("failures", "TaskFailure", m.failures, fieldnames.TASK_FAILURE),
+        ("outputs", "OutputRecord", m.outputs, fieldnames.OUTPUT_RECORD),
+        ("departed", "DepartedWorker", m.departed, fieldnames.DEPARTED_WORKER),
     ):
         for item, source in zip(b.structs(at + data + fields[column][1], struct_name, len(items)), items):
             _set_all(b, item, struct_name, source, names)
@@ -605,14 +559,14 @@ def _dec_status(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Status:
         tasks_by_state=counters("tasksByState"),
         sent=counters("sent"),
         received=counters("received"),
-        workers=records("workers", "WorkerStatus", WorkerStatus, _WORKER_STATUS),
-        clients=records("clients", "ClientStatus", ClientStatus, _CLIENT_STATUS),
+        workers=records("workers", "WorkerStatus", WorkerStatus, fieldnames.WORKER_STATUS),
+        clients=records("clients", "ClientStatus", ClientStatus, fieldnames.CLIENT_STATUS),
         clock_us=r.get(v, name, "clockUs"),
-        functions=records("functions", "FunctionStatus", FunctionStatus, _FUNCTION_STATUS),
+        functions=records("functions", "FunctionStatus", FunctionStatus, fieldnames.FUNCTION_STATUS),
         events=_dec_events(r, events if events is not None else View(0, 0, 0, 0)),
-        failures=records("failures", "TaskFailure", TaskFailure, _FAILURE),
-        outputs=records("outputs", "OutputRecord", OutputRecord, _OUTPUT_RECORD),
-        departed=records("departed", "DepartedWorker", DepartedWorker, _DEPARTED),
+        failures=records("failures", "TaskFailure", TaskFailure, fieldnames.TASK_FAILURE),
+        outputs=records("outputs", "OutputRecord", OutputRecord, fieldnames.OUTPUT_RECORD),
+        departed=records("departed", "DepartedWorker", DepartedWorker, fieldnames.DEPARTED_WORKER),
         **head,
     )
 

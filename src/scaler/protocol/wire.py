@@ -174,6 +174,8 @@ class Reader:
         return segment, at + 8 + 8 * offset, value
 
     def _within(self, segment: int, begin: int, size: int) -> None:
+        if not size:  # an empty object may point anywhere: nothing is read from it (Cap'n Proto's bounds rule)
+            return
         start, end = self.segments[segment]
         if begin < start or begin + size > end:
             raise ProtocolError("undecodable header: a pointer out of its segment")

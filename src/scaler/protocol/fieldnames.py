@@ -1,0 +1,56 @@
+"""The Python record field -> Cap'n Proto field names of the status structs, shared by both codecs (codec.py with
+pycapnp, purecodec.py without): one table per struct, in the schema's order."""
+
+from __future__ import annotations
+
+WORKER_STATUS = {
+    "name": "name",
+    "agent_cpu_percent": "agentCpuPercent",
+    "agent_rss_bytes": "agentRssBytes",
+    "cpu_percent": "cpuPercent",
+    "rss_bytes": "rssBytes",
+    "free": "free",
+    "sent": "sent",
+    "queued": "queued",
+    "lag_us": "lagUs",
+    "processors": "processors",
+    "blocked_processors": "blockedProcessors",
+    "running": "running",
+    "completed": "completed",
+    "waiting": "waiting",
+    "held_back_ms": "heldBackMs",
+    "heartbeat_age_ms": "heartbeatAgeMs",
+}
+
+CLIENT_STATUS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
+
+FUNCTION_STATUS = {
+    "name": "name",
+    "submitted": "submitted",
+    "running": "running",
+    "success": "success",
+    "error": "error",
+    "canceled": "canceled",
+    "failed": "failed",
+    "duration_us": "durationUs",
+}
+
+TASK_FAILURE = {
+    "task_id": "taskId",
+    "function": "function",
+    "worker": "worker",
+    "status": "status",
+    "text": "text",
+    "time_us": "timeUs",
+}
+
+OUTPUT_RECORD = {
+    "task_id": "taskId",
+    "function": "function",
+    "worker": "worker",
+    "stream": "stream",
+    "text": "text",
+    "time_us": "timeUs",
+}
+
+DEPARTED_WORKER = {"name": "name", "reason": "reason", "lost": "lost", "time_us": "timeUs"}
