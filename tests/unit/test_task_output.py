@@ -279,3 +279,17 @@ def test_stream_output_is_a_flag_of_the_options_on_and_off() -> None:
     assert check_options(on, KEEP, KEEP, KEEP, False) == Options()
     with pytest.raises(ValueError, match="stream_output must be True or False, not 1"):
         check_options(on, KEEP, KEEP, KEEP, 1)
+
+
+def test_a_failing_send_does_not_stop_the_sender_for_later_tasks(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def send_due(self) -> None:
+            raise RuntimeError("boom")
+
+    sender = Sender()
+    sender.arm(Broken())  # type: ignore[arg-type]
+    sent: Sent = []
+    later = TaskCapture(5, lambda task_id, pieces: sent.append((task_id, pieces)), sender, (None, None))
+    print("later", file=later.stdout)  # buffered: armed on the same sender, sent after its delay
+    wait_until(lambda: bool(sent), timeout=10, what="the later task's output")
+    assert "sending a task's printed output failed" in caplog.text

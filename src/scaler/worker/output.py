@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import logging
 import threading
 import time
 import traceback
@@ -18,6 +19,8 @@ from typing import TextIO
 
 from scaler.io.processes import current_pid
 from scaler.protocol.records import OUTPUT_STDERR, OUTPUT_STDOUT
+
+logger = logging.getLogger(__name__)
 
 MAX_TASK_OUTPUT = 1 << 20  # UTF-8 bytes forwarded per task; then TRUNCATED and nothing more
 TRUNCATED = "[scaler: output of this task truncated after 1 MiB]\n"
@@ -178,6 +181,8 @@ class Sender:
                 capture.send_due()  # outside the condition: a writer holds its capture's lock while it arms
             except OSError:
                 pass  # the link to the agent is gone: so is this process, soon
+            except Exception:  # a bug: say so and keep sending the other tasks' output
+                logger.exception("processor: sending a task's printed output failed")
 
 
 def _utf8_size(text: str) -> int:
