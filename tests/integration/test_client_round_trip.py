@@ -76,9 +76,15 @@ def test_lone_tasks_are_sent_by_the_submitting_thread(quiet_client: Client) -> N
 def test_tasks_of_a_burst_go_through_the_io_thread_in_batches(quiet_client: Client) -> None:
     connection = quiet_client._connection
     connection._requests = recording = RecordingDeque()
+    # A slow task keeps a result pending while the burst is submitted, so no task of the burst is ever a lone one,
+    # however loaded the machine: with quick tasks only, a result could come back between two submits (a submitting
+    # thread preempted for a round trip), and the next task would then rightly go straight (3 runs in 6 failed so).
+    slow = quiet_client.submit(sleep_and_return, 1.0, "slow")  # alone: straight, or queued if the I/O thread was busy
+    before = recording.tasks
     futures = [quiet_client.submit(square, i) for i in range(50)]
     assert [f.result(timeout=TIMEOUT) for f in futures] == [i * i for i in range(50)]
-    assert recording.tasks >= 49  # only the first, alone when submitted, may go straight
+    assert slow.result(timeout=TIMEOUT) == "slow"
+    assert recording.tasks - before == 50  # every task of the burst went through the I/O thread
 
 
 def test_the_waiting_thread_reads_its_lone_result(quiet_client: Client) -> None:
