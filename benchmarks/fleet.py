@@ -12,7 +12,8 @@ measures, in this order:
 - idle: the scheduler's CPU (share of one core) over --idle seconds with every worker connected and heartbeating,
   and its RSS;
 - status: one `status` from the monitor (a SUB connected only for the snapshot, so that the runs below see no
-  subscriber): its size, and how long encoding it takes here (the scheduler builds and encodes one a second);
+  subscriber): its size, and how long encoding it takes here (the scheduler builds and encodes one a second while
+  a monitor subscribes, none otherwise);
 - round trip: the median of --rtt lone `submit(...).result()` from one real Client;
 - map: --tasks no-op tasks split over the clients (real `scaler.Client`s, one thread each), wall time, the
   scheduler's CPU and peak RSS meanwhile, and the messages it sent and received (from the status counters, a

@@ -62,13 +62,15 @@ def check_peers(parser: argparse.ArgumentParser, peers: list[str], scripts: dict
             parser.error(f"{PYTHON[peer]} is missing: PEERS_DIR={PEERS_DIR} bash ../shared/bench/setup_venvs.sh")
 
 
-def run_script(peer: str, script: str, args: list[str], limit: float) -> tuple[dict[str, Any] | None, str]:
-    """Run `script` with the peer's interpreter (ours: this checkout's src first on the path) in a session of its own,
-    killed with everything it started after `limit` seconds. Returns (the first JSON object it printed, "") or
-    (None, why there is none)."""
+def run_script(
+    peer: str, script: str, args: list[str], limit: float, src: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
+    """Run `script` with the peer's interpreter (ours: `src`, by default this checkout's src, first on the path) in a
+    session of its own, killed with everything it started after `limit` seconds. Returns (the first JSON object it
+    printed, "") or (None, why there is none)."""
     env = dict(os.environ)
     if peer == "ours":
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([src or os.path.join(ROOT, "src"), env.get("PYTHONPATH", "")])
     process = subprocess.Popen(
         [PYTHON[peer], "-c", script, *args],
         env=env,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from scaler.about import __version__
+from scaler.about import __version__, require_python_310
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
@@ -53,6 +53,7 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'scaler' has no attribute {name!r}")
+    require_python_310("Scaler's clients and local clusters")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once loaded, a plain module attribute
     return value

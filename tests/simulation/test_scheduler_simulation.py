@@ -184,8 +184,8 @@ def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(se
     """Every lone submit and result the core forwards (as the shell does) is replayed through the slow path on a copy
     of the core: both must leave the same whole core and send the same messages, while workers die, hang and come
     back (SimConfig.check_forwards). Monitored, the records of the status period are part of that state."""
-    config = SimConfig(
-        seed=seed, workers=40, clients=3, waves=4, wave_size=(20, 100), check_forwards=True, monitored=monitored
+    config = SimConfig(  # five waves: enough lone tasks for > 100 forwards with either seed
+        seed=seed, workers=40, clients=3, waves=5, wave_size=(20, 100), check_forwards=True, monitored=monitored
     )
     sim = simulate(config)
     assert sim.forwarded > 100, f"only {sim.forwarded} forwards: the shortcut was hardly taken"

@@ -47,7 +47,15 @@ FORBIDDEN = {
     "zmq",
 }
 # Scaler modules a pure core may import: other core modules, and the protocol's records and pure helpers.
-ALLOWED_SCALER = ("scaler.core", "scaler.protocol.records", "scaler.protocol.columns", "scaler.protocol.errors")
+# scaler.about: the version and the interpreter check (clients and workers refuse Python 3.9, where only the
+# scheduler runs); it reads sys and platform only.
+ALLOWED_SCALER = (
+    "scaler.core",
+    "scaler.protocol.records",
+    "scaler.protocol.columns",
+    "scaler.protocol.errors",
+    "scaler.about",
+)
 FORBIDDEN_CALLS = {"open", "print", "input", "breakpoint", "exec", "eval", "compile", "__import__"}
 
 

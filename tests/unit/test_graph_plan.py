@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import operator
+import weakref
 from collections.abc import Hashable
 from typing import Any
 
@@ -201,6 +202,43 @@ def test_the_collector_is_paused_and_restored() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_outlives_the_pause_is_not_walked_by_a_young_pass_at_once() -> None:
+    """After the pause the collector's young counts start again: the objects made meanwhile are in the oldest
+    generation, not all in the youngest waiting for one long pass (at 1,000,000 nodes, most of a second)."""
+    with collector_paused():
+        made = [[i] for i in range(50_000)]
+        assert gc.get_count()[0] >= 50_000
+    marker = made[-1]  # (without the promotion, a young pass walked them all and left them in generation 1)
+    assert [g for g in range(3) if any(o is marker for o in gc.get_objects(generation=g))] == [2]
+    assert gc.get_count()[0] < gc.get_threshold()[0] and gc.get_freeze_count() == 0
+
+
+def test_cycles_made_in_the_pause_are_still_collected() -> None:
+    class Node:
+        pass
+
+    with collector_paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]
+        gone = weakref.ref(a)
+        del a, b
+    assert gone() is not None  # a cycle: only the collector frees it
+    gc.collect()
+    assert gone() is None
+
+
+def test_objects_the_program_froze_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with collector_paused():
+            made = [[i] for i in range(1000)]
+        assert gc.get_freeze_count() == frozen and len(made) == 1000
+    finally:
+        gc.unfreeze()
 
 
 # ----------------------------------------------------------------------------------------------- random graphs

@@ -5,13 +5,25 @@ Every event goes through Driver, which runs validate() after it.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 
 import pytest
 
 from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, SchedulerCore, Send, Stop
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
-from scaler.core.scheduler.tasks import InvariantError, TaskState
+from scaler.core.scheduler.placement import water_fill
+from scaler.core.scheduler.tasks import (
+    EVENT_NAMES,
+    STATE_NAMES,
+    TRANSITION_TABLE,
+    TRANSITIONS,
+    InvariantError,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 from scaler.protocol.messages import (
     FLAG_PROFILING,
     FLAG_SILENT,
@@ -142,6 +154,22 @@ def test_heartbeats_are_echoed_and_the_worker_one_is_kept_for_status() -> None:
     assert sends(d.recv(W1, beat)) == [(W1, HeartbeatEcho())]
     [worker] = d.core.status().workers
     assert (worker.agent_cpu_percent, worker.agent_rss_bytes, worker.queued, worker.processors) == (12.5, 1000, 3, 2)
+
+
+def test_a_worker_heartbeat_is_echoed_at_most_once_per_quarter_of_the_worker_timeout() -> None:
+    """The echo is most of an idle fleet's cost; a worker beats every quarter of the timeout at most (Welcome), so it
+    still hears from the scheduler at least every half of it. Clients' heartbeats are all answered."""
+    d = with_function(worker_timeout_seconds=10.0)
+    d.worker(W1)
+    echoed = []
+    for beat in range(12):  # every 2 s, a little late now and then
+        d.now = 2.0 * beat + (0.3 if beat % 3 == 1 else 0.0)
+        if sends(d.recv(W1, Heartbeat())) == [(W1, HeartbeatEcho())]:
+            echoed.append(d.now)
+        assert sends(d.recv(C, Heartbeat())) == [(C, HeartbeatEcho())]
+    assert echoed == [0.0, 4.0, 8.3, 12.0, 16.0, 20.3]
+    assert max(b - a for a, b in itertools.pairwise(echoed)) <= 5.0
+    assert W1 in d.core.workers
 
 
 # ----------------------------------------------------------------------------------------------- submit and place
@@ -426,6 +454,34 @@ def test_silent_worker_is_declared_lost_and_its_tasks_run_elsewhere() -> None:
     assert d.core.tasks[t(2)].attempts == 0  # it never left the worker's queue: not charged
 
 
+def test_ticks_end_exactly_the_sessions_silent_past_their_timeout_though_few_ticks_scan() -> None:
+    """A tick walks the sessions only once one may have timed out (the earliest last_seen + timeout of the last
+    walk): every tick must still end exactly the sessions silent longer than their timeout, at the first tick past it,
+    as a walk at every tick would. validate() (after each event) checks that no session can time out before the
+    next walk."""
+    rng = random.Random(17)
+    d = Driver(worker_timeout_seconds=3.0, client_timeout_seconds=5.0)
+    peers = [f"w{n}".encode() for n in range(8)] + [f"c{n}".encode() for n in range(4)]
+    heard: dict[bytes, float] = {}
+    now = 0.0
+    for _ in range(400):
+        now = round(now + rng.choice([0.05, 0.05, 0.05, 0.4, 1.3]), 2)
+        d.now = now
+        for peer in rng.sample(peers, 2):
+            if peer not in heard:  # (re)join
+                d.client(peer) if peer.startswith(b"c") else d.worker(peer)
+            else:
+                d.recv(peer, Heartbeat())
+            heard[peer] = now
+        d.tick(now)
+        for peer, at in list(heard.items()):
+            timeout = 5.0 if peer.startswith(b"c") else 3.0
+            if now - at > timeout:
+                del heard[peer]
+        assert sorted(heard) == sorted([*d.core.workers, *d.core.clients]), now
+    assert min(d.core._oldest_seen) < now - 0.05  # the last walk was before the last tick: walks were skipped
+
+
 def test_worker_lost_too_often_fails_the_task_with_a_clear_error() -> None:
     d = with_tasks(1, max_task_retries=1)
     d.recv(W1, TasksStarted([t(1)]))
@@ -704,6 +760,31 @@ def test_a_big_batch_goes_to_the_least_loaded_workers_a_grain_each_not_to_all() 
     ]
 
 
+def test_a_lone_task_goes_where_water_fill_would_put_one_task() -> None:
+    """The lone task's worker (SchedulerCore._lone_task_worker, one pass that stops at the first idle worker) is
+    water_fill's Q = 1 choice over the open workers: the least loaded with room, the first of ties; none if all
+    are full. Random loads, built by submitting and answering."""
+    rng = random.Random(11)
+    for _ in range(40):
+        d = with_function(worker_timeout_seconds=1e6, client_timeout_seconds=1e6)
+        workers = [b"w%d" % i for i in range(rng.randrange(1, 9))]
+        for w in workers:
+            d.worker(w, capacity=rng.randrange(1, 4))
+        next_id = 1
+        for _ in range(rng.randrange(1, 6)):
+            n = rng.randrange(1, 12)
+            d.recv(C, submit(*((t(next_id + i), F, []) for i in range(n))))
+            next_id += n
+            for w in rng.sample(workers, rng.randrange(len(workers) + 1)):
+                held = list(d.core.workers[w].assigned)
+                if held:
+                    d.recv(w, ok(*rng.sample(held, rng.randrange(1, len(held) + 1))))
+        open_workers = [w for w in d.core.workers.values() if len(w.assigned) < w.limit]
+        shares = water_fill([len(w.assigned) for w in open_workers], [w.limit for w in open_workers], 1, grain=64)
+        expected = [w for w, share in zip(open_workers, shares) if share]
+        assert [d.core._lone_task_worker()] == (expected or [None])
+
+
 def test_a_grain_never_overfills_a_worker_it_takes_more_workers_instead() -> None:
     d = with_function(placement_grain=4)
     for w in (W1, W2, W3):
@@ -801,7 +882,7 @@ def test_task_failing_on_a_missing_reference_leaves_object_references_balanced()
     d = with_function()
     data = tid(P, 4)
     d.put(C, (data, b"data"))
-    # references {F, data, missing}; in set order `missing` (counter 2) comes first: a task refused while being
+    # references F, data, missing: every one is checked before any is pinned, so a task refused while being
     # linked must not unpin what it never pinned (it once drove refs below zero)
     missing = tid(P, 2)
     d.recv(C, submit((t(8), F, [data, missing])))
@@ -855,3 +936,72 @@ def test_tasks_that_end_while_queued_leave_the_ready_queue_with_their_arguments(
     d.recv(C, submit((t(60), F, [b"y"])))
     d.recv(C, Disconnect("bye"))
     assert len(d.core.ready) == 0 and d.core.tasks == {}
+
+
+# ----------------------------------------------------------------------------------------------- hot paths
+@pytest.mark.parametrize(
+    "arg_refs",
+    [(), (0,), (7,), (F,), (7, 8), (7, 7), (7, 0), (0, 8), (F, 8), (7, F), (0, 0), (7, 8, 9), (7, 8, 7, 0, F, 9)],
+)
+def test_task_references_are_the_function_then_the_arguments_each_once(arg_refs: tuple[int, ...]) -> None:
+    task = Task(t(1), _FakeClient(), F, 0, arg_refs, None, ())  # type: ignore[arg-type]
+    expected: list[int] = [F]
+    for ref in arg_refs:
+        if ref and ref not in expected:
+            expected.append(ref)
+    assert task.references() == tuple(expected)
+
+
+class _FakeClient:
+    pass
+
+
+def test_object_named_twice_by_a_task_is_pinned_once_and_freed_when_it_ends() -> None:
+    d = with_function()
+    data = tid(P, 50)
+    d.put(C, (data, b"data"))
+    d.recv(C, submit((t(1), F, [data, data])))
+    assert d.core.objects[data].refs == 1 and d.core.objects[F].refs == 1
+    d.recv(C, FreeObjects([data]))  # the client lets go; the task still needs it
+    [(_, message)] = of_type(d.worker(W1), DispatchTasks)
+    assert message.arg_refs == [data, data]
+    commands = d.recv(W1, ok(t(1)))
+    assert of_type(commands, FreeObjects) == [(W1, FreeObjects([data]))]
+    assert data not in d.core.objects and d.core.objects[F].refs == 0
+
+
+def test_a_move_the_table_forbids_raises_and_leaves_the_counts_alone() -> None:
+    d = with_tasks(1)  # t(1) assigned to W1
+    task = d.core.tasks[t(1)]
+    counts = list(d.core.state_counts)
+    with pytest.raises(InvariantError, match=r"no transition from ASSIGNED on READY"):
+        d.core._move(task, TaskEvent.READY)
+    assert task.state == TaskState.ASSIGNED and d.core.state_counts == counts
+    d.core._move(task, TaskEvent.REQUEUE)
+    assert task.state == TaskState.QUEUED and not task.started
+    assert d.core.state_counts[TaskState.QUEUED] == counts[TaskState.QUEUED] + 1
+
+
+def test_the_indexed_transition_table_is_the_table() -> None:
+    indexed = {
+        (state, event): TRANSITION_TABLE[state][event]
+        for state in STATE_NAMES
+        for event in EVENT_NAMES
+        if TRANSITION_TABLE[state][event] is not None
+    }
+    assert indexed == TRANSITIONS
+
+
+def test_a_result_is_kept_only_for_the_dependents_still_waiting() -> None:
+    d = with_function()
+    d.worker(W1, 4)
+    d.recv(C, submit((t(1), F, [b"a"])))
+    d.recv(C, submit((t(2), F, [t(1)]), (t(3), F, [t(1)])))
+    d.recv(C, CancelTasks([t(2)]))
+    d.recv(W1, ok(t(1)))
+    assert d.core.objects[t(1)].refs == 1 and d.core.tasks[t(3)].state == TaskState.ASSIGNED
+    d.recv(C, submit((t(6), F, [b"c"])))
+    d.recv(C, submit((t(7), F, [t(6)])))
+    d.recv(C, CancelTasks([t(7)]))  # its only dependent gone: t(6)'s result is not kept
+    d.recv(W1, ok(t(6)))
+    assert t(6) not in d.core.objects and t(6) not in d.core.tasks

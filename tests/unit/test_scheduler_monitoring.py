@@ -170,6 +170,27 @@ def test_the_lone_shortcuts_count_as_the_normal_path_does() -> None:
     assert d.core.functions.by_name["f"].ended == [1, 1, 0, 0]
 
 
+def test_a_period_ended_without_a_status_leaves_the_core_as_a_status_would() -> None:
+    """With no monitor subscribed the shell builds no status (O(workers)) but ends the period: the functions' activity,
+    the bound on names and the next period's sampling must come out the same."""
+    for monitored in (False, True):
+        built = connected(monitored, 1000, worker_timeout_seconds=1e6, client_timeout_seconds=1e6)
+        built.recv(C, submit(*((t(n), F if n % 2 else G, []) for n in range(300))))
+        built.recv(W1, TasksStarted([t(0), t(1)]))
+        for n in range(MAX_FUNCTIONS):  # over the bound: idle names are forgotten at a period's end
+            built.core.functions.by_name[f"n{n}"] = monitoring.FunctionStats(f"n{n}", 0.0)
+        skipped = copy.deepcopy(built)
+        for d in (built, skipped):
+            d.recv(W1, ok(*(t(n) for n in range(250))))
+            d.tick(monitoring.IDLE_SECONDS + 1)
+        built.core.status()
+        events = skipped.core.end_period()[0]
+        assert canonical(built.core) == canonical(skipped.core), first_difference(built.core, skipped.core)
+        assert "f" in skipped.core.functions.by_name and "n0" not in skipped.core.functions.by_name
+        assert skipped.core._log.sample_every == monitoring.next_sample_every(250)
+        assert bool(events.task_ids) == monitored
+
+
 # ----------------------------------------------------------------------------------------------- events
 def test_nothing_is_recorded_unless_monitored() -> None:
     d = connected()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from scaler.about import require_python_310
+
 if TYPE_CHECKING:
     from scaler.client.client import Client
     from scaler.client.future import ProfilingInfo, ScalerFuture
@@ -24,6 +26,7 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'scaler.client' has no attribute {name!r}")
+    require_python_310("Scaler's clients")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -26,6 +26,8 @@ from scaler.client.dask_graph import as_task_tuples, caller_module, dask_call
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, TaskNode, plan_graph
+from scaler.client.grouped_futures import submit_grouped
+from scaler.client.grouping import check_group, group_plan
 from scaler.client.object_reference import ObjectReference
 from scaler.client.options import (
     DASK_KEYWORDS,
@@ -36,6 +38,7 @@ from scaler.client.options import (
     check_options,
 )
 from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
+from scaler.client.shared import SharedSink
 from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
 from scaler.errors import (
     AuthenticationError,
@@ -54,12 +57,16 @@ from scaler.protocol.messages import (
     Payload,
     TaskStatus,
 )
+from scaler.protocol.records import FLAG_SHARED_ARGUMENTS
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
-from scaler.serializer import DEFAULT_SERIALIZER, Serializer, serializer_input
+from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer, _is_plain, serializer_input
+from scaler.shm import DEFAULT_THRESHOLD, Parts, SharedArguments, pickle_parts, untag
 
 logger = logging.getLogger(__name__)
 
 _UNREAD: Any = object()  # a function's signature not read yet
+_SMALL_KINDS = frozenset({int, float, bool, complex, type(None)})  # never big: no need to look for Parts
+_SIZED_KINDS = frozenset({bytes, bytearray, str})  # plain, and their length says whether they may be big
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
 PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO, or stderr) this often
 
@@ -85,6 +92,10 @@ class Client:
         stream_output: print what this client's tasks write to sys.stdout and sys.stderr here, in this process's
             sys.stdout and sys.stderr, each line prefixed "(function task 0x...) " (docs/client.md, "Task output");
             client.options(stream_output=True) for some tasks only.
+        shared_memory: arguments of submit and map at least this many bytes once serialized (True: 1 MiB) are
+            written once to shared memory (/dev/shm) and read from there by workers on this host, past the
+            scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
+            False: always inline.
     """
 
     # dask.compute(..., scheduler=client) reads it (a "Client" with a get: its get is the scheduler, if not async).
@@ -102,8 +113,10 @@ class Client:
         task_retries: int = 0,
         task_priority: int = 0,
         stream_output: bool = False,
+        shared_memory: bool | int = True,
     ) -> None:
         parse_address(address)
+        threshold = _shared_memory_threshold(shared_memory)
         self._options = check_options(Options(), task_timeout, task_retries, task_priority, stream_output)
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
@@ -141,6 +154,14 @@ class Client:
         self._connection.wait_connected(self._timeout)
         self._prefix = self._connection.core.id_prefix
         self._max_payload = self._connection.core.max_payload_bytes or (1 << 63)
+        self._shared_memory = shared_memory
+        self._shared: SharedArguments | None = None
+        if threshold is not None:
+            shared = SharedArguments(threshold)
+            self._shared = shared if shared.enabled else None
+        # Arguments at least this big are pickled in pieces (Parts), copied once, into shared memory.
+        self._parts_from = threshold if self._shared is not None and type(serializer) is DefaultSerializer else None
+        self._renamed: dict[int, int] = {}  # a map's task id -> the id it was sent again under (inline)
 
     # ------------------------------------------------------------------------------------------- context
     def __enter__(self) -> Client:
@@ -154,7 +175,7 @@ class Client:
         runs the task may act as this client (docs/security.md). They travel inside the task's arguments, which
         are encrypted on every connection when keys are used."""
         settings = (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
-        return _reconnect, (*settings, self._keys, self._options)
+        return _reconnect, (*settings, self._keys, self._options, self._shared_memory)
 
     def __repr__(self) -> str:
         state = "disconnected" if self._connection.closed.is_set() else "connected"
@@ -214,11 +235,19 @@ class Client:
         task_id = connection.mint(1)[0]
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
-        connection.register([(task_id, FutureSink(future, self._serializer, profiling))])
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
+        task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task)
+        sink: ResultSink = FutureSink(future, self._serializer, profiling)
+        if self._shared is not None and self._shared.wanted(payloads):
+            task, sink = self._share(connection, task, sink, fn, functools.partial(_retarget_future, future))
+        try:
+            connection.register([(task_id, sink)])
+        except BaseException:
+            _release_shared([sink])
+            raise
         if flags & FLAG_STREAM_OUTPUT:
             connection.output.expect((task_id,), _label(fn))
-        connection.submit_task(NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task))
+        connection.submit_task(task)
         return future
 
     def map(
@@ -262,11 +291,21 @@ class Client:
         flags = options.flags  # not profiling: map returns values, not futures, so there is nowhere to read it from
         ids = connection.mint(len(items))
         tasks = []
-        for task_id, item in zip(ids, items, strict=False):
-            refs, _, payloads = self._encode_arguments(fn, item, {})
-            tasks.append(NewTask(task_id, function_id, flags, refs, None, payloads, options.task))
         collector = Collector(len(items))
-        connection.register(zip(ids, map(collector.slot, range(len(items))), strict=False))
+        sinks: list[ResultSink] = [collector.slot(index) for index in range(len(items))]
+        shared = self._shared
+        try:
+            for index, (task_id, item) in enumerate(zip(ids, items, strict=False)):
+                refs, _, payloads = self._encode_arguments(fn, item, {})
+                task = NewTask(task_id, function_id, flags, refs, None, payloads, options.task)
+                if shared is not None and shared.wanted(payloads):
+                    retarget = functools.partial(self._renamed.__setitem__, task_id)
+                    task, sinks[index] = self._share(connection, task, sinks[index], fn, retarget)
+                tasks.append(task)
+            connection.register(zip(ids, sinks, strict=False))
+        except BaseException:
+            _release_shared(sinks)  # nothing was sent
+            raise
         if flags & FLAG_STREAM_OUTPUT:
             connection.output.expect(ids, _label(fn))
         for start in range(0, len(tasks), _MAP_CHUNK):
@@ -284,14 +323,31 @@ class Client:
             left = wait_with_bar(
                 f"map({label})", len(items), lambda: len(items) - collector.remaining, collector.done, timeout
             )
+        try:
+            return self._map_outcome(connection, collector, ids, label, left, timeout, progress)
+        finally:
+            if self._renamed:
+                for task_id in ids:
+                    self._renamed.pop(task_id, None)
+
+    def _map_outcome(
+        self,
+        connection: Connection,
+        collector: Collector,
+        ids: range,
+        label: str,
+        left: float | None,
+        timeout: float | None,
+        progress: Callable[[], str],
+    ) -> list[Any]:
         if not self._wait(collector.done, left, progress):
-            self._cancel_many([i for i in ids if i in connection.sinks])
+            self._cancel_many([i for i in map(self._current_id, ids) if i in connection.sinks])
             raise TimeoutError(
-                f"map({label}): {collector.remaining:,} of {len(items):,} tasks had not finished after "
+                f"map({label}): {collector.remaining:,} of {len(ids):,} tasks had not finished after "
                 f"{timeout:g}s; they were cancelled"
             )
         if collector.error is not None or collector.failed is not None:
-            self._cancel_many([i for i in ids if i in connection.sinks])
+            self._cancel_many([i for i in map(self._current_id, ids) if i in connection.sinks])
             if collector.error is not None:
                 raise collector.error
             assert collector.failed is not None
@@ -309,6 +365,7 @@ class Client:
         *,
         timeout: float | None = None,
         progress: bool = False,
+        group: int | None = None,
     ) -> Any:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.
 
@@ -318,13 +375,14 @@ class Client:
         block=False returns {key: future} at once instead (as scaler 1.9 did). timeout: seconds to wait for the keys
         (None, the default: no limit); past it, get raises TimeoutError and cancels the graph's unfinished tasks.
         progress: show a live progress bar of the keys computed while waiting (see scaler.progress).
+        group: run up to this many nodes per task (see submit_graph).
         Called the way Dask calls a scheduler (dask.compute(..., scheduler=client.get)), it answers as Dask's
         schedulers do: the values in the shape of keys (docs/client.md, "Dask collections").
         """
         call = dask_call(graph, keys, caller_module())
         if call is not None:
-            return call.answer(self._get(self._options, call.graph, call.keys, timeout, block, progress))
-        return self._get(self._options, graph, keys, timeout, block, progress)
+            return call.answer(self._get(self._options, call.graph, call.keys, timeout, block, progress, group))
+        return self._get(self._options, graph, keys, timeout, block, progress, group)
 
     def _get(
         self,
@@ -334,6 +392,7 @@ class Client:
         timeout: float | None,
         block: bool = True,
         bar: bool = False,
+        group: int | None = None,
     ) -> dict[Hashable, Any]:
         _check_timeout(timeout, "get()")
         _check_unique(keys)
@@ -342,8 +401,8 @@ class Client:
         if not block:
             if timeout is not None:
                 raise TypeError("get(block=False) returns futures at once: timeout= is for block=True only")
-            return dict(zip(keys, self._submit_graph(options, graph, keys, False)[0], strict=True))
-        futures, task_ids = self._submit_graph(options, graph, keys, False)
+            return dict(zip(keys, self._submit_graph(options, graph, keys, False, group)[0], strict=True))
+        futures, task_ids = self._submit_graph(options, graph, keys, False, group)
         started = time.monotonic()
 
         def progress() -> str:
@@ -365,20 +424,38 @@ class Client:
         return {key: future.result() for key, future in zip(keys, futures, strict=False)}
 
     def submit_graph(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None = None
+        self,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        profiling: bool | None = None,
+        *,
+        group: int | None = None,
     ) -> list[ScalerFuture]:
         """Submit a dask-style graph; returns one future per key asked for, in order.
 
         profiling: profile the tasks of the keys asked for (None: as the client was created).
+        group: run up to this many consecutive nodes of the graph as one task (None, the default: one task per node;
+        see scaler.client.grouping and docs/client.md).
         """
-        return self._submit_graph(self._options, graph, keys, profiling)[0]
+        return self._submit_graph(self._options, graph, keys, profiling, group)[0]
 
     def _submit_graph(
-        self, options: Options, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None
+        self,
+        options: Options,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        profiling: bool | None,
+        group: int | None = None,
     ) -> tuple[list[ScalerFuture], list[int]]:
         """submit_graph, also returning the ids of all the graph's tasks."""
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
+        if group is not None:  # the graph becomes a graph of block tasks, submitted below as any graph
+            size = check_group(group)
+            with collector_paused():
+                grouped = group_plan(plan_graph(as_task_tuples(graph), keys), list(keys), size)
+            submit = lambda g, k: self._submit_graph(options, g, k, profiling)  # noqa: E731
+            return submit_grouped(grouped, list(keys), submit, self._cancel_many)
         connection = self._live()
         with collector_paused():
             return self._send_graph(connection, options, graph, keys, profiling)
@@ -411,8 +488,9 @@ class Client:
         flags_base = (FLAG_PROFILING if profiled else 0) | options.flags
         tasks: list[Request] = []
         task_ids = list(connection.mint(len(plan.tasks)))
+        function_ids: dict[int, int] = {}  # id(function) -> its object id; the graph keeps the functions alive
         for node, task_id in zip(plan.tasks, task_ids):
-            function_id = self._function_object(node.function)
+            function_id = function_ids.get(id(node.function)) or self._graph_function(function_ids, node.function)
             refs: list[int] = []
             payloads: list[Payload] = []
             for position, arg in enumerate(node.args):
@@ -510,6 +588,7 @@ class Client:
         self._closed_by_user = True
         if os.getpid() == self._pid:  # in a forked copy there is nothing of ours to close (the parent's is not)
             self._connection.close("the client disconnected")
+            self._close_shared()
 
     def shutdown(self) -> None:
         """Stop the scheduler and its workers. Refused (ProtectedModeError) when the scheduler is protected."""
@@ -517,6 +596,7 @@ class Client:
         connection.request_shutdown("client.shutdown()", self._timeout)
         self._closed_by_user = True
         self._connection.close("shutdown")
+        self._close_shared()
 
     # ------------------------------------------------------------------------------------------- helpers
     def _live(self) -> Connection:
@@ -616,6 +696,12 @@ class Client:
             self._functions[key] = (holder, object_id)
         return object_id
 
+    def _graph_function(self, function_ids: dict[int, int], fn: Callable[..., Any]) -> int:
+        """_function_object for a graph's task, remembered in `function_ids` (by id: the graph keeps `fn` alive until
+        it is sent) so that the graph's other tasks of `fn` do not look it up again."""
+        function_ids[id(fn)] = object_id = self._function_object(fn)
+        return object_id
+
     def _forget_function(self, key: int, object_id: int) -> None:
         with self._lock:
             entry = self._functions.get(key)
@@ -654,7 +740,7 @@ class Client:
             else:
                 refs.append(0)
                 try:
-                    payloads.append(self._serialize(arg))
+                    payloads.append(self._serialize_argument(arg))
                 except _Unserializable as exc:
                     raise exc.error(f"argument {position} of {_label(fn)}") from exc.__cause__
         keywords = None
@@ -666,7 +752,7 @@ class Client:
                 else:
                     refs.append(0)
                     try:
-                        payloads.append(self._serialize(value))
+                        payloads.append(self._serialize_argument(value))
                     except _Unserializable as exc:
                         raise exc.error(f"keyword argument {key!r} of {_label(fn)}") from exc.__cause__
         return tuple(refs), keywords, tuple(payloads)
@@ -692,6 +778,49 @@ class Client:
             raise _Unserializable(lambda what: self._too_large(what, size), PayloadTooLargeError)
         return payload
 
+    def _share(
+        self, connection: Connection, task: NewTask, sink: ResultSink, fn: Any, retarget: Callable[[int], None]
+    ) -> tuple[NewTask, ResultSink]:
+        """The task with its large arguments written to shared memory (scaler.shm) and the sink that unlinks them
+        when it ends, or sends it again inline if its worker cannot read them; as it was if no segment could be
+        made."""
+        assert self._shared is not None
+        shared = self._shared.share(task.payloads)
+        if shared is None:
+            return task._replace(payloads=untag(task.payloads)), sink
+        payloads, names = shared
+        task = task._replace(flags=task.flags | FLAG_SHARED_ARGUMENTS, payloads=payloads)
+        return task, SharedSink(connection, self._shared, sink, task, names, fn, _label(fn), retarget)
+
+    def _current_id(self, task_id: int) -> int:
+        """The id a map's task runs under now (another if it was sent again with its arguments inline)."""
+        return self._renamed.get(task_id, task_id)
+
+    def _close_shared(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+
+    def _serialize_argument(self, value: Any) -> Payload | Parts:
+        """An argument of submit or map through the serializer: with shared memory on and the default serializer, a
+        big one comes as Parts (the pickler's pieces, the big buffers not copied: _share copies them once, into a
+        segment); raises _Unserializable."""
+        threshold = self._parts_from
+        kind = type(value)
+        if threshold is None or kind in _SMALL_KINDS or (kind in _SIZED_KINDS and len(value) < threshold):
+            return self._serialize(value)
+        plain = _is_plain(value)
+        if plain and kind not in _SIZED_KINDS:  # a tuple or list of plain values: not worth looking into
+            return self._serialize(value)
+        try:
+            payload = pickle_parts(value, plain, threshold)
+        except Exception as exc:
+            kind_name, reason = kind.__name__, str(exc)
+            raise _Unserializable(lambda what: f"{what} could not be serialized ({kind_name}): {reason}") from exc
+        if len(payload) > self._max_payload:
+            size = len(payload)
+            raise _Unserializable(lambda what: self._too_large(what, size), PayloadTooLargeError)
+        return payload  # type: ignore[no-any-return]
+
     def _too_large(self, what: str, size: int) -> str:
         return (
             f"{what} is {size:,} bytes once serialized, more than the scheduler's limit of {self._max_payload:,} "
@@ -705,7 +834,13 @@ def collector_paused() -> Iterator[None]:
 
     That builds millions of objects that all stay alive until sent, and none is part of a cycle. With the
     collector on, each of its full passes walks every one of them again: at 1,000,000 nodes it doubled the time
-    of the whole planning. Left as it was if it is already off (the caller's choice)."""
+    of the whole planning. Left as it was if it is already off (the caller's choice).
+
+    What outlives the pause (the requests until they are sent, the futures) is young, and the collector counts it:
+    enabled as it is, its next young pass would walk all of it at once (at 1,000,000 nodes, most of a second of
+    the hand-over). Freezing then unfreezing moves every tracked object into the oldest generation without walking
+    any and restarts the young counts; a cycle among them is found by the next full pass, as for any old object.
+    Not done if the program keeps objects frozen itself (unfreezing would thaw them)."""
     if not gc.isenabled():
         yield
         return
@@ -713,6 +848,9 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if not gc.get_freeze_count():
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 
@@ -803,15 +941,23 @@ def _reconnect(
     serializer: Serializer,
     keys: PeerKeys | None = None,
     options: Options = Options(),  # noqa: B008 (a NamedTuple: immutable)
+    shared_memory: bool | int = True,
 ) -> Client:
     """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key and options."""
     public = keys.pair.public if keys is not None else None
-    key = (address, profiling, timeout, heartbeat, type(serializer).__qualname__, public, options, os.getpid())
+    name = type(serializer).__qualname__
+    key = (address, profiling, timeout, heartbeat, name, public, options, os.getpid(), shared_memory)
     with _nested_lock:
         client = _nested.get(key)
         if client is None or client._connection.closed.is_set():
             client = Client(
-                address, profiling, timeout, heartbeat, serializer, keys=keys if keys is not None else False
+                address,
+                profiling,
+                timeout,
+                heartbeat,
+                serializer,
+                keys=keys if keys is not None else False,
+                shared_memory=shared_memory,
             )
             client._options = options
             _nested[key] = client
@@ -845,6 +991,28 @@ def _print_graph_output(
         connection.end_output(silent)
     for future in futures:
         future.add_done_callback(one_done)
+
+
+def _shared_memory_threshold(shared_memory: object) -> int | None:
+    """Client(shared_memory=...): the size from which arguments go by shared memory, None: never."""
+    if shared_memory is True:
+        return DEFAULT_THRESHOLD
+    if shared_memory is False:
+        return None
+    if isinstance(shared_memory, int) and shared_memory > 0:
+        return shared_memory
+    raise ValueError(f"shared_memory must be True, False or a positive number of bytes, not {shared_memory!r}")
+
+
+def _retarget_future(future: ScalerFuture, task_id: int) -> None:
+    """The future's task was sent again under a new id: cancel() and waits follow it."""
+    future.task_id = task_id
+
+
+def _release_shared(sinks: Iterable[ResultSink]) -> None:
+    for sink in sinks:
+        if isinstance(sink, SharedSink):
+            sink.shared.release(sink.names)
 
 
 def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
+
+from scaler.core.slotted import slotted
 
 
 def build_list(*items: Any) -> list[Any]:
@@ -23,20 +25,20 @@ def identity(value: Any) -> Any:
     return value
 
 
-@dataclass(slots=True)
+@slotted
 class KeyArg:
     key: Hashable
 
 
-@dataclass(slots=True)
+@slotted
 class ValueArg:
     value: Any
 
 
-Arg = KeyArg | ValueArg
+Arg = Union[KeyArg, ValueArg]  # noqa: UP007 (this runs, on Python 3.9 too: the scheduler imports it on PyPy)
 
 
-@dataclass(slots=True)
+@slotted
 class TaskNode:
     key: Hashable
     function: Any

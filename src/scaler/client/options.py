@@ -132,16 +132,22 @@ class ClientOptions:
         *,
         timeout: float | None = None,
         progress: bool = False,
+        group: int | None = None,
     ) -> Any:
         call = dask_call(graph, keys, caller_module())  # called by dask: answer as its schedulers do (Client.get)
         if call is not None:
-            return call.answer(self._client._get(self._options, call.graph, call.keys, timeout, block, progress))
-        return self._client._get(self._options, graph, keys, timeout, block, progress)
+            return call.answer(self._client._get(self._options, call.graph, call.keys, timeout, block, progress, group))
+        return self._client._get(self._options, graph, keys, timeout, block, progress, group)
 
     def submit_graph(
-        self, graph: dict[Hashable, Any], keys: list[Hashable], profiling: bool | None = None
+        self,
+        graph: dict[Hashable, Any],
+        keys: list[Hashable],
+        profiling: bool | None = None,
+        *,
+        group: int | None = None,
     ) -> list[ScalerFuture]:
-        return self._client._submit_graph(self._options, graph, keys, profiling)[0]
+        return self._client._submit_graph(self._options, graph, keys, profiling, group)[0]
 
     def get_executor(self) -> ScalerExecutor:
         """A concurrent.futures.Executor whose tasks get these options (see Client.get_executor)."""

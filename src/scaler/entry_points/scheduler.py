@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import platform
 import sys
 
 from scaler.core.scheduler import SchedulerConfig
@@ -99,7 +100,10 @@ def main(argv: list[str] | None = None) -> None:
             parser().error(str(exc))
     setup_logging(args.logging_level, tuple(args.logging_paths))
     logging.info("logging to %s", tuple(args.logging_paths))
+    from scaler.protocol.messages import CODEC
     from scaler.scheduler.server import run_scheduler
+
+    logging.info("Scheduler: %s %s, %s codec", platform.python_implementation(), platform.python_version(), CODEC)
 
     config = SchedulerConfig(
         protected=args.protected,

@@ -13,7 +13,9 @@ EVENT_LOOPS = ("builtin", "uvloop")
 # collections every 700 allocations cost them time for nothing. Processors, which run user code, restore the
 # interpreter's defaults (see DEFAULT_GC_THRESHOLDS).
 SERVICE_GC_THRESHOLDS = (20_000, 20, 20)
-DEFAULT_GC_THRESHOLDS = gc.get_threshold()
+# PyPy's collector has neither thresholds nor freeze (it is tuned otherwise): there it is left as it is.
+TUNABLE_GC = hasattr(gc, "freeze") and hasattr(gc, "get_threshold")
+DEFAULT_GC_THRESHOLDS = gc.get_threshold() if TUNABLE_GC else (700, 10, 10)
 
 
 def check_event_loop(name: str) -> str:
@@ -29,8 +31,9 @@ def check_event_loop(name: str) -> str:
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "builtin") -> T:
     """Run `main` on a new loop of the kind asked for, as a service process (see SERVICE_GC_THRESHOLDS)."""
-    gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
-    gc.set_threshold(*SERVICE_GC_THRESHOLDS)
+    if TUNABLE_GC:
+        gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
+        gc.set_threshold(*SERVICE_GC_THRESHOLDS)
     loop: asyncio.AbstractEventLoop
     if check_event_loop(event_loop) == "uvloop":
         import uvloop

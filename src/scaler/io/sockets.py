@@ -15,6 +15,7 @@ from typing import Any
 import zmq
 
 from scaler.io.curve import MAIN_DOMAIN, MONITOR_DOMAIN, make_client, make_server
+from scaler.io.frameinfo import cffi_backend, frame_more
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
 from scaler.protocol.messages import Message, Payload, decode, encode
 from scaler.security.keys import PeerKeys
@@ -36,6 +37,7 @@ _raw_send = zmq.backend.Socket.send
 _raw_recv = zmq.backend.Socket.recv
 _raw_get = zmq.backend.Socket.get
 _SNDMORE = int(zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -161,11 +163,15 @@ def _bind(sock: zmq.Socket[Any], address: str) -> None:
     check_private(path)
 
 
-def small_to_bytes(frames: Sequence[zmq.Frame]) -> list[Payload]:
+def _small_to_bytes(frames: Sequence[zmq.Frame]) -> list[Payload]:
     return [f.bytes if len(f) < COPY_BELOW else f for f in frames]
 
 
-def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
+def _small_to_bytes_cffi(frames: Sequence[zmq.Frame | bytes]) -> list[Payload]:
+    return [f if type(f) is bytes else (f.bytes if len(f) < COPY_BELOW else f) for f in frames]  # type: ignore[union-attr]
+
+
+def _recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
     """All frames of the next message, as zmq.Frames. Raises zmq.Again with NOBLOCK and nothing waiting."""
     frame = _raw_recv(sock, flags, False, False)
     frames = [frame]
@@ -173,6 +179,35 @@ def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
         frame = _raw_recv(sock, 0, False, False)
         frames.append(frame)
     return frames
+
+
+def _recv_frames_cffi(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
+    """recv_frames on pyzmq's CFFI backend (PyPy), whose Frame.more stays False: libzmq says (frame_more)."""
+    frame = _raw_recv(sock, flags, False, False)
+    frames = [frame]
+    while frame_more(frame):
+        frame = _raw_recv(sock, 0, False, False)
+        frames.append(frame)
+    return frames
+
+
+def _recv_copying_cffi(sock: zmq.Socket[Any], flags: int = 0) -> list[zmq.Frame]:
+    """What read_waiting gives on pyzmq's CFFI backend (PyPy), where a zmq.Frame costs more than a copy: the first
+    frame a zmq.Frame (a ROUTER's peer identity, whose properties the scheduler reads: frame_get), the others bytes,
+    whatever their size (a PyPy scheduler, 3 paired runs: CPU per map of 100,000 x0.79-0.92, lone round trip
+    x0.78-0.88; docs/benchmarks.md). small_to_bytes takes either."""
+    frame = _raw_recv(sock, flags, False, False)
+    frames: list[Any] = [frame]
+    if frame_more(frame):
+        frames.append(_raw_recv(sock, 0, True, False))
+        while _raw_get(sock, _RCVMORE):
+            frames.append(_raw_recv(sock, 0, True, False))
+    return frames
+
+
+recv_frames = _recv_frames_cffi if cffi_backend() else _recv_frames
+_recv_waiting = _recv_copying_cffi if cffi_backend() else _recv_frames
+small_to_bytes = _small_to_bytes_cffi if cffi_backend() else _small_to_bytes
 
 
 def recv_message(sock: zmq.Socket[Any], flags: int = 0, accept: frozenset[str] | None = None) -> Message:
@@ -220,14 +255,15 @@ def read_waiting(sock: zmq.Socket[Any], burst: bool, limit: int) -> Iterator[lis
 
     Asking ZeroMQ whether input waits (has_input) costs a system call, so the first message is read without asking
     (nothing, if the FD fired for something else); more are read, up to `limit`, only in a `burst` (when the caller's
-    last look, after its own sends, found more waiting)."""
+    last look, after its own sends, found more waiting). Hand the frames to small_to_bytes: on PyPy those after the
+    first come as bytes (_recv_copying_cffi)."""
     try:
-        first = recv_frames(sock, zmq.NOBLOCK)
+        first = _recv_waiting(sock, zmq.NOBLOCK)
     except zmq.Again:
         return
     yield first
     if burst:
         count = 1
         while count < limit and has_input(sock):
-            yield recv_frames(sock)
+            yield _recv_waiting(sock)
             count += 1

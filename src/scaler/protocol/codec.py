@@ -154,7 +154,9 @@ def clear_caches() -> None:
 def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...]) -> bytes:
     """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set)."""
     sizes: list[int | None] = [None] * pointer_count
-    for slot, size in zip(slots, key[1:], strict=True):
+    if len(key) != len(slots) + 1:
+        raise ValueError(f"a template key has {len(key) - 1} sizes for {len(slots)} slots")
+    for slot, size in zip(slots, key[1:]):  # no zip(strict=): the scheduler also runs on Python 3.9
         sizes[slot] = None if size < 0 else size
     if len(_templates) >= _TEMPLATE_CACHE:
         _templates.clear()

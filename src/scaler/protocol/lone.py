@@ -1,8 +1,9 @@
-"""Reading one-task messages without pycapnp: what the scheduler forwards as it came (a lone submit, relabelled a
-dispatch; a lone result) and what a client waiting for its only task reads in its own thread (ADR 0008).
+"""Reading one-task messages without the codec's decoder: what the scheduler forwards as it came (a lone submit,
+relabelled a dispatch; a lone result) and what a client waiting for its only task reads in its own thread (ADR 0008).
 
-A way of reading, not a second meaning: whatever these return equals what scaler.protocol.codec.decode() gives, or
-they return None and the frames are decoded as usual (tests/property/test_lone_reading.py).
+A way of reading, not a second meaning: whatever these return equals what the codec's decode() gives, or they return
+None and the frames are decoded as usual (tests/property/test_lone_reading.py). The fields are cut out by the active
+codec's batch reader (scaler.protocol.active.read_batch) at the slots scaler.protocol.layout gives.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from scaler.protocol import codec
+from scaler.protocol.active import read_batch
 from scaler.protocol.columns import unpack_u64
+from scaler.protocol.layout import MESSAGE_UNION, STRUCTS
 from scaler.protocol.records import LoneResult, LoneTask, Payload, TaskResults, TaskStatus
 
 
@@ -19,23 +21,23 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
     """The header of a message the scheduler may forward as it is (see LoneTask, LoneResult), or None: decode() it.
 
     Only the shape is checked here; whether the task or result can be forwarded is for the scheduler's core."""
-    if codec._fast is None:
+    if read_batch is None:
         return None
-    read = codec._fast.read(header)
+    read = read_batch(header)
     if read is None:
         return None
     kind, fields = read
-    if kind == codec._SUBMIT_KIND:
+    if kind == _SUBMIT_KIND:
         return _lone_task(header, fields)
-    if kind == codec._RESULTS_KIND:
-        ids, statuses, sizes = fields[codec._R_IDS], fields[codec._R_STATUSES], fields[codec._R_SIZES]
+    if kind == _RESULTS_KIND:
+        ids, statuses, sizes = fields[_R_IDS], fields[_R_STATUSES], fields[_R_SIZES]
         if (
             len(ids) != 8
             or len(statuses) != 1
             or len(sizes) != 8
-            or fields[codec._R_DURATIONS]
-            or fields[codec._R_PEAKS]
-            or fields[codec._R_CPU]
+            or fields[_R_DURATIONS]
+            or fields[_R_PEAKS]
+            or fields[_R_CPU]
         ):
             return None
         if statuses[0] > _LAST_STATUS:
@@ -47,7 +49,7 @@ def read_lone(header: bytes) -> LoneTask | LoneResult | None:
 
 def read_lone_result(parts: Sequence[Payload]) -> TaskResults | None:
     """The TaskResults that the frames of a lone result (one result, no profiling: read_lone) decode to, read without
-    pycapnp; None if they are anything else (then decode() them). Whenever it is not None it equals decode(parts)
+    decode(); None if they are anything else (then decode() them). Whenever it is not None it equals decode(parts)
     (tests/property/test_lone_reading.py): a way of reading, not a second path."""
     header = parts[0] if parts else None
     if type(header) is not bytes or len(parts) > 2:
@@ -63,18 +65,18 @@ def read_lone_result(parts: Sequence[Payload]) -> TaskResults | None:
 
 def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
     ids, functions, flags, counts, refs = (
-        fields[codec._T_IDS],
-        fields[codec._T_FUNCTIONS],
-        fields[codec._T_FLAGS],
-        fields[codec._T_COUNTS],
-        fields[codec._T_REFS],
+        fields[_T_IDS],
+        fields[_T_FUNCTIONS],
+        fields[_T_FLAGS],
+        fields[_T_COUNTS],
+        fields[_T_REFS],
     )
-    if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[codec._T_KEYWORDS]:
+    if len(ids) != 8 or len(functions) != 8 or len(flags) != 1 or len(counts) != 2 or fields[_T_KEYWORDS]:
         return None
-    if fields[codec._T_TIMEOUTS] or fields[codec._T_RETRIES] or fields[codec._T_PRIORITIES]:
+    if fields[_T_TIMEOUTS] or fields[_T_RETRIES] or fields[_T_PRIORITIES]:
         return None  # task options: the scheduler's slow path reads them
     count = _U16_ONE.unpack(counts)[0]
-    sizes = fields[codec._T_SIZES]
+    sizes = fields[_T_SIZES]
     if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:
         return None
     task_id, function_id = _U64_TWO.unpack(ids + functions)
@@ -84,7 +86,6 @@ def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
 def dispatch_header(submit: LoneTask) -> bytes:
     """The dispatchTasks header carrying the same task: submitTasks and dispatchTasks are both a TaskBatch, so only
     the Message union's discriminant (the root's data word, after the segment table and the root pointer) differs."""
-    assert codec._fast is not None
     return submit.header[:_KIND_AT] + _DISPATCH_KIND_BYTES + submit.header[_KIND_AT + 2 :]
 
 
@@ -92,4 +93,27 @@ _LAST_STATUS = max(TaskStatus)
 _U16_ONE = struct.Struct("<H")
 _U64_TWO = struct.Struct("<QQ")
 _KIND_AT = 16
-_DISPATCH_KIND_BYTES = codec._DISPATCH_KIND.to_bytes(2, "little") if codec._fast is not None else b""
+_SUBMIT_KIND, _DISPATCH_KIND, _RESULTS_KIND = (
+    MESSAGE_UNION[name][0] for name in ("submitTasks", "dispatchTasks", "taskResults")
+)
+_DISPATCH_KIND_BYTES = _DISPATCH_KIND.to_bytes(2, "little")
+_TASK_SLOTS = {name: slot for name, _, slot in STRUCTS["TaskBatch"][2]}
+_RESULT_SLOTS = {name: slot for name, _, slot in STRUCTS["ResultBatch"][2]}
+_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_KEYWORDS, _T_SIZES, _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES = (
+    _TASK_SLOTS[name]
+    for name in (
+        "taskIds",
+        "functionIds",
+        "flags",
+        "argCounts",
+        "argRefs",
+        "keywords",
+        "payloadSizes",
+        "timeoutsMs",
+        "retries",
+        "priorities",
+    )
+)
+_R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS, _R_CPU = (
+    _RESULT_SLOTS[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory", "cpuTimesUs")
+)

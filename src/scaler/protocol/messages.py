@@ -1,11 +1,15 @@
 """The protocol in one place, for the shells, the tests and other tools: the message records
-(scaler.protocol.records), the Cap'n Proto codec (scaler.protocol.codec: encode, decode) and the lone-message
-readers (scaler.protocol.lone). The pure cores import scaler.protocol.records only, which loads no Cap'n Proto.
+(scaler.protocol.records), the Cap'n Proto codec this process uses (encode, decode, clear_caches; CODEC names it:
+pycapnp's scaler.protocol.codec where pycapnp imports, else the pure-Python scaler.protocol.purecodec, or as
+SCALER_CODEC says: scaler.protocol.active) and the lone-message readers (scaler.protocol.lone). The pure cores import
+scaler.protocol.records only, which loads no Cap'n Proto.
 """
 
 from __future__ import annotations
 
-from scaler.protocol.codec import SCHEMA_PATH, decode, encode
+import os
+
+from scaler.protocol.active import CODEC, CODEC_ENV, clear_caches, decode, encode
 from scaler.protocol.lone import dispatch_header, read_lone, read_lone_result
 from scaler.protocol.records import (
     ACCEPTED_BY_CLIENT,
@@ -66,11 +70,15 @@ from scaler.protocol.records import (
     inline_layout,
 )
 
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
+
 __all__ = [
     "ACCEPTED_BY_CLIENT",
     "ACCEPTED_BY_MONITOR",
     "ACCEPTED_BY_SCHEDULER",
     "ACCEPTED_BY_WORKER",
+    "CODEC",
+    "CODEC_ENV",
     "FLAG_PROFILING",
     "FLAG_SILENT",
     "FLAG_STREAM_OUTPUT",
@@ -123,6 +131,7 @@ __all__ = [
     "TasksStarted",
     "Welcome",
     "WorkerStatus",
+    "clear_caches",
     "decode",
     "dispatch_header",
     "encode",

@@ -345,25 +345,27 @@ _DATA_ONLY = {  # kind -> (name, the member struct's pointer word, the fields by
 }
 
 
-def _data_only_columns(header: bytes) -> tuple[str, dict[str, Any]] | None:
-    """(name, fields by name) of a one-segment batch message whose fields are all plain Data, laid out as every
-    writer here lays them out (member struct right after the root), else None (the general reader decides)."""
+def read_batch(header: bytes) -> tuple[int, tuple[bytes, ...]] | None:
+    """(kind, the member struct's Data fields by pointer slot, null ones b"") of a one-segment batch message whose
+    fields are all plain Data, laid out as every writer here lays them out (member struct right after the root),
+    else None (the general reader decides). What codec.py's fast reader gives, for scaler.protocol.lone."""
     size = len(header)
     if size < 32:
         return None
     segments, words, root, data, member = _HEAD.unpack_from(header)
-    entry = _DATA_ONLY.get(data & 0xFFFF)
+    kind = data & 0xFFFF
+    entry = _DATA_ONLY.get(kind)
     if segments or root != _ROOT or size != 8 + 8 * words or entry is None or member != entry[1]:
         return None
     fields = entry[2]
     first = 32 + 8 * len(fields)  # the columns lie after the pointers
     if size < first:
         return None
-    columns = {}
+    columns = []
     at = 40  # the byte just after pointer 0
-    for field, value in zip(fields, entry[3].unpack_from(header, 32)):
+    for value in entry[3].unpack_from(header, 32):
         if not value:
-            columns[field] = b""
+            columns.append(b"")
         elif value & 0x7_0000_0003 != 0x2_0000_0001 or value & 0x8000_0000:  # not a byte list, or a negative offset
             return None
         else:
@@ -371,9 +373,22 @@ def _data_only_columns(header: bytes) -> tuple[str, dict[str, Any]] | None:
             end = begin + (value >> 35)
             if end > size:
                 return None
-            columns[field] = header[begin:end]
+            columns.append(header[begin:end])
         at += 8
-    return entry[0], columns
+    return kind, tuple(columns)
+
+
+def clear_caches() -> None:
+    """Nothing to forget: this codec learns no message shapes (the same surface as codec.py's)."""
+
+
+def _data_only_columns(header: bytes) -> tuple[str, dict[str, Any]] | None:
+    """(name, fields by name) of a batch message read_batch() reads, else None."""
+    read = read_batch(header)
+    if read is None:
+        return None
+    entry = _DATA_ONLY[read[0]]
+    return entry[0], dict(zip(entry[2], read[1]))
 
 
 def decode(frames: Sequence[Payload], accept: frozenset | None = None) -> Message:  # type: ignore[type-arg]

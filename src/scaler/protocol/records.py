@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import field
+from typing import Protocol, Union
+
+from scaler.core.slotted import slotted
 
 PROTOCOL_VERSION = 1
 ID_PREFIX_SHIFT = 40
@@ -20,6 +22,7 @@ MAX_ID_PREFIX = (1 << 24) - 1
 FLAG_PROFILING = 1
 FLAG_SILENT = 2
 FLAG_STREAM_OUTPUT = 4
+FLAG_SHARED_ARGUMENTS = 8  # Python payloads: every payload is tagged, some refer to shared memory (scaler.shm)
 
 # TaskOutput.streams
 OUTPUT_STDOUT = 1
@@ -97,7 +100,7 @@ class ErrorCode(enum.IntEnum):
     TOO_LARGE = 4
 
 
-@dataclass(slots=True)
+@slotted
 class Hello:
     kind: PeerKind
     name: str
@@ -108,7 +111,7 @@ class Hello:
     protocol_version: int = PROTOCOL_VERSION
 
 
-@dataclass(slots=True)
+@slotted
 class Welcome:
     id_prefix: int
     scheduler_name: str = ""
@@ -118,14 +121,14 @@ class Welcome:
     max_payload_bytes: int = 0  # 0: no limit stated
 
 
-@dataclass(slots=True)
+@slotted
 class Refused:
     reason: str
     scheduler_protocol_version: int = PROTOCOL_VERSION
     key_problem: bool = False
 
 
-@dataclass(slots=True)
+@slotted
 class Heartbeat:
     cpu_percent: float = 0.0
     rss_bytes: int = 0
@@ -139,12 +142,12 @@ class Heartbeat:
     waiting_tasks: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class HeartbeatEcho:
     sent_at_us: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class TaskBatch:
     """n tasks as columns. `payloads` holds one frame per argument whose ref is 0, in order."""
 
@@ -166,12 +169,14 @@ class TaskBatch:
         if timeouts is None and retries is None and priorities is None:
             return None
         n = len(self.task_ids)
-        rows = zip(
-            timeouts if timeouts is not None else [0] * n,
-            retries if retries is not None else bytes(n),
-            priorities if priorities is not None else [0] * n,
-            strict=True,
-        )
+        timeouts = timeouts if timeouts is not None else [0] * n
+        retries = retries if retries is not None else bytes(n)
+        priorities = priorities if priorities is not None else [0] * n
+        if not len(timeouts) == len(retries) == len(priorities):  # the codecs check it; as zip(strict=True) did
+            raise ValueError(
+                f"task options: {len(timeouts)} timeouts, {len(retries)} retries, {len(priorities)} priorities"
+            )
+        rows = zip(timeouts, retries, priorities)
         shared: dict[TaskOptions, TaskOptions] = {}
         return [shared.setdefault(row, row) for row in rows]
 
@@ -223,7 +228,7 @@ class DispatchTasks(TaskBatch):
     __slots__ = ()
 
 
-@dataclass(slots=True)
+@slotted
 class TaskResults:
     task_ids: list[int]
     statuses: bytes
@@ -233,7 +238,7 @@ class TaskResults:
     cpu_times_us: list[int] | None = None
 
 
-@dataclass(slots=True)
+@slotted
 class IdMessage:
     ids: list[int]
 
@@ -261,14 +266,14 @@ class TasksStarted(IdMessage):
     __slots__ = ()
 
 
-@dataclass(slots=True)
+@slotted
 class PutObjects:
     object_ids: list[int]
     payloads: list[Payload]
     names: list[str] | None = None
 
 
-@dataclass(slots=True)
+@slotted
 class ReasonMessage:
     reason: str = ""
 
@@ -285,14 +290,14 @@ class Shutdown(ReasonMessage):
     __slots__ = ()
 
 
-@dataclass(slots=True)
+@slotted
 class Error:
     code: ErrorCode
     message: str
     ids: list[int] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@slotted
 class WorkerStatus:
     name: str
     agent_cpu_percent: float = 0.0
@@ -312,7 +317,7 @@ class WorkerStatus:
     heartbeat_age_ms: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class ClientStatus:
     name: str
     tasks: int = 0
@@ -320,7 +325,7 @@ class ClientStatus:
     completed: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class TaskOutput:
     """Worker -> scheduler -> client: pieces of text tasks wrote (see scaler.capnp's TaskOutput)."""
 
@@ -329,7 +334,7 @@ class TaskOutput:
     texts: list[str]
 
 
-@dataclass(slots=True)
+@slotted
 class FunctionStatus:
     name: str
     submitted: int = 0
@@ -341,7 +346,7 @@ class FunctionStatus:
     duration_us: int = 0  # total run time of its tasks that ended with a result
 
 
-@dataclass(slots=True)
+@slotted
 class TaskEvents:
     """Task starts and ends since the previous status, as columns (see scaler.capnp's TaskEvents)."""
 
@@ -358,7 +363,7 @@ class TaskEvents:
     dropped: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class TaskFailure:
     task_id: int
     function: str
@@ -368,7 +373,7 @@ class TaskFailure:
     time_us: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class OutputRecord:
     task_id: int
     function: str
@@ -378,7 +383,7 @@ class OutputRecord:
     time_us: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class DepartedWorker:
     name: str
     reason: str
@@ -386,7 +391,7 @@ class DepartedWorker:
     time_us: int = 0
 
 
-@dataclass(slots=True)
+@slotted
 class Status:
     scheduler_name: str = ""
     time_us: int = 0
@@ -409,28 +414,29 @@ class Status:
     departed: list[DepartedWorker] = field(default_factory=list)
 
 
-Message = (
-    Hello
-    | Welcome
-    | Refused
-    | Heartbeat
-    | HeartbeatEcho
-    | SubmitTasks
-    | DispatchTasks
-    | TaskResults
-    | CancelTasks
-    | PutObjects
-    | FreeObjects
-    | BalanceRequest
-    | BalanceResponse
-    | Disconnect
-    | ShutdownRequest
-    | Shutdown
-    | Error
-    | Status
-    | TasksStarted
-    | TaskOutput
-)
+# Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)
+Message = Union[  # noqa: UP007
+    Hello,
+    Welcome,
+    Refused,
+    Heartbeat,
+    HeartbeatEcho,
+    SubmitTasks,
+    DispatchTasks,
+    TaskResults,
+    CancelTasks,
+    PutObjects,
+    FreeObjects,
+    BalanceRequest,
+    BalanceResponse,
+    Disconnect,
+    ShutdownRequest,
+    Shutdown,
+    Error,
+    Status,
+    TasksStarted,
+    TaskOutput,
+]
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
 MESSAGE_NAMES: dict[type, str] = {
@@ -457,7 +463,7 @@ MESSAGE_NAMES: dict[type, str] = {
 }
 
 
-@dataclass(slots=True)
+@slotted
 class LoneTask:
     """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
     The scheduler can forward such a submit to a worker as it is, its header relabelled (dispatch_header)."""
@@ -469,7 +475,7 @@ class LoneTask:
     sizes: list[int]  # of its arguments' payloads, in order
 
 
-@dataclass(slots=True)
+@slotted
 class LoneResult:
     """A taskResults header read without decoding: one result, no profiling columns. The scheduler can forward
     such a message to the task's client as it is."""

@@ -40,6 +40,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.io.driver import Driver
+from scaler.io.frameinfo import frame_get
 from scaler.io.memory import MemoryTrimmer, malloc_trim
 from scaler.io.processes import parse_address, pin_to_cpu
 from scaler.io.sockets import (
@@ -53,7 +54,6 @@ from scaler.io.sockets import (
     small_to_bytes,
     socket_fd,
 )
-from scaler.protocol import codec
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
@@ -63,6 +63,7 @@ from scaler.protocol.messages import (
     LoneTask,
     Message,
     Payload,
+    clear_caches,
     decode,
     dispatch_header,
     encode,
@@ -190,7 +191,7 @@ class SchedulerServer:
         key: PeerKey | None = None
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
-            fd_of[frames[0].get(zmq.SRCFD)] = peer
+            fd_of[frame_get(frames[0], zmq.SRCFD)] = peer
             if gate is not None:  # which key this connection authenticated with, and is it still authorized?
                 user = _user_id(frames[0])
                 key = gate.key_of(user)
@@ -341,23 +342,24 @@ class SchedulerServer:
         while commands:
             undeliverable: dict[bytes, str] = {}
             for command in commands:
-                match command:
-                    case Send():
-                        try:
-                            send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
-                        except zmq.Again:
-                            undeliverable.setdefault(command.peer, _NOT_READING)
-                        except zmq.ZMQError as exc:
-                            if exc.errno != zmq.EHOSTUNREACH:
-                                raise
-                            undeliverable.setdefault(command.peer, "its connection closed")
-                    case Log():
-                        logger.log(command.level, "Scheduler: %s", command.text)
-                    case Stop():
-                        logger.info("Scheduler: stopping (%s)", command.reason)
-                        self.driver.stop(command.reason)
-                    case _:
-                        unreachable(command)
+                # an isinstance chain, not `match`: this module runs on Python 3.9 too (PyPy); unreachable() keeps
+                # mypy's check that every kind of command is handled
+                if isinstance(command, Send):
+                    try:
+                        send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
+                    except zmq.Again:
+                        undeliverable.setdefault(command.peer, _NOT_READING)
+                    except zmq.ZMQError as exc:
+                        if exc.errno != zmq.EHOSTUNREACH:
+                            raise
+                        undeliverable.setdefault(command.peer, "its connection closed")
+                elif isinstance(command, Log):
+                    logger.log(command.level, "Scheduler: %s", command.text)
+                elif isinstance(command, Stop):
+                    logger.info("Scheduler: stopping (%s)", command.reason)
+                    self.driver.stop(command.reason)
+                else:
+                    unreachable(command)
             now = self.driver.clock()
             for peer, reason in undeliverable.items():
                 self.core.feed(Undeliverable(now, peer, reason))
@@ -379,19 +381,26 @@ class SchedulerServer:
         for line in self._limiter.summary(self.driver.clock()) + (self.gate.summary() if self.gate else []):
             logger.warning("Scheduler: %s", line)
         self._count_subscribers()
-        status = self.core.status()
-        status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
-        status.handler_errors = self.driver.errors
-        status.cpu_percent = self.process.cpu_percent()
-        status.rss_bytes = self.process.memory_info().rss
-        status.time_us = int(time.time() * 1e6)
-        assert self.publisher is not None
-        try:
-            self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
-        except zmq.Again:
-            pass
+        cpu_percent = self.process.cpu_percent()  # each period, so that a status reports the last one's
+        rss_bytes = int(self.process.memory_info().rss)
+        if self.subscribers:
+            status = self.core.status()
+            status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
+            status.handler_errors = self.driver.errors
+            status.cpu_percent = cpu_percent
+            status.rss_bytes = rss_bytes
+            status.time_us = int(time.time() * 1e6)
+            assert self.publisher is not None
+            try:
+                self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
+            except zmq.Again:
+                pass
+        else:
+            # Nobody would read it: a status is O(workers) to build and encode (113 KB at 1,000 workers). The period
+            # still ends, as it would with one (SchedulerCore.end_period).
+            self.core.end_period()
         # After a burst, give back what glibc keeps of it (payload frames): rate-limited, only once quiet.
-        self.trimmer.check(self.driver.clock(), status.rss_bytes, len(self.core.tasks) + len(self.core.objects))
+        self.trimmer.check(self.driver.clock(), rss_bytes, len(self.core.tasks) + len(self.core.objects))
 
     def _count_subscribers(self) -> None:
         """Read the monitors' subscriptions: the core records task events, failures and output while one subscribes
@@ -411,7 +420,7 @@ class SchedulerServer:
     def _let_go(self) -> None:
         """Before a trim: the core's emptied tables and the codec's learnt message shapes."""
         self.core.compact()
-        codec.clear_caches()
+        clear_caches()
 
 
 def _bind(
@@ -427,7 +436,7 @@ def _bind(
 def _user_id(frame: zmq.Frame) -> str:
     """The ZAP user id (the public key, Z85) of the connection a message came over; "" if it has none."""
     try:
-        return str(frame.get("User-Id"))
+        return str(frame_get(frame, "User-Id"))
     except zmq.ZMQError:
         return ""
 

@@ -29,8 +29,15 @@ from scaler.io.loop import DEFAULT_GC_THRESHOLDS
 from scaler.io.processes import die_with_parent
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_STREAM_OUTPUT, Payload, TaskStatus
-from scaler.protocol.records import OUTPUT_ERROR
+from scaler.protocol.records import FLAG_SHARED_ARGUMENTS, OUTPUT_ERROR
 from scaler.serializer import Serializer, serializer_input
+from scaler.shm import (
+    TAG_INLINE,
+    SharedMemoryUnreachable,
+    decode_reference,
+    read_argument,
+    split_payload,
+)
 from scaler.worker import pipe
 from scaler.worker.link import BlockingLink
 from scaler.worker.output import Pieces, Sender, TaskCapture, error_text
@@ -66,7 +73,8 @@ class Processor:
         self.running_task = running  # shared with the agent: which task runs now, should we die running it
         self.raw_objects: dict[int, Payload] = {}
         self.functions: dict[int, tuple[Serializer, Any]] = {}
-        self.values: dict[tuple[int, int], Any] = {}  # (serializer identity, object id) -> deserialized object
+        # object id -> {serializer identity: deserialized object}: a free message forgets an object's values by id
+        self.values: dict[int, dict[int, Any]] = {}
         self.pending: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()
         self.pending_lock = threading.Lock()  # a task is either started (popped) or discarded, never both
         self.send_lock = threading.Lock()
@@ -227,9 +235,7 @@ class Processor:
         for object_id in object_ids:
             self.raw_objects.pop(object_id, None)
             self.functions.pop(object_id, None)
-        dropped = set(object_ids)
-        for key in [k for k in self.values if k[1] in dropped]:
-            del self.values[key]
+            self.values.pop(object_id, None)
 
     def _on_discard(self, message: pm.Discard) -> None:
         discard = set(message.task_ids)
@@ -253,7 +259,14 @@ class Processor:
         baseline = cpu_start = 0
         try:
             serializer, function = self._function(function_id)
-            args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
+            if flags & FLAG_SHARED_ARGUMENTS:
+                try:
+                    args, kwargs = self._shared_arguments(serializer, arg_refs, keywords, payloads)
+                except SharedMemoryUnreachable as unreachable:  # the client sends the task again, inline
+                    self._add(task_id, TaskStatus.FAILED, unreachable.payload(), 0, 0, False)
+                    return
+            else:
+                args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
             if profiling:
                 baseline = _reset_peak_memory()
                 cpu_start = time.process_time_ns()
@@ -332,13 +345,18 @@ class Processor:
         arg_refs: tuple[int, ...],
         keywords: tuple[str, ...] | None,
         payloads: tuple[Payload, ...],
+        values: list[Any] | None = None,
     ) -> tuple[list[Any], dict[str, Any]]:
+        """values: the inline arguments deserialized already (in place of payloads)."""
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         pos = 0
         for k, ref in enumerate(arg_refs):
             if ref:
                 value = self._object(serializer, ref)
+            elif values is not None:
+                value = values[pos]
+                pos += 1
             else:
                 value = serializer.deserialize(serializer_input(serializer, payloads[pos]))
                 pos += 1
@@ -348,15 +366,40 @@ class Processor:
                 args.append(value)
         return args, kwargs
 
+    def _shared_arguments(
+        self,
+        serializer: Serializer,
+        arg_refs: tuple[int, ...],
+        keywords: tuple[str, ...] | None,
+        payloads: tuple[Payload, ...],
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of a task flagged FLAG_SHARED_ARGUMENTS: each payload is tagged inline or a reference to a
+        shared-memory segment (scaler.shm), read and deserialized with the segment mapped only meanwhile."""
+
+        def deserialize(view: memoryview) -> Any:
+            return serializer.deserialize(serializer_input(serializer, view))
+
+        values = []
+        for payload in payloads:
+            tag, view = split_payload(payload)
+            if tag == TAG_INLINE:
+                values.append(deserialize(view[1:]))
+            else:
+                values.append(read_argument(decode_reference(view), deserialize))
+        return self._arguments(serializer, arg_refs, keywords, (), values)
+
     def _object(self, serializer: Serializer, object_id: int) -> Any:
-        key = (id(serializer), object_id)
-        if key in self.values:
-            return self.values[key]
+        key = id(serializer)
+        values = self.values.get(object_id)
+        if values is not None and key in values:
+            return values[key]
         raw = self.raw_objects.get(object_id)
         if raw is None:
             raise RuntimeError(f"object {object_id:#x} never reached this worker")
         value = serializer.deserialize(serializer_input(serializer, raw))
-        self.values[key] = value
+        if values is None:
+            values = self.values[object_id] = {}
+        values[key] = value
         return value
 
     # ------------------------------------------------------------------------------------------- results

@@ -45,7 +45,7 @@ from scaler.core.scheduler.monitoring import (
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
-from scaler.core.scheduler.tasks import STATE_NAMES, InvariantError, Task, TaskEvent, TaskState
+from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, InvariantError, Task, TaskEvent, TaskState
 from scaler.protocol.records import (
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
@@ -66,7 +66,6 @@ from scaler.protocol.records import (
     Error,
     ErrorCode,
     FreeObjects,
-    FunctionStatus,
     Heartbeat,
     HeartbeatEcho,
     Hello,
@@ -99,6 +98,7 @@ REUSE_PREFIXES_FROM = 4096
 _PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
+_WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
 _MAX_U32 = 2**32 - 1
 
 
@@ -129,6 +129,10 @@ class SchedulerCore:
         self._dirty_clients: dict[ClientSession, None] = {}
         self._balance_due = False
         self._last_balance = -math.inf
+        # The oldest last_seen of the workers and of the clients at the last walk over them (last_seen only moves
+        # forward, and a new session starts at now): a tick walks them again only once one of these is past its
+        # timeout, since no session can be before (the same subtraction as the walk's, so exactly).
+        self._oldest_seen = (-math.inf, -math.inf)
         self._stopped = False
         # Workers lost repeatedly, by name: when they were lost (within the window), and until when they are held
         # back (no new tasks). Pruned at every tick.
@@ -151,21 +155,23 @@ class SchedulerCore:
         if self._stopped:
             return
         self.now = max(self.now, event.now)
-        match event:
-            case Received():
-                self._on_received(event.peer, event.message, event.key)
-            case Tick():
-                self._on_tick()
-            case Malformed():
-                self._on_malformed(event)
-            case Undeliverable():
-                self._on_undeliverable(event.peer, event.reason)
-            case Forbidden():
-                self._on_forbidden(event.peer, event.public, event.reason)
-            case Revoked():
-                self._on_revoked(event.keys)
-            case _:
-                unreachable(event)
+        # isinstance chains, not `match` (the scheduler's modules run on Python 3.9 for PyPy; and they are faster on
+        # CPython): mypy narrows them alike, and unreachable() in the last branch keeps the check that every kind of
+        # event is handled.
+        if isinstance(event, Received):
+            self._on_received(event.peer, event.message, event.key)
+        elif isinstance(event, Tick):
+            self._on_tick()
+        elif isinstance(event, Malformed):
+            self._on_malformed(event)
+        elif isinstance(event, Undeliverable):
+            self._on_undeliverable(event.peer, event.reason)
+        elif isinstance(event, Forbidden):
+            self._on_forbidden(event.peer, event.public, event.reason)
+        elif isinstance(event, Revoked):
+            self._on_revoked(event.keys)
+        else:
+            unreachable(event)
 
     def _on_malformed(self, event: Malformed) -> None:
         self.dropped += 1
@@ -315,47 +321,46 @@ class SchedulerCore:
                 self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
 
     def _on_client_message(self, client: ClientSession, message: Message) -> None:
-        match message:  # the common ones first
-            case SubmitTasks():
-                self._on_submit(client, message)
-            case Heartbeat():
-                self._send(client.identity, HeartbeatEcho())
-            case PutObjects():
-                self._on_put_objects(client, message)
-            case CancelTasks():
-                self._on_cancel(client, message)
-            case FreeObjects():
-                self._on_free_objects(client, message)
-            case Disconnect():
-                self._client_gone(client, f"disconnected{': ' + message.reason if message.reason else ''}")
-            case ShutdownRequest():
-                self._on_shutdown_request(client, message)
-            case _:
-                self._bad_request(client.identity, f"a client may not send {MESSAGE_NAMES[type(message)]}")
+        # the common ones first
+        if isinstance(message, SubmitTasks):
+            self._on_submit(client, message)
+        elif isinstance(message, Heartbeat):
+            self._send(client.identity, HeartbeatEcho())
+        elif isinstance(message, PutObjects):
+            self._on_put_objects(client, message)
+        elif isinstance(message, CancelTasks):
+            self._on_cancel(client, message)
+        elif isinstance(message, FreeObjects):
+            self._on_free_objects(client, message)
+        elif isinstance(message, Disconnect):
+            self._client_gone(client, f"disconnected{': ' + message.reason if message.reason else ''}")
+        elif isinstance(message, ShutdownRequest):
+            self._on_shutdown_request(client, message)
+        else:
+            self._bad_request(client.identity, f"a client may not send {MESSAGE_NAMES[type(message)]}")
 
     def _on_worker_message(self, worker: WorkerSession, message: Message) -> None:
-        match message:
-            case TaskResults():
-                self._on_results(worker, message)
-            case Heartbeat():
-                self._on_worker_heartbeat(worker, message)
-            case TasksStarted():
-                assigned = worker.assigned
-                for task_id in message.ids:
-                    task = assigned.get(task_id)
-                    if task is not None:
-                        task.started = True
-                if self.monitored:
-                    self._monitor_starts(worker, message.ids)
-            case TaskOutput():
-                self._on_task_output(worker, message)
-            case BalanceResponse():
-                self._on_balance_response(worker, message)
-            case Disconnect():
-                reason = f"disconnected{': ' + message.reason if message.reason else ''}"
-                self._worker_lost(worker, reason, count_attempt=False)
-            case _:
-                self._bad_request(worker.identity, f"a worker may not send {MESSAGE_NAMES[type(message)]}")
+        if isinstance(message, TaskResults):
+            self._on_results(worker, message)
+        elif isinstance(message, Heartbeat):
+            self._on_worker_heartbeat(worker, message)
+        elif isinstance(message, TasksStarted):
+            assigned = worker.assigned
+            for task_id in message.ids:
+                task = assigned.get(task_id)
+                if task is not None:
+                    task.started = True
+            if self.monitored:
+                self._monitor_starts(worker, message.ids)
+        elif isinstance(message, TaskOutput):
+            self._on_task_output(worker, message)
+        elif isinstance(message, BalanceResponse):
+            self._on_balance_response(worker, message)
+        elif isinstance(message, Disconnect):
+            reason = f"disconnected{': ' + message.reason if message.reason else ''}"
+            self._worker_lost(worker, reason, count_attempt=False)
+        else:
+            self._bad_request(worker.identity, f"a worker may not send {MESSAGE_NAMES[type(message)]}")
 
     def _send(self, peer: bytes, message: Message) -> None:
         self._out.append(Send(peer, message))
@@ -505,7 +510,12 @@ class SchedulerCore:
         worker.heartbeat_sent = len(worker.assigned)  # what the scheduler had sent it, at the heartbeat's moment
         worker.heartbeat_at = self.now
         worker.allowance_peak = max(worker.allowance_peak, message.waiting_tasks)
-        self._send(worker.identity, HeartbeatEcho())
+        # Answered at most once per quarter of the worker timeout (the echo is most of an idle fleet's cost: one send
+        # and one TCP write per worker): workers beat every quarter at most (Welcome.peerTimeoutMs), so one still
+        # hears from the scheduler at least every half of the timeout after which it gives its session up.
+        if self.now - worker.echoed_at >= self.config.worker_timeout_seconds / 4:
+            worker.echoed_at = self.now
+            self._send(worker.identity, HeartbeatEcho())
 
     def _on_undeliverable(self, peer: bytes, reason: str) -> None:
         if peer in self.workers:
@@ -515,17 +525,29 @@ class SchedulerCore:
 
     def _on_tick(self) -> None:
         now = self.now
-        for worker in [w for w in self.workers.values() if now - w.last_seen > self.config.worker_timeout_seconds]:
-            silence = now - worker.last_seen
-            self._worker_lost(worker, f"no heartbeat for {silence:.1f}s", count_attempt=True)
-        for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_timeout_seconds]:
-            self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
+        oldest_worker, oldest_client = self._oldest_seen
+        config = self.config
+        if now - oldest_worker > config.worker_timeout_seconds or now - oldest_client > config.client_timeout_seconds:
+            self._time_out_silent(now)
         if now - self._last_balance >= self.config.balance_interval_seconds:
             self._balance_due = True
         if self._losses:
             self._prune_losses()
         for line in self._limiter.summary(now):
             self._out.append(Log.warning(line))
+
+    def _time_out_silent(self, now: float) -> None:
+        """End the sessions silent longer than their timeout, and note the oldest last_seen of those left."""
+        worker_timeout, client_timeout = self.config.worker_timeout_seconds, self.config.client_timeout_seconds
+        for worker in [w for w in self.workers.values() if now - w.last_seen > worker_timeout]:
+            silence = now - worker.last_seen
+            self._worker_lost(worker, f"no heartbeat for {silence:.1f}s", count_attempt=True)
+        for client in [c for c in self.clients.values() if now - c.last_seen > client_timeout]:
+            self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
+        self._oldest_seen = (
+            min((w.last_seen for w in self.workers.values()), default=now),  # now: a session that starts later
+            min((c.last_seen for c in self.clients.values()), default=now),
+        )
 
     def _on_shutdown_request(self, client: ClientSession, message: ShutdownRequest) -> None:
         if self.config.protected:
@@ -806,11 +828,18 @@ class SchedulerCore:
         self.ready.extendleft(returned)
 
     def _move(self, task: Task, event: int) -> None:
+        """Task.move, inline (every task moves four times at least), keeping the counts by state."""
+        old = task.state
+        new = TRANSITION_TABLE[old][event]
+        if new is None:
+            raise task.no_transition(event)
         counts = self.state_counts
-        counts[task.state] -= 1
-        task.move(event)
-        if task.state != TaskState.ENDED:
-            counts[task.state] += 1
+        counts[old] -= 1
+        if new == _QUEUED:
+            task.started = False
+        task.state = new
+        if new != _ENDED:
+            counts[new] += 1
 
     def _end(
         self,
@@ -855,35 +884,42 @@ class SchedulerCore:
             if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
-            if task.dependents:
-                alive = [d for d in task.dependents if d.state == TaskState.WAITING]
+            dependents = task.dependents
+            if dependents:
                 task.dependents = None
-                if status == TaskStatus.SUCCESS and alive:
-                    self._keep_result(task, payload, alive)
+                if status == TaskStatus.SUCCESS:
+                    self._keep_result(task, payload, dependents)
                 else:
-                    pending.extend(alive)
+                    pending.extend([d for d in dependents if d.state == _WAITING])
             if pinned or task is not first:
                 self._release(task)
             duration_us = peak = cpu_us = 0
 
     def _keep_result(self, task: Task, payload: Payload, dependents: list[Task]) -> None:
-        obj = StoredObject(task.task_id, task.client, payload, "", released=True)
-        obj.refs = len(dependents)
-        self.objects[task.task_id] = obj
-        task.client.objects.add(task.task_id)
+        """Keep the result of `task` as an object for those of its dependents still waiting (if none is, nothing is
+        kept), and queue each that awaited only this result. One pass over the dependents."""
+        waiting = 0
+        ready = self.ready
         for dep in dependents:
+            if dep.state != _WAITING:
+                continue  # ended meanwhile (cancelled, or failed by another of its arguments)
+            waiting += 1
             dep.waiting_on -= 1
             if dep.waiting_on == 0:
                 self._move(dep, TaskEvent.READY)
-                self.ready.append(dep)
+                ready.append(dep)
+        if waiting:
+            obj = StoredObject(task.task_id, task.client, payload, "", released=True)
+            obj.refs = waiting
+            self.objects[task.task_id] = obj
+            task.client.objects.add(task.task_id)
 
     def _release(self, task: Task) -> None:
-        refs = task.references() if any(task.arg_refs) else (task.function_id,)
-        for ref in refs:
+        for ref in task.references():
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is task.client:
                 obj.refs -= 1
-                if obj.droppable:
+                if obj.refs <= 0 and obj.released:  # obj.droppable, inline
                     self._drop_object(obj)
 
     # ------------------------------------------------------------------------------------------- output, monitors
@@ -892,7 +928,10 @@ class SchedulerCore:
         keep a bounded part of it, and error texts until their results come, while they subscribe. Pieces of tasks
         the worker does not hold (ended, cancelled, moved meanwhile) are ignored."""
         assigned, monitored, log = worker.assigned, self.monitored, self._log
-        for task_id, stream, text in zip(message.task_ids, message.streams, message.texts, strict=True):
+        task_ids, streams, texts = message.task_ids, message.streams, message.texts
+        if not len(task_ids) == len(streams) == len(texts):  # the codecs check it; as zip(strict=True) did
+            raise ValueError(f"taskOutput: {len(task_ids)} ids, {len(streams)} streams, {len(texts)} texts")
+        for task_id, stream, text in zip(task_ids, streams, texts):
             task = assigned.get(task_id)
             if task is None:
                 continue
@@ -1030,16 +1069,24 @@ class SchedulerCore:
             return
         loads = [len(w.assigned) for w in open_workers]
         shares = water_fill(loads, [w.limit for w in open_workers], queued, self.config.placement_grain)
-        for worker, share in zip(open_workers, shares, strict=False):
+        for worker, share in zip(open_workers, shares):
             if share:
                 self._dispatch(worker, share)
 
     def _lone_task_worker(self) -> WorkerSession | None:
         """Where a single ready task goes: the least loaded worker with room, the first of them (as water_fill
-        would choose); None if every worker is full."""
+        would choose); None if every worker is full. One pass, ending at the first idle worker: none can be less
+        loaded, so with idle workers a lone task does not walk the whole fleet (1,000 workers: 224 µs a task)."""
         now = self.now
-        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
-        return min(open_workers, key=_load) if open_workers else None
+        best: WorkerSession | None = None
+        least = math.inf
+        for worker in self.workers.values():
+            load = len(worker.assigned)
+            if load < least and load < worker.limit and worker.held_until <= now:
+                best, least = worker, load
+                if not load:
+                    break
+        return best
 
     def _dispatch(self, worker: WorkerSession, count: int) -> None:
         ids: list[int] = []
@@ -1094,7 +1141,7 @@ class SchedulerCore:
         self._last_balance = self.now
         workers = [w for w in self.workers.values() if w.held_until <= self.now]
         loads = [len(w.assigned) for w in workers]
-        rooms = [max(0, w.limit - load) for w, load in zip(workers, loads, strict=True)]
+        rooms = [max(0, w.limit - load) for w, load in zip(workers, loads)]
         plan = plan_balance(loads, [w.balance_pending for w in workers], rooms)
         for index, count in plan.items():
             worker = workers[index]
@@ -1137,11 +1184,12 @@ class SchedulerCore:
     @property
     def ended(self) -> Counter[str]:
         """Tasks ended since the start by outcome (success, error, canceled, failed): the functions' counts summed."""
-        return Counter({name: n for name, n in zip(ENDED_NAMES, self.functions.ended(), strict=True) if n})
+        return Counter({name: n for name, n in zip(ENDED_NAMES, self.functions.ended()) if n})
 
     def status(self) -> Status:
         """A snapshot for the monitor socket (the shell adds the process's own cpu and memory). It takes the status
-        period's records (events, failures, output, departed workers) and starts the next period: once per status."""
+        period's records (events, failures, output, departed workers) and starts the next period (end_period): once
+        per status period."""
         now = self.now
         counts = self.state_counts
         by_state = {
@@ -1149,7 +1197,7 @@ class SchedulerCore:
             "queued": counts[TaskState.QUEUED],
             "assigned": counts[TaskState.ASSIGNED],
             "canceling": counts[TaskState.CANCELING],
-            **dict(zip(ENDED_NAMES, self.functions.ended(), strict=True)),
+            **dict(zip(ENDED_NAMES, self.functions.ended())),
         }
         workers = [
             WorkerStatus(
@@ -1173,7 +1221,8 @@ class SchedulerCore:
             for w in self.workers.values()
         ]
         clients = [ClientStatus(c.name, c.task_count, len(c.objects), c.completed) for c in self.clients.values()]
-        events, failures, outputs, departed = self._take_period()
+        running = self._running_by_function()
+        events, failures, outputs, departed = self.end_period()
         return Status(
             scheduler_name=self.config.name,
             time_us=int(self.now * 1e6),
@@ -1186,20 +1235,27 @@ class SchedulerCore:
             dropped_messages=self.dropped,
             refused_peers=self.refused,
             clock_us=int(now * 1e6),
-            functions=self._function_report(),
+            functions=self.functions.report(running),
             events=events,
             failures=failures,
             outputs=outputs,
             departed=departed,
         )
 
-    def _function_report(self) -> list[FunctionStatus]:
+    def end_period(self) -> tuple[TaskEvents, list[TaskFailure], list[OutputRecord], list[DepartedWorker]]:
+        """End the status period: note the functions' activity (and forget idle ones over the bound), take the
+        period's records and start the next. status() does it; the shell calls it alone when no monitor subscribes,
+        so that building no status leaves the core as building one would."""
+        self.functions.end_period(self.now)
+        return self._take_period()
+
+    def _running_by_function(self) -> dict[FunctionStats, int]:
         running: dict[FunctionStats, int] = {}  # tasks assigned to workers now, by function
         for worker in self.workers.values():
             for task in worker.assigned.values():
                 stats = self._function_stats(task.function_id)
                 running[stats] = running.get(stats, 0) + 1
-        return self.functions.report(self.now, running)
+        return running
 
     def _take_period(self) -> tuple[TaskEvents, list[TaskFailure], list[OutputRecord], list[DepartedWorker]]:
         """The status period's records (empty unless monitored); the next period draws one task in k, k from how
@@ -1258,9 +1314,11 @@ class SchedulerCore:
             _check(len(worker.assigned) <= limit, "{!r} is over capacity", worker)
             for task_id, task in worker.assigned.items():
                 _check(self.tasks.get(task_id) is task, "{!r} holds unknown task {:#x}", worker, task_id)
+            _check(worker.last_seen >= self._oldest_seen[0], "{!r} was seen before the oldest seen", worker)
         per_client = Counter(id(task.client) for task in self.tasks.values())
         for client in self.clients.values():
             _check(client.task_count == per_client[id(client)], "{!r} task count is off", client)
+            _check(client.last_seen >= self._oldest_seen[1], "{!r} was seen before the oldest seen", client)
         for obj in self.objects.values():
             _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
         self._validate_prefixes()
@@ -1322,7 +1380,3 @@ def _check(condition: bool, text: str, *values: object) -> None:
     """Raise InvariantError(text.format(*values)) unless `condition`: the text is built only then."""
     if not condition:
         raise InvariantError(text.format(*values))
-
-
-def _load(worker: WorkerSession) -> int:
-    return len(worker.assigned)

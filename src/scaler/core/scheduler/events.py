@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import Union
 
+from scaler.core.slotted import slotted
 from scaler.protocol.records import Message, PeerKind
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class PeerKey:
     """The CurveZMQ key a peer's connection authenticated with, as the shell's key check (ZAP) admitted it: the role
     it is authorized for, its name (the key file's) and its public key (Z85). Without keys there is none."""
@@ -21,7 +22,7 @@ class PeerKey:
         return f"<PeerKey {self.role.name.lower()} {self.name} {self.public[:8].decode(errors='replace')}...>"
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Received:
     """A decoded message arrived from `peer` (its ZeroMQ routing id), over a connection that authenticated with
     `key` (None when the scheduler runs without keys)."""
@@ -32,7 +33,7 @@ class Received:
     key: PeerKey | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Malformed:
     """A message from `peer` could not be decoded (or is of a kind the scheduler never accepts: `unexpected`)."""
 
@@ -42,7 +43,7 @@ class Malformed:
     unexpected: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Undeliverable:
     """A message to `peer` could not be delivered: it is no longer connected, or it does not read what it is sent."""
 
@@ -51,7 +52,7 @@ class Undeliverable:
     reason: str = "its connection closed"
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Forbidden:
     """A message from `peer` came over a connection whose key (`public`, Z85) is no longer authorized: it is
     refused, and the session opened with that key ends."""
@@ -62,7 +63,7 @@ class Forbidden:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Revoked:
     """These keys (public, Z85) were removed from the authorized keys: every session opened with one of them ends
     now (clients: their tasks are cancelled; workers: their tasks run elsewhere)."""
@@ -71,23 +72,24 @@ class Revoked:
     keys: frozenset[bytes]
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Tick:
     """Time passes: timeouts and balancing are checked."""
 
     now: float
 
 
-Event = Received | Malformed | Undeliverable | Forbidden | Revoked | Tick
+# Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)
+Event = Union[Received, Malformed, Undeliverable, Forbidden, Revoked, Tick]  # noqa: UP007
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Send:
     peer: bytes
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Log:
     level: int
     text: str
@@ -101,11 +103,11 @@ class Log:
         return Log(logging.WARNING, text)
 
 
-@dataclass(frozen=True, slots=True)
+@slotted(frozen=True)
 class Stop:
     """The scheduler must stop (after sending the commands before this one)."""
 
     reason: str
 
 
-Command = Send | Log | Stop
+Command = Union[Send, Log, Stop]  # noqa: UP007

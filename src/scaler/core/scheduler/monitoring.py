@@ -57,8 +57,8 @@ class FunctionStats:
         self.submitted = 0
         self.ended = [0, 0, 0, 0]  # success, error, canceled, failed (ENDED_INDEX)
         self.duration_us = 0  # summed over tasks that ended with a result (success or error)
-        self.seen = 0  # submitted + ended at the last status: activity since shows as a change
-        self.last_active = now  # the status time at which activity was last seen
+        self.seen = 0  # submitted + ended at the last status period's end: activity since shows as a change
+        self.last_active = now  # the end of the status period in which activity was last seen
 
     @property
     def in_flight(self) -> int:
@@ -116,15 +116,19 @@ class FunctionTable:
             stats = self.by_name.get(UNNAMED)
         return stats
 
-    def report(self, now: float, running: dict[FunctionStats, int]) -> list[FunctionStatus]:
-        """The functions with tasks in flight, then the most recently active, STATUS_FUNCTIONS at most; first notes
-        which entries changed since the last report, and forgets idle ones when over the bound."""
+    def end_period(self, now: float) -> None:
+        """Once per status period, whether or not a status is built: notes which entries changed since the last
+        period, and forgets idle ones when over the bound."""
         for stats in self.by_name.values():
             total = stats.submitted + sum(stats.ended)
             if total != stats.seen:
                 stats.seen, stats.last_active = total, now
         if len(self.by_name) >= MAX_FUNCTIONS:
             self._forget_idle(now)
+
+    def report(self, running: dict[FunctionStats, int]) -> list[FunctionStatus]:
+        """The functions with tasks in flight, then the most recently active, STATUS_FUNCTIONS at most (after
+        end_period)."""
         chosen = sorted(self.by_name.values(), key=lambda s: (s.in_flight > 0, s.last_active), reverse=True)
         return [_function_status(s, running.get(s, 0)) for s in chosen[:STATUS_FUNCTIONS]]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from scaler.protocol.records import Heartbeat, Payload, TaskOutput, TaskResults
@@ -116,6 +117,7 @@ class WorkerSession:
         "cancel_outbox",
         "capacity",
         "completed",
+        "echoed_at",
         "free_outbox",
         "heartbeat",
         "heartbeat_at",
@@ -145,6 +147,7 @@ class WorkerSession:
         self.heartbeat = Heartbeat()
         self.heartbeat_at = now  # when its last heartbeat came (its session's start before the first)
         self.heartbeat_sent = 0  # tasks assigned to it when its last heartbeat came (Status: one moment per row)
+        self.echoed_at = -math.inf  # when its heartbeat was last answered (SchedulerCore._on_worker_heartbeat)
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)

@@ -48,6 +48,11 @@ TRANSITIONS: dict[tuple[int, int], int] = {
     (S.CANCELING, E.END): S.ENDED,
 }
 
+# The same table indexed [state][event] (None: no transition), for SchedulerCore._move: no tuple built per move.
+TRANSITION_TABLE: list[list[int | None]] = [
+    [TRANSITIONS.get((state, event)) for event in range(len(EVENT_NAMES))] for state in range(len(STATE_NAMES))
+]
+
 
 class InvariantError(AssertionError):
     """The core reached a state its own rules forbid: a bug in Scaler, never the peer's fault."""
@@ -104,17 +109,33 @@ class Task:
     def move(self, event: int) -> None:
         new = TRANSITIONS.get((self.state, event))
         if new is None:
-            state, name = STATE_NAMES.get(self.state), EVENT_NAMES.get(event)
-            raise InvariantError(f"task {self.task_id:#x}: no transition from {state} on {name}")
+            raise self.no_transition(event)
         if new == TaskState.QUEUED:
             self.started = False
         self.state = new
 
-    def references(self) -> set[int]:
-        """Every object or task id this task needs: its function and its non-inline arguments."""
-        refs = {ref for ref in self.arg_refs if ref}
-        refs.add(self.function_id)
-        return refs
+    def no_transition(self, event: int) -> InvariantError:
+        """The error for `event` in a state that has no transition on it."""
+        state, name = STATE_NAMES.get(self.state), EVENT_NAMES.get(event)
+        return InvariantError(f"task {self.task_id:#x}: no transition from {state} on {name}")
+
+    def references(self) -> tuple[int, ...]:
+        """Every object or task id this task needs, each once: its function, then its non-inline arguments in order.
+
+        The hot path of every task (linked once, released once): the usual shapes (no, one or two references
+        besides the function, all distinct) build one small tuple, without a set or a loop."""
+        function_id, refs = self.function_id, self.arg_refs
+        count = len(refs)
+        if count == 2:
+            a, b = refs
+            if a and b and a != b and a != function_id and b != function_id:
+                return (function_id, a, b)
+        elif count == 1:
+            a = refs[0]
+            return (function_id, a) if a and a != function_id else (function_id,)
+        elif count == 0:
+            return (function_id,)
+        return tuple(dict.fromkeys((function_id, *filter(None, refs))))
 
     def __repr__(self) -> str:
         where = f" on {self.worker.name}" if self.worker is not None else ""

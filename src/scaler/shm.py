@@ -1,0 +1,435 @@
+"""Large task arguments through host-local shared memory (docs/protocol.md, "Python payloads"; ADR 0013).
+
+A client writes an argument's serialized bytes once into a POSIX shared-memory segment (a file in /dev/shm) and
+sends a small reference instead; the processor that runs the task reads the bytes straight from the segment. The
+scheduler carries the reference as an ordinary payload and never reads it. A processor that cannot reach the
+segment (another host, another /dev/shm, another user) answers a distinct `failed`, and the client sends that task
+again with its arguments inline. The client unlinks a segment when its task has ended, and every one it still has
+when it closes; segments of clients that died are swept by the next client of the same user on the host.
+
+Pure helpers (encoding, checks) and the two ends' file operations; no sockets, no threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import pickle
+import re
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+SHM_DIR = "/dev/shm"
+DEFAULT_THRESHOLD = 1 << 20  # arguments at least this big (serialized) travel by shared memory
+KEEP_FREE_FRACTION = 0.25  # a segment is made only if /dev/shm keeps at least this much of its size free
+
+# Payload tags: in a task flagged FLAG_SHARED_ARGUMENTS (protocol.records), every payload starts with one of these.
+TAG_INLINE = 0
+TAG_REFERENCE = 1
+
+# The reference (after its tag): version, data size, nonce, host token, then the segment's name (ASCII).
+_REFERENCE = struct.Struct("<BQ16s16s")
+REFERENCE_VERSION = 1
+# The segment's header: magic, nonce, data size; the data starts at DATA_OFFSET.
+_MAGIC = b"SCLRSHM1"
+_HEADER = struct.Struct("<8s16sQ")
+DATA_OFFSET = 64
+_NAME = re.compile(r"scaler-(\d{1,20})-(\d{1,10})-(\d{1,20})-[0-9a-f]{32}")
+
+# A processor's answer when it cannot read a segment: `failed`, with this text first. The client sends the task again
+# with its arguments inline; any other `failed` is the task's own outcome.
+UNREACHABLE_PREFIX = b"scaler: shared memory unreachable: "
+
+_READ_CHUNK = 1 << 30  # os.pread/os.write move at most about 2 GiB per call
+
+
+class SharedMemoryUnreachable(Exception):
+    """This process cannot read a reference's segment (another host, /dev/shm or user; gone; not the one meant).
+    The task is answered `failed` with UNREACHABLE_PREFIX, and its client sends it again inline."""
+
+    def payload(self) -> bytes:
+        return UNREACHABLE_PREFIX + str(self).encode(errors="replace")
+
+
+class MalformedReference(ValueError):
+    """A payload flagged as a shared-memory reference that is not one: a bug or a foreign peer, never retried."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str
+    size: int
+    nonce: bytes
+    token: bytes
+
+
+# ------------------------------------------------------------------------------------------- pure parts
+def encode_reference(ref: Reference) -> bytes:
+    """The payload standing for an argument in a flagged task (tag included)."""
+    head = _REFERENCE.pack(REFERENCE_VERSION, ref.size, ref.nonce, ref.token)
+    return bytes((TAG_REFERENCE,)) + head + ref.name.encode("ascii")
+
+
+def decode_reference(payload: Any) -> Reference:
+    """The reference in a payload tagged TAG_REFERENCE; MalformedReference says what is wrong otherwise."""
+    view = memoryview(payload)
+    if len(view) < 1 + _REFERENCE.size or view[0] != TAG_REFERENCE:
+        raise MalformedReference(f"a shared-memory reference of {len(view)} bytes is too short or not tagged")
+    version, size, nonce, token = _REFERENCE.unpack_from(view, 1)
+    if version != REFERENCE_VERSION:
+        raise MalformedReference(f"shared-memory reference version {version}, this worker reads {REFERENCE_VERSION}")
+    try:
+        name = bytes(view[1 + _REFERENCE.size :]).decode("ascii")
+    except UnicodeDecodeError:
+        raise MalformedReference("a shared-memory reference's segment name is not ASCII") from None
+    if not _NAME.fullmatch(name):
+        raise MalformedReference(f"{name[:80]!r} is not the name of a Scaler shared-memory segment")
+    return Reference(name, size, nonce, token)
+
+
+def tag_inline(payload: Any) -> bytes:
+    """A payload that travels inline in a flagged task."""
+    if isinstance(payload, Parts):
+        return b"".join((b"\x00", *payload.chunks))
+    return b"\x00" + bytes(payload)
+
+
+def untag(payloads: Sequence[Any]) -> tuple[Any, ...]:
+    """Payloads that go inline in a task not flagged (Parts joined)."""
+    return tuple(p.join() if isinstance(p, Parts) else p for p in payloads)
+
+
+def split_payload(payload: Any) -> tuple[int, memoryview]:
+    """(tag, rest) of a payload of a flagged task."""
+    view = memoryview(payload)
+    if not len(view) or view[0] not in (TAG_INLINE, TAG_REFERENCE):
+        raise MalformedReference("a payload of a task with shared-memory arguments has no valid tag")
+    return view[0], view
+
+
+def encode_header(nonce: bytes, size: int) -> bytes:
+    return _HEADER.pack(_MAGIC, nonce, size).ljust(DATA_OFFSET, b"\x00")
+
+
+def check_header(header: Any, ref: Reference) -> None:
+    """Raise SharedMemoryUnreachable unless the segment's header is the one the reference was made with."""
+    if len(header) < _HEADER.size:
+        raise SharedMemoryUnreachable(f"segment {ref.name} is too short")
+    magic, nonce, size = _HEADER.unpack_from(header)
+    if magic != _MAGIC or nonce != ref.nonce or size != ref.size:
+        raise SharedMemoryUnreachable(f"segment {ref.name} is not the one the task was given")
+
+
+def is_unreachable(status_failed: bool, payload: Any) -> bool:
+    """Whether a task's outcome is a processor's 'cannot read the segment' (the client then sends it inline)."""
+    return status_failed and bytes(memoryview(payload)[: len(UNREACHABLE_PREFIX)]) == UNREACHABLE_PREFIX
+
+
+def parse_name(name: str) -> tuple[int, int, int] | None:
+    """(pid namespace, pid, process start time) of a segment name of ours, or None."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+# ------------------------------------------------------------------------------------------- this host
+_token_cache: dict[int, bytes] = {}
+
+
+def host_token() -> bytes:
+    """16 bytes that equal another process's only if both see the same /dev/shm as the same user on the same boot:
+    the kernel's boot id, the device and inode of /dev/shm, and the uid. b"" where there is no /dev/shm."""
+    uid = os.getuid()
+    token = _token_cache.get(uid)
+    if token is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as file:
+                boot = file.read().strip()
+            st = os.stat(SHM_DIR)
+        except OSError:
+            token = b""
+        else:
+            token = hashlib.sha256(b"%s|%d|%d|%d" % (boot, st.st_dev, st.st_ino, uid)).digest()[:16]
+        _token_cache[uid] = token
+    return token
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of a live process, None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def sweep(directory: str = SHM_DIR) -> int:
+    """Unlink this user's segments left by dead clients of this pid namespace (a client killed, say); how many.
+    A segment's name carries its client's pid and start time, so a pid used again by another process is no cover."""
+    namespace = _pid_namespace()
+    uid = os.getuid()
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        parsed = parse_name(entry.name)
+        if parsed is None or parsed[0] != namespace:
+            continue
+        _, pid, started = parsed
+        if _start_time(pid) == started:
+            continue  # its client is alive
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+# ------------------------------------------------------------------------------------------- writer (client)
+class Parts:
+    """A serialized argument as the pickler wrote it: small pieces and the big buffers themselves (bytes, bytearray,
+    an array's memory), not yet copied into one bytes object. It is copied once, into a segment (or joined, should
+    it go inline after all). It refers to the caller's objects: it lives only within the submit that made it."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: list[Any], size: int) -> None:
+        self.chunks = chunks
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def join(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class _Collect:
+    """A pickler's file that keeps what it is given."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: list[Any] = []
+
+    def write(self, chunk: Any) -> None:
+        self.chunks.append(chunk)
+
+
+def pickle_parts(value: Any, plain: bool, threshold: int) -> Any:
+    """What DefaultSerializer.serialize(value) gives, as Parts when it is at least `threshold` bytes (the pickler hands
+    its big buffers to the writer as they are: they are never copied here), else as bytes."""
+    writer = _Collect()
+    if plain:
+        pickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    else:
+        cloudpickle.CloudPickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    chunks = writer.chunks
+    size = sum(memoryview(chunk).nbytes for chunk in chunks)
+    if size >= threshold:
+        return Parts(chunks, size)
+    return chunks[0] if len(chunks) == 1 and type(chunks[0]) is bytes else b"".join(chunks)
+
+
+def _write_all(fd: int, parts: Sequence[Any]) -> None:
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while len(view):
+            written = os.write(fd, view[:_READ_CHUNK])
+            view = view[written:]
+
+
+class SharedArguments:
+    """A client's segments: made for large arguments, read back for a task sent again inline, unlinked when their
+    task ends and all on close (and at interpreter exit). Thread-safe."""
+
+    def __init__(self, threshold: int, directory: str = SHM_DIR) -> None:
+        self.threshold = threshold
+        self.directory = directory
+        self.token = host_token()
+        pid = os.getpid()
+        self._prefix = f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"
+        self._live: dict[str, int] = {}  # name -> size
+        self._lock = threading.Lock()
+        self._inline_until = 0.0  # after a fallback, arguments go inline until then
+        self._backoff = 1.0
+        self.enabled = bool(self.token) and os.path.isdir(directory)
+        self.shared = 0  # segments made (for tests and the curious)
+        self.fallbacks = 0
+        if self.enabled:
+            sweep(directory)
+        self._finalizer = weakref.finalize(self, _unlink_all, directory, self._live, self._lock, pid)
+
+    def active(self) -> bool:
+        """False for a while after a processor could not read a segment (see fell_back)."""
+        return time.monotonic() >= self._inline_until
+
+    def wanted(self, payloads: Sequence[Any]) -> bool:
+        """Whether a task has payloads big enough to travel by shared memory (or Parts, which must be written out)."""
+        threshold = self.threshold
+        return any(len(p) >= threshold for p in payloads)
+
+    def share(self, payloads: Sequence[Any]) -> tuple[tuple[bytes, ...], list[str]] | None:
+        """The tagged payloads of a task whose large ones were written to segments, and those segments' names; None
+        if none could be made (/dev/shm full, a fallback not long ago): the task then goes inline, untagged (see
+        untag)."""
+        if time.monotonic() < self._inline_until:
+            return None
+        refs = [self._create(p) if len(p) >= self.threshold else None for p in payloads]
+        names = [ref.name for ref in refs if ref is not None]
+        if not names:
+            return None
+        pairs = zip(payloads, refs, strict=True)
+        tagged = tuple(tag_inline(p) if ref is None else encode_reference(ref) for p, ref in pairs)
+        return tagged, names
+
+    def _create(self, payload: Any) -> Reference | None:
+        size = len(payload)
+        if not self._room_for(size):
+            return None
+        name = self._prefix + os.urandom(16).hex()
+        nonce = os.urandom(16)
+        path = os.path.join(self.directory, name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return None
+        try:
+            with self._lock:
+                self._live[name] = size
+            chunks = payload.chunks if isinstance(payload, Parts) else [payload]
+            _write_all(fd, [encode_header(nonce, size), *chunks])
+        except OSError:  # ENOSPC: /dev/shm is full
+            self.release([name])
+            return None
+        finally:
+            os.close(fd)
+        self.shared += 1
+        return Reference(name, size, nonce, self.token)
+
+    def _room_for(self, size: int) -> bool:
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return False
+        return (st.f_bavail * st.f_frsize) - size - DATA_OFFSET >= st.f_blocks * st.f_frsize * KEEP_FREE_FRACTION
+
+    def read_back(self, name: str) -> bytes:
+        """The argument's bytes, for a task sent again inline."""
+        with open(os.path.join(self.directory, name), "rb") as file:
+            file.seek(DATA_OFFSET)
+            return file.read()
+
+    def release(self, names: Sequence[str]) -> None:
+        """Unlink the segments of a task that ended."""
+        with self._lock:
+            for name in names:
+                self._live.pop(name, None)
+        for name in names:
+            try:
+                os.unlink(os.path.join(self.directory, name))
+            except FileNotFoundError:
+                pass
+
+    def fell_back(self) -> None:
+        """A processor could not read a segment: arguments go inline for a while (doubling up to a minute), so a
+        client whose workers are on other hosts stops trying after the first few."""
+        self.fallbacks += 1
+        self._inline_until = time.monotonic() + self._backoff
+        self._backoff = min(60.0, self._backoff * 2)
+
+    def read_ok(self) -> None:
+        """A task with shared arguments succeeded: a worker on this host reads them."""
+        self._backoff = 1.0
+
+    @property
+    def live(self) -> list[str]:
+        with self._lock:
+            return list(self._live)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _unlink_all(directory: str, live: dict[str, int], lock: threading.Lock, owner: int) -> None:
+    if os.getpid() != owner:  # a forked copy of the client's process, exiting: the segments are the parent's
+        return
+    with lock:
+        names = list(live)
+        live.clear()
+    for name in names:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------------------------------- reader (processor)
+def open_reference(ref: Reference, directory: str = SHM_DIR) -> mmap.mmap:
+    """The segment's mapping (read-only, header checked); the caller closes it. SharedMemoryUnreachable if this
+    process cannot read it."""
+    token = host_token()
+    if not token or token != ref.token:
+        raise SharedMemoryUnreachable("the worker is on another host, /dev/shm or user than the client")
+    try:
+        fd = os.open(os.path.join(directory, ref.name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        what = "is gone" if exc.errno == errno.ENOENT else f"cannot be opened ({exc.strerror})"
+        raise SharedMemoryUnreachable(f"segment {ref.name} {what}") from None
+    try:
+        length = os.fstat(fd).st_size
+        if length != DATA_OFFSET + ref.size:
+            raise SharedMemoryUnreachable(f"segment {ref.name} is {length} bytes, not {DATA_OFFSET + ref.size}")
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapping = mmap.mmap(fd, length, flags=flags, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        check_header(mapping[:DATA_OFFSET], ref)
+    except BaseException:
+        mapping.close()
+        raise
+    return mapping
+
+
+def read_argument(ref: Reference, use: Callable[[memoryview], Any], directory: str = SHM_DIR) -> Any:
+    """use(a view of the argument's bytes), with the segment mapped only meanwhile: whatever use() returns must not
+    keep the view (a deserialized value does not)."""
+    mapping = open_reference(ref, directory)
+    whole = memoryview(mapping)
+    view = whole[DATA_OFFSET:]
+    try:
+        return use(view)
+    finally:
+        view.release()
+        whole.release()
+        try:
+            mapping.close()
+        except BufferError:  # use() kept a view of it: the mapping goes when that view does
+            pass

@@ -1,0 +1,222 @@
+"""scaler.shm: references, host tokens, segment headers, the writer's segments and the sweep of dead clients'."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scaler import shm
+from scaler.shm import (
+    DATA_OFFSET,
+    MalformedReference,
+    Parts,
+    Reference,
+    SharedArguments,
+    SharedMemoryUnreachable,
+    decode_reference,
+    encode_reference,
+    pickle_parts,
+    read_argument,
+)
+
+NAME = "scaler-4026531836-1234-5678-" + "ab" * 16
+
+
+def reference(**changes: object) -> Reference:
+    fields: dict[str, object] = {"name": NAME, "size": 10, "nonce": b"n" * 16, "token": b"t" * 16}
+    fields.update(changes)
+    return Reference(**fields)  # type: ignore[arg-type]
+
+
+def test_reference_round_trip() -> None:
+    ref = reference(size=123_456_789_012)
+    payload = encode_reference(ref)
+    assert payload[0] == shm.TAG_REFERENCE
+    assert decode_reference(payload) == ref
+    assert decode_reference(memoryview(payload)) == ref
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        (b"", "too short"),
+        (b"\x01abc", "too short"),
+        (b"\x00" + encode_reference(reference())[1:], "not tagged"),
+        (b"\x01\x09" + encode_reference(reference())[2:], "version 9"),
+        (encode_reference(reference())[: -len(NAME)] + b"../../../etc/passwd", "not the name"),
+        (encode_reference(reference())[: -len(NAME)] + "scaler-é".encode(), "not ASCII"),
+        (encode_reference(reference())[: -len(NAME)] + b"scaler-1-2-3-" + b"AB" * 16, "not the name"),
+    ],
+)
+def test_malformed_references_are_refused_clearly(payload: bytes, says: str) -> None:
+    with pytest.raises(MalformedReference, match=says):
+        decode_reference(payload)
+
+
+def test_split_payload_needs_a_tag() -> None:
+    assert shm.split_payload(b"\x00abc")[0] == shm.TAG_INLINE
+    with pytest.raises(MalformedReference, match="no valid tag"):
+        shm.split_payload(b"\x07abc")
+    with pytest.raises(MalformedReference, match="no valid tag"):
+        shm.split_payload(b"")
+
+
+def test_host_token_is_this_boot_this_shm_this_user() -> None:
+    token = shm.host_token()
+    assert len(token) == 16 and token == shm.host_token()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_bytes().strip()
+    st = os.stat("/dev/shm")
+    other_uid = shm.hashlib.sha256(b"%s|%d|%d|%d" % (boot, st.st_dev, st.st_ino, os.getuid() + 1)).digest()[:16]
+    assert other_uid != token
+
+
+def test_header_must_match_the_reference() -> None:
+    ref = reference()
+    shm.check_header(shm.encode_header(ref.nonce, ref.size), ref)
+    with pytest.raises(SharedMemoryUnreachable, match="not the one"):
+        shm.check_header(shm.encode_header(b"x" * 16, ref.size), ref)
+    with pytest.raises(SharedMemoryUnreachable, match="not the one"):
+        shm.check_header(shm.encode_header(ref.nonce, ref.size + 1), ref)
+    with pytest.raises(SharedMemoryUnreachable, match="not the one"):
+        shm.check_header(b"XXXXXXXX" + shm.encode_header(ref.nonce, ref.size)[8:], ref)
+    with pytest.raises(SharedMemoryUnreachable, match="too short"):
+        shm.check_header(b"SCLRSHM1", ref)
+
+
+def test_unreachable_payload_is_recognised() -> None:
+    payload = SharedMemoryUnreachable("segment x is gone").payload()
+    assert shm.is_unreachable(True, payload)
+    assert not shm.is_unreachable(False, payload)  # only as `failed`
+    assert not shm.is_unreachable(True, b"task 0x1 was not completed: ...")
+
+
+def test_write_read_release(tmp_path: Path) -> None:
+    shared = SharedArguments(100, str(tmp_path))
+    big, small = os.urandom(1000), b"tiny"
+    result = shared.share([small, big])
+    assert result is not None
+    payloads, names = result
+    assert len(names) == 1 and shared.live == names
+    assert payloads[0] == b"\x00" + small
+    ref = decode_reference(payloads[1])
+    assert ref.size == len(big) and ref.token == shm.host_token()
+    assert (tmp_path / ref.name).stat().st_size == DATA_OFFSET + len(big)
+    assert (tmp_path / ref.name).stat().st_mode & 0o777 == 0o600
+    assert read_argument(ref, bytes, str(tmp_path)) == big
+    assert shared.read_back(ref.name) == big
+    shared.release(names)
+    assert list(tmp_path.iterdir()) == [] and shared.live == []
+    with pytest.raises(SharedMemoryUnreachable, match="is gone"):
+        read_argument(ref, bytes, str(tmp_path))
+
+
+def test_reader_refuses_another_host_or_another_segment(tmp_path: Path) -> None:
+    shared = SharedArguments(10, str(tmp_path))
+    result = shared.share([b"y" * 50])
+    assert result is not None
+    ref = decode_reference(result[0][0])
+    with pytest.raises(SharedMemoryUnreachable, match="another host"):
+        read_argument(Reference(ref.name, ref.size, ref.nonce, b"o" * 16), bytes, str(tmp_path))
+    with pytest.raises(SharedMemoryUnreachable, match="not the one"):
+        read_argument(Reference(ref.name, ref.size, b"z" * 16, ref.token), bytes, str(tmp_path))
+    with pytest.raises(SharedMemoryUnreachable, match="bytes, not"):
+        read_argument(Reference(ref.name, ref.size + 1, ref.nonce, ref.token), bytes, str(tmp_path))
+    shared.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_mapping_is_closed_after_reading(tmp_path: Path) -> None:
+    shared = SharedArguments(10, str(tmp_path))
+    result = shared.share([pickle.dumps(b"z" * 4096)])
+    assert result is not None
+    ref = decode_reference(result[0][0])
+    value = read_argument(ref, pickle.loads, str(tmp_path))
+    assert value == b"z" * 4096
+    maps = Path("/proc/self/maps").read_text()
+    assert ref.name not in maps
+    shared.close()
+
+
+def test_full_or_missing_shm_means_inline(tmp_path: Path) -> None:
+    shared = SharedArguments(10, str(tmp_path / "missing"))
+    assert not shared.enabled
+    assert shared.share([b"x" * 100]) is None
+
+
+def test_fallback_backs_off_and_success_resets(tmp_path: Path) -> None:
+    shared = SharedArguments(10, str(tmp_path))
+    shared.fell_back()
+    assert not shared.active()
+    assert shared.share([b"x" * 100]) is None  # inline for a while
+    assert list(tmp_path.iterdir()) == []
+    shared._inline_until = 0.0
+    assert shared.active()
+    shared.fell_back()
+    assert shared._backoff == 4.0
+    shared.read_ok()
+    assert shared._backoff == 1.0
+
+
+def test_pickle_parts_does_not_copy_big_buffers() -> None:
+    data = os.urandom(200_000)
+    parts = pickle_parts(data, True, 100_000)
+    assert isinstance(parts, Parts) and len(parts) > len(data)
+    assert any(chunk is data for chunk in parts.chunks)
+    assert pickle.loads(parts.join()) == data
+    small = pickle_parts({"a": 1}, False, 100_000)
+    assert isinstance(small, bytes) and pickle.loads(small) == {"a": 1}
+
+
+def test_parts_written_to_a_segment_read_back_whole(tmp_path: Path) -> None:
+    value = {"blob": os.urandom(300_000), "tag": "x"}
+    parts = pickle_parts(value, False, 1000)
+    shared = SharedArguments(1000, str(tmp_path))
+    result = shared.share([parts])
+    assert result is not None
+    assert read_argument(decode_reference(result[0][0]), pickle.loads, str(tmp_path)) == value
+    shared.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_removes_dead_clients_segments_only(tmp_path: Path) -> None:
+    namespace = shm._pid_namespace()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead_pid = int(dead.stdout)
+    me = os.getpid()
+    started = shm._start_time(me)
+    assert started is not None
+    names = {
+        "dead": f"scaler-{namespace}-{dead_pid}-1-{'0' * 32}",
+        "reused pid": f"scaler-{namespace}-{me}-{started + 1}-{'1' * 32}",
+        "alive": f"scaler-{namespace}-{me}-{started}-{'2' * 32}",
+        "other namespace": f"scaler-{namespace + 1}-{dead_pid}-1-{'3' * 32}",
+        "not ours": "psm_0123",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    assert shm.sweep(str(tmp_path)) == 2
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {names["alive"], names["other namespace"], names["not ours"]}
+
+
+def test_close_and_finalizer_unlink_everything(tmp_path: Path) -> None:
+    shared = SharedArguments(10, str(tmp_path))
+    for _ in range(3):
+        assert shared.share([b"q" * 20]) is not None
+    assert len(list(tmp_path.iterdir())) == 3
+    del shared  # garbage: its finalizer unlinks
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_segment_when_shm_would_be_too_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = SharedArguments(10, str(tmp_path))
+    monkeypatch.setattr(shm, "KEEP_FREE_FRACTION", 1.0)  # no segment may make /dev/shm fuller than it is
+    assert shared.share([b"x" * 100]) is None
+    assert list(tmp_path.iterdir()) == []
+    parts = pickle_parts(os.urandom(200), True, 10)
+    assert shm.untag([parts, b"y"]) == (parts.join(), b"y")
