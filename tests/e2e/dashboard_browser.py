@@ -92,7 +92,9 @@ class Page:
         """Wait until the first series of that chart has more than `more_than` points."""
         chart = "echarts.getInstanceByDom(document.getElementById(id))"
         self.page.wait_for_function(
-            f"([id, n]) => {chart}.getOption().series[0].data.length > n",
+            # ?. throughout: a chart made but not yet given its series has none, and a wait whose predicate throws
+            # fails at once instead of polling again
+            f"([id, n]) => ({chart}?.getOption()?.series?.[0]?.data?.length ?? 0) > n",
             arg=[element_id, more_than],
             timeout=timeout * 1000,
             polling=100,
