@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -64,6 +65,14 @@ def chain_caught(clnt: Client, n: int) -> str:
     return "not raised"
 
 
+def wait_for_first_status(sock: Any) -> None:
+    """Until the monitor subscription is live (a first status came). The work a test then watches can be over within
+    a second or two, and a first status later than that (a slow subscribe on a loaded machine) missed all of it."""
+    deadline = time.monotonic() + TIMEOUT
+    while next_status(sock, 500) is None:
+        assert time.monotonic() < deadline, "no status from the scheduler's monitor"
+
+
 @pytest.fixture(scope="module")
 def narrow() -> Iterator[SchedulerClusterCombo]:
     """Two workers of two processors each, and room for only 4 queued tasks per worker."""
@@ -92,6 +101,7 @@ def test_a_recursion_far_deeper_than_the_processors_finishes(client: Client) -> 
 def test_the_monitor_counts_the_tasks_waiting_on_nested_tasks(narrow: SchedulerClusterCombo, client: Client) -> None:
     sock = connect_subscriber(narrow.monitor_address)
     try:
+        wait_for_first_status(sock)
         future = client.submit(fibonacci, client, 13)
         most = 0
         deadline = time.monotonic() + TIMEOUT
@@ -140,6 +150,7 @@ def test_a_worker_killed_with_a_pile_of_waiting_tasks_loses_nothing() -> None:
             agents = sorted(agents_of(combo), key=lambda p: p.create_time())  # started in the order of their index
             sock = connect_subscriber(combo.monitor_address)
             try:
+                wait_for_first_status(sock)
                 future = c.submit(fibonacci, c, 17)
                 victim = None
                 deadline = time.monotonic() + TIMEOUT
@@ -177,6 +188,7 @@ def test_a_worker_paused_past_its_timeout_with_waits_piled_in_one_processor_reco
             [agent] = agents_of(combo)
             sock = connect_subscriber(combo.monitor_address)
             try:
+                wait_for_first_status(sock)
                 future = c.submit(chain_caught, c, 300)
                 deep = False
                 deadline = time.monotonic() + TIMEOUT
