@@ -60,7 +60,15 @@ class Fleet:
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.ROUTING_ID, f"W|{host}|{pid}|{secrets.token_hex(16)}".encode())
             sock.connect(address)
-            hello = Hello(PeerKind.WORKER, f"{name}-{i}", host, pid, int(heartbeat * 1000), capacity)
+            hello = Hello(
+                PeerKind.WORKER,
+                f"{name}-{i}",
+                host,
+                pid,
+                int(heartbeat * 1000),
+                capacity,
+                capabilities=["payload=python"],
+            )
             sock.send_multipart(encode(hello))  # type: ignore[arg-type]
             self.poller.register(sock, zmq.POLLIN)
             self.sockets.append(sock)

@@ -21,11 +21,13 @@ if TYPE_CHECKING:
     from scaler.cluster.cluster import Cluster
     from scaler.cluster.combo import SchedulerClusterCombo
     from scaler.cluster.scheduler import Scheduler
+    from scaler.errors import MissingCapabilityError
     from scaler.serializer import Serializer
 
 _WHERE = {
     "Client": "scaler.client.client",
     "Cluster": "scaler.cluster.cluster",
+    "MissingCapabilityError": "scaler.errors",
     "ObjectReference": "scaler.client.object_reference",
     "ProfilingInfo": "scaler.client.future",
     "ScalerFuture": "scaler.client.future",
@@ -38,6 +40,7 @@ _WHERE = {
 __all__ = [
     "Client",
     "Cluster",
+    "MissingCapabilityError",
     "ObjectReference",
     "ProfilingInfo",
     "ScalerFuture",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scaler.client.graph import GraphCycleError
 from scaler.payloads import RemoteError
+from scaler.protocol.capabilities import MISSING_PREFIX
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.records import Payload, TaskStatus
 
@@ -54,6 +55,33 @@ class TaskMemoryError(TaskFailedError, MemoryError):
     stopped. The message names the limit and how much it used."""
 
 
+class MissingCapabilityError(TaskFailedError):
+    """No connected worker offers every capability the task requires (client.options(capabilities=...)), so the
+    scheduler failed it at once (or after its --capability-grace-seconds). The message says what the task requires
+    and what the connected workers offer; `required` holds the former. Start a worker that offers them
+    (scaler_cluster --capability NAME), or submit without them. See docs/capabilities.md."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.required = _required_in(text)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.args[0]}. Start a worker that offers them (scaler_cluster --capability NAME[=VALUE]), or submit "
+            "without them (client.options(capabilities=...))"
+        )
+
+
+def _required_in(text: str) -> tuple[str, ...]:
+    """The capabilities a "missing capabilities:" text says the task requires (its format: docs/protocol.md)."""
+    start = text.find(" the task requires ")
+    end = text.find("; no connected worker", start)
+    if start < 0 or end < 0:
+        return ()
+    listed = text[start + len(" the task requires ") : end]
+    return tuple(listed.split(", ")) if listed else ()
+
+
 def task_failure(status: int, payload: Payload) -> TaskFailedError:
     """The error for a task that ended failed, timed out or over memory: the text the system sent, as the error of
     that kind."""
@@ -62,6 +90,8 @@ def task_failure(status: int, payload: Payload) -> TaskFailedError:
         return TaskTimeoutError(text)
     if status == TaskStatus.OVER_MEMORY:
         return TaskMemoryError(text)
+    if status == TaskStatus.FAILED and text.startswith(MISSING_PREFIX):
+        return MissingCapabilityError(text)
     return TaskFailedError(text)
 
 
@@ -71,6 +101,7 @@ __all__ = [
     "ConnectionFailedError",
     "GraphCycleError",
     "KeysError",
+    "MissingCapabilityError",
     "PayloadTooLargeError",
     "ProtectedModeError",
     "ProtocolError",

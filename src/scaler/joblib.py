@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - joblib is an optional dependenc
 from scaler.client import future as future_module
 from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
+from scaler.client.shipped import run_batch
 from scaler.io.ipc import ipc_path
 from scaler.io.processes import default_monitor_address
 
@@ -74,9 +75,8 @@ def _make_backend(defaults: dict[str, Any], **given: Any) -> ScalerBackend:
     return ScalerBackend(**{**defaults, **given})
 
 
-def _run_batch(batch: Any) -> Any:
-    """The task: run one of joblib's BatchedCalls (a picklable callable) on a worker."""
-    return batch()
+# The task: run one of joblib's BatchedCalls on a worker (by value: the worker needs joblib, not scaler)
+_run_batch = run_batch
 
 
 class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc]

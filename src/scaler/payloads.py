@@ -12,7 +12,12 @@ from typing import Any
 import cloudpickle
 from tblib import pickling_support
 
-from scaler.serializer import Serializer
+from scaler.client import shipped
+from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer
+
+# The functions Python clients' tasks run for graphs, grouped blocks and dask nodes travel by value, so that a worker
+# needs no scaler package (docs/protocol.md, "Python payloads"): every client packs its payloads through this module.
+cloudpickle.register_pickle_by_value(shipped)
 
 _TEXT_LENGTH = struct.Struct("<I")
 PICKLED_FRAMES_AT_MOST = 100  # of a traceback too deep to pickle whole (the text keeps every frame)
@@ -22,14 +27,22 @@ class RemoteError(Exception):
     """A task raised an exception that could not be brought back as itself; its text and traceback are here."""
 
 
-def pack_function(serializer: Serializer, function: Any) -> bytes:
-    """A function object: the serializer itself (cloudpickle) with the function as the serializer encodes it."""
+def pack_function(serializer: Serializer | type[Serializer], function: Any) -> bytes:
+    """A function object. With the default serializer: `pickle.dumps((None, cloudpickle.dumps(function)))`, None
+    standing for "load the function bytes with pickle.loads", so that nothing in it names the `scaler` package.
+    With any other: `cloudpickle.dumps((serializer, serializer.serialize(function)))`, the serializer itself first
+    (everything it imports must be on the workers)."""
+    if serializer is DefaultSerializer or type(serializer) is DefaultSerializer:
+        return pickle.dumps((None, DefaultSerializer.serialize(function)), protocol=pickle.HIGHEST_PROTOCOL)
     payload: bytes = cloudpickle.dumps((serializer, serializer.serialize(function)), protocol=pickle.HIGHEST_PROTOCOL)
     return payload
 
 
 def unpack_function(payload: bytes) -> tuple[Serializer, Any]:
-    serializer, function_bytes = cloudpickle.loads(payload)
+    """The serializer (DEFAULT_SERIALIZER for the default's None) and the function of a function object."""
+    serializer, function_bytes = pickle.loads(payload)
+    if serializer is None:
+        return DEFAULT_SERIALIZER, pickle.loads(function_bytes)
     return serializer, serializer.deserialize(function_bytes)
 
 

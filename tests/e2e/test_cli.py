@@ -193,6 +193,7 @@ CLUSTER_OPTIONS = [
     "--per-worker-queue-size",
     "--death-timeout-seconds",
     "--max-processors-per-worker",
+    "--capability",
     "--event-loop",
     "--logging-level",
     "--logging-paths",

@@ -195,7 +195,7 @@ def spin_until(stop_file: str, most_seconds: float) -> int:
 def top_processor_cpu(text: str) -> float:
     """The first worker's processor cpu in scaler_top --once's output, -1 without a worker row."""
     lines = text.splitlines()
-    header = next((i for i, line in enumerate(lines) if line.endswith("ITL | client_manager")), None)
+    header = next((i for i, line in enumerate(lines) if line.endswith("ITL caps | client_manager")), None)
     if header is None or header + 1 >= len(lines):
         return -1.0
     titles = lines[header].split(" | ")[0].split()

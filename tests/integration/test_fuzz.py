@@ -37,7 +37,7 @@ from scaler.security.keys import PeerKeys, generate, load_peer_keys
 from tests.helpers import RoundTrips, free_address
 from tests.protocol.make_golden import golden_messages
 
-EXAMPLES = int(os.environ.get("SCALER_FUZZ_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("SCALER_FUZZ_EXAMPLES", "250"))
 GOLDEN = {name: [bytes(f) for f in m.encode(message)] for name, message in golden_messages().items()}
 NAMES = sorted(GOLDEN)
 STRUCTS = {  # union member -> its struct in scaler.capnp
@@ -193,6 +193,22 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
     return [bytes(frame) for frame in frames]
 
 
+def fill_list(draw: st.DrawFn, body: Any, field_name: str, element: str) -> None:
+    """A list field of random texts, or of random Requirements (lists of texts) for a list of structs."""
+    if element == "struct":
+        sets = draw(st.lists(st.lists(TEXT, max_size=3), max_size=3))
+        entries = body.init(field_name, len(sets))
+        for entry, texts in zip(entries, sets):
+            inner = entry.init("capabilities", len(texts))
+            for i, item in enumerate(texts):
+                inner[i] = item
+        return
+    items = draw(st.lists(TEXT, max_size=4))
+    target = body.init(field_name, len(items))
+    for i, item in enumerate(items):
+        target[i] = item
+
+
 @st.composite
 def random_fields(draw: st.DrawFn) -> list[bytes]:
     """A header of any kind whose every field holds a random value of its type (columns of random lengths)."""
@@ -223,10 +239,7 @@ def random_fields(draw: st.DrawFn) -> list[bytes]:
         elif kind == "float32":
             value = draw(st.floats(width=32, allow_nan=True))
         elif kind == "list":
-            items = draw(st.lists(TEXT, max_size=4))
-            target = body.init(field_name, len(items))
-            for i, item in enumerate(items):
-                target[i] = item
+            fill_list(draw, body, field_name, field.proto.slot.type.list.elementType.which())
             continue
         else:
             continue

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import scaler.compat.ray as ray
-from scaler import Client
+from scaler import Client, MissingCapabilityError
 from tests.helpers import my_descendants, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,8 +175,26 @@ def test_what_is_not_supported_says_so(session: Any) -> None:
         ray.available_resources()
     with pytest.raises(ValueError, match="invalid option keyword"):
         square.options(num_cpu=1)
-    with pytest.warns(UserWarning, match="num_gpus"):
-        assert ray.get(square.options(num_gpus=1).remote(3)) == 9
+    with pytest.warns(UserWarning, match="num_cpus"):
+        assert ray.get(square.options(num_cpus=2).remote(3)) == 9
+    # num_gpus= is a capability the task requires: no worker of this cluster offers it, so it fails at once
+    started = time.monotonic()
+    with pytest.raises(MissingCapabilityError, match="gpu"):
+        ray.get(square.options(num_gpus=1).remote(3), timeout=30)
+    assert time.monotonic() - started < 10
+    with pytest.raises(ValueError, match="num_gpus must be a number >= 0"):
+        square.options(num_gpus="one")
+    with pytest.raises(ValueError, match="resources must be a dict"):
+        square.options(resources=["licence"])
+
+
+def test_num_gpus_and_resources_are_capabilities_of_the_local_cluster() -> None:
+    with ray.init(num_cpus=1, num_gpus=1, resources={"licence": 2, "unused": 0}) as context:
+        assert context.combo is not None
+        assert ray.get(square.options(num_gpus=0.5, resources={"licence": 1}).remote(5), timeout=30) == 25
+        assert ray.get(square.options(resources={"unused": 0}).remote(6), timeout=30) == 36  # 0: not required
+        with pytest.raises(MissingCapabilityError, match="unused"):  # offered with amount 0: not at all
+            ray.get(square.options(resources={"unused": 1}).remote(7), timeout=30)
 
 
 def test_init_and_shutdown(cluster: Any, client: Client) -> None:

@@ -22,14 +22,17 @@ from scaler.core.scheduler import SchedulerConfig
 from scaler.io.sockets import recv_message, send_message
 from scaler.protocol.messages import (
     ID_PREFIX_SHIFT,
+    DispatchTasks,
     Heartbeat,
     HeartbeatEcho,
     Hello,
     LoneTask,
     PeerKind,
     PutObjects,
+    Refused,
     SubmitTasks,
     TaskResults,
+    TaskStatus,
     Welcome,
     decode,
     dispatch_header,
@@ -220,3 +223,66 @@ def test_an_exception_in_the_tick_is_counted_and_the_scheduler_still_times_out_a
     serve_with_peers(server, peer)
     assert ticks > 3 and server.driver.errors == 1
     assert lost == [True], "the silent worker was never timed out"
+
+
+def test_capabilities_on_real_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker offering an invalid capability is refused saying why; a lone task requiring what the worker offers is
+    forwarded as it came (its second time: the first needs its function sent); one requiring what nobody offers
+    fails with the "missing capabilities" text."""
+    address = free_address()
+    monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-capabilities-{os.getpid()}"
+    server = SchedulerServer(address, monitor, SchedulerConfig())
+    forwarded: list[bytes | None] = []
+    original = server.core.forward_submit
+
+    def spy(*args: Any) -> Any:
+        forwarded.append(original(*args))
+        return forwarded[-1]
+
+    monkeypatch.setattr(server.core, "forward_submit", spy)
+
+    def exchange(ctx: zmq.Context[Any]) -> None:
+        def connect(identity: bytes, hello: Hello) -> tuple[zmq.Socket[Any], object]:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IDENTITY, identity)
+            sock.connect(address)
+            send_message(sock, hello)
+            assert sock.poll(TIMEOUT_MS), f"no answer to {identity!r}"
+            return sock, recv_message(sock)
+
+        _, refused = connect(b"bad-worker", Hello(PeerKind.WORKER, "bad", queue_capacity=1, capabilities=[" gpu"]))
+        assert isinstance(refused, Refused) and "white space" in refused.reason
+        worker, welcome = connect(
+            b"worker", Hello(PeerKind.WORKER, "w", queue_capacity=4, capabilities=["payload=python", "lang=py"])
+        )
+        client, welcome = connect(b"client", Hello(PeerKind.CLIENT, "c"))
+        assert isinstance(welcome, Welcome)
+        base = welcome.id_prefix << ID_PREFIX_SHIFT
+        function = base | 1
+        send_message(client, PutObjects([function], [b"function"]))
+        for counter in (2, 3):
+            submit = SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"])
+            submit.requirements = [["payload=python"]]
+            frames = encode(submit)
+            client.send_multipart(frames)
+            assert worker.poll(TIMEOUT_MS)
+            received = worker.recv_multipart()
+            if counter == 2:
+                assert isinstance(decode(received), PutObjects)
+                assert worker.poll(TIMEOUT_MS)
+                received = worker.recv_multipart()
+            dispatched = decode(received)
+            assert isinstance(dispatched, DispatchTasks) and dispatched.task_ids == [base | counter]
+            send_message(worker, TaskResults([base | counter], b"\x00", [b"result"]))
+            assert client.poll(TIMEOUT_MS) and isinstance(recv_message(client), TaskResults)
+        gpu = SubmitTasks([base | 4], [function], b"\x00", [1], [0], None, [b"arg"])
+        gpu.requirements = [["payload=python", "gpu"]]
+        send_message(client, gpu)
+        assert client.poll(TIMEOUT_MS)
+        failed = recv_message(client)
+        assert isinstance(failed, TaskResults) and failed.statuses == bytes([TaskStatus.FAILED])
+        assert bytes(failed.payloads[0]).startswith(b"missing capabilities: the task requires gpu, payload=python;")
+
+    serve_with_peers(server, exchange)
+    assert forwarded == [None, b"worker", None]

@@ -117,7 +117,15 @@ def test_the_schedulers_lone_reader_agrees_with_decode(data: st.DataObject) -> N
             None,
             args,
         )
-    frames = data.draw(damaged(message)) if isinstance(message, TaskResults) else [bytes(f) for f in encode(message)]
+        requirements = data.draw(st.lists(st.lists(st.sampled_from(["payload=python", "gpu", "", "é=1"])), max_size=3))
+        if requirements:  # capability requirements, each task's by index or not
+            message.requirements = requirements
+            if data.draw(st.booleans()):
+                message.requirement_index = [data.draw(st.integers(0, len(requirements) - 1))]
+    if isinstance(message, TaskResults):
+        frames = data.draw(damaged(message))
+    else:
+        frames = [bytes(f) for f in encode(message)]
     lone = read_lone(frames[0])
     if lone is None:
         return
@@ -130,3 +138,4 @@ def test_the_schedulers_lone_reader_agrees_with_decode(data: st.DataObject) -> N
         assert isinstance(lone, LoneTask) and isinstance(full, SubmitTasks)
         assert (full.task_ids, full.function_ids, full.flags[0]) == ([lone.task_id], [lone.function_id], lone.flags)
         assert [len(p) for p in full.payloads] == lone.sizes and not any(full.arg_refs)
+        assert lone.requirement == frozenset(full.requirement_of(0) or ())

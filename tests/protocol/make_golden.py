@@ -49,13 +49,16 @@ _CAPNP_ENUM_NAMES = {
 def golden_messages() -> dict[str, m.Message]:
     """One representative message per kind, in the order of the schema's union."""
     messages: list[m.Message] = [
-        m.Hello(m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000),
+        m.Hello(
+            m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000, capabilities=["payload=python", "gpu", "mem=64G"]
+        ),
         m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000, max_payload_bytes=8 << 30),
         m.Refused("the key 'w' is authorized for workers only", 1, key_problem=True),
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0, 0),
         m.HeartbeatEcho(0),
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
-        # The second has options: a 2 s timeout, 3 retries, priority -1.
+        # The second has options: a 2 s timeout, 3 retries, priority -1. The first requires payload=python, the second
+        # payload=python and gpu.
         m.SubmitTasks(
             [P | 10, P | 11],
             [P | 1, P | 1],
@@ -67,6 +70,8 @@ def golden_messages() -> dict[str, m.Message]:
             [0, 2000],
             b"\x00\x03",
             [0, -1],
+            requirements=[["payload=python"], ["payload=python", "gpu"]],
+            requirement_index=[0, 1],
         ),
         m.DispatchTasks(
             [P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"], [0, 2000]
@@ -105,7 +110,9 @@ def golden_messages() -> dict[str, m.Message]:
             sent={"welcome": 2, "dispatchTasks": 1},
             received={"hello": 2, "submitTasks": 1},
             workers=[
-                m.WorkerStatus("worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500, 120)
+                m.WorkerStatus(
+                    "worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500, 120, ["gpu"]
+                )
             ],
             clients=[m.ClientStatus("client-1", 5, 1, 10)],
             protected=True,
@@ -139,7 +146,7 @@ def golden_messages() -> dict[str, m.Message]:
 
 # Data fields holding columns of other widths than u64 (every other Data field is a u64 column).
 U8_COLUMNS = {"flags", "statuses", "retries", "kinds", "streams"}
-U16_COLUMNS = {"argCounts"}
+U16_COLUMNS = {"argCounts", "requirementIndex"}
 U32_COLUMNS = {"timeoutsMs", "functions", "workers"}
 I32_COLUMNS = {"priorities"}
 
@@ -165,6 +172,8 @@ def fields(message: m.Message) -> dict[str, Any]:
 def _json(name: str, value: Any) -> Any:
     if value is None:
         return "" if name in U8_COLUMNS else []
+    if name == "requirements":  # a list of Requirement structs
+        return [{"capabilities": list(capabilities)} for capabilities in value]
     if isinstance(value, enum.Enum):
         return _CAPNP_ENUM_NAMES[type(value)][value]
     if isinstance(value, (bytes, bytearray, memoryview)):

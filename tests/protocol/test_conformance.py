@@ -273,7 +273,15 @@ class RawWorker(Peer):
         self.welcome = self.hello(capacity, name)
 
     def hello(self, capacity: int, name: str) -> dict[str, Any]:
-        self.send("hello", protocolVersion=PROTOCOL_VERSION, kind="worker", name=name, queueCapacity=capacity)
+        # it runs Python payloads: it offers payload=python, which every task of the Python client requires
+        self.send(
+            "hello",
+            protocolVersion=PROTOCOL_VERSION,
+            kind="worker",
+            name=name,
+            queueCapacity=capacity,
+            capabilities=["payload=python"],
+        )
         return self.expect("welcome", timeout=10).fields
 
     def expect(self, name: str, timeout: float = TIMEOUT, ignore: tuple[str, ...] = ("heartbeatEcho",)) -> Msg:

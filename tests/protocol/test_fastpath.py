@@ -25,7 +25,36 @@ BATCHES: list[Any] = [
     m.SubmitTasks([1, 2, 3], [9, 8, 7], b"\x00\x00\x00", [1, 1, 1], [0, 0, 0], None, [b"a", b"bb", b"ccc"]),
     m.DispatchTasks([1], [9], b"\x00", [3], [0, 0, 0], None, [b"1", b"22", b"333"]),
     m.DispatchTasks([], [], b"", [], [], None, []),
+    # capability requirements: one for every task, one per task by index, an empty one, with options
+    m.SubmitTasks([1], [9], b"\x00", [1], [0], None, [b"arg"], requirements=[["payload=python"]]),
+    m.SubmitTasks(
+        [1, 2, 3],
+        [9, 9, 9],
+        b"\x00\x00\x00",
+        [0, 0, 0],
+        [],
+        None,
+        [],
+        requirements=[["payload=python", "gpu", "é" * 40], [], ["x"]],
+        requirement_index=[0, 2, 1],
+    ),
+    m.SubmitTasks(
+        [1, 2], [9, 9], b"\x00\x00", [0, 0], [], None, [], requirements=[[""], ["a"]], requirement_index=[1, 0]
+    ),
 ]
+
+REQUIRING = [batch for batch in BATCHES if getattr(batch, "requirements", None)]
+
+
+@pytest.mark.parametrize("message", REQUIRING)
+def test_batches_with_requirements_take_the_fast_reader_of_both_codecs(message: Any) -> None:
+    from scaler.protocol import purecodec
+
+    header = bytes(m.encode(message)[0])  # type: ignore[call-overload]
+    assert codec._fast is not None and codec._fast.read(header) is not None
+    assert purecodec.read_batch(header) is not None
+    assert codec.decode([header, *m.encode(message)[1:]]) == message
+    assert purecodec.decode([header, *m.encode(message)[1:]]) == message
 
 
 def _pycapnp_frames(message: Any, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:

@@ -56,7 +56,7 @@ def cut(sizes: list[int], frames: list[bytes]) -> list[bytes]:
 
 def test_one_golden_message_per_kind() -> None:
     assert set(NAMES) == set(m.MESSAGE_NAMES.values())
-    files = {p.name for p in Path(GOLDEN_DIR).iterdir()}
+    files = {p.name for p in Path(GOLDEN_DIR).iterdir() if p.is_file()}  # (payloads/: golden payloads)
     assert files == {f"{name}.bin" for name in NAMES} | {MANIFEST.name}, "stale or missing golden files"
 
 

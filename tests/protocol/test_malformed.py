@@ -172,6 +172,30 @@ BAD_COLUMNS: dict[str, tuple[str, dict[str, Any], list[bytes], str]] = {
     "argRefs with no task": ("submitTasks", task_fields(0, argRefs=ONE), [], "argRefs"),
     "keywords fewer than arguments": ("submitTasks", task_fields(1, refs=[0, 0], keywords=["a"]), [b"pp"], "keywords"),
     "keywords with no argument": ("submitTasks", task_fields(1, refs=[], keywords=["a"]), [], "keywords"),
+    "requirementIndex shorter than taskIds": (
+        "submitTasks",
+        task_fields(2, requirements=[{"capabilities": ["a"]}], requirementIndex=pack_u16([0])),
+        [b"pp"],
+        "requirementIndex",
+    ),
+    "requirementIndex odd length": (
+        "submitTasks",
+        task_fields(1, requirements=[{"capabilities": ["a"]}], requirementIndex=b"\0\0\0"),
+        [b"p"],
+        "requirementIndex",
+    ),
+    "requirementIndex past the requirements": (
+        "submitTasks",
+        task_fields(2, requirements=[{"capabilities": ["a"]}], requirementIndex=pack_u16([0, 1])),
+        [b"pp"],
+        "requirementIndex",
+    ),
+    "requirementIndex without requirements": (
+        "dispatchTasks",
+        task_fields(1, requirementIndex=pack_u16([0])),
+        [b"p"],
+        "requirementIndex",
+    ),
     "statuses shorter than taskIds": (
         "taskResults",
         {"taskIds": TWO, "statuses": b"\0", "payloadSizes": pack_u64([0, 0])},

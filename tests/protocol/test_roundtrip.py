@@ -33,6 +33,7 @@ EXAMPLES: dict[type, list[Any]] = {
         m.Hello(m.PeerKind.WORKER, UNICODE, "host.example", 4242, 500, 1000),
         m.Hello(m.PeerKind.WORKER, "", "", U32_MAX, U32_MAX, U32_MAX, protocol_version=U32_MAX),
         m.Hello(m.PeerKind.CLIENT, "old", protocol_version=0),
+        m.Hello(m.PeerKind.WORKER, "w", queue_capacity=1, capabilities=["payload=python", UNICODE, "gpu=a100"]),
     ],
     m.Welcome: [
         m.Welcome(1),
@@ -59,6 +60,21 @@ EXAMPLES: dict[type, list[Any]] = {
         ),
         m.SubmitTasks([5], [9], b"\x00", [1], [0], ["k"], [b"a"], None, b"\x02", None),  # one option, with keywords
         m.SubmitTasks([5], [9], b"\x00", [0], [], None, [], None, None, [3]),
+        # requirements: one for all; one per task by index; an empty requirement; with keywords and options
+        m.SubmitTasks([5], [9], b"\x00", [1], [0], None, [b"a"], requirements=[["payload=python"]]),
+        m.SubmitTasks(
+            [5, 6, 7],
+            [9, 9, 9],
+            b"\x00\x00\x00",
+            [0, 0, 0],
+            [],
+            None,
+            [],
+            requirements=[["payload=python"], [], ["payload=python", "gpu", UNICODE]],
+            requirement_index=[2, 0, 1],
+        ),
+        m.SubmitTasks([5], [9], b"\x00", [1], [0], ["k"], [b"a"], [100], None, None, [["gpu"]], [0]),
+        m.SubmitTasks([], [], b"", [], [], None, [], requirements=[["x"]]),
     ],
     m.DispatchTasks: [
         m.DispatchTasks([], [], b"", [], [], None, []),
@@ -113,6 +129,7 @@ EXAMPLES: dict[type, list[Any]] = {
             received={"hello": 2},
             workers=[
                 m.WorkerStatus("w1"),
+                m.WorkerStatus("w2", capabilities=["payload=json", "lang=ts"]),
                 m.WorkerStatus(UNICODE, 1.5, 2, 3.25, 4, 5, 6, 7, U64_MAX, 9, 10, 11, U64_MAX, U32_MAX, U32_MAX),
             ],
             clients=[m.ClientStatus("c1", 1, 2, 3), m.ClientStatus("", U32_MAX, U32_MAX, U64_MAX)],
@@ -302,7 +319,7 @@ def task_batches(draw: Any, cls: type) -> Any:
     if keywords == []:
         keywords = None
     payloads = draw(st.lists(payload, min_size=arg_refs.count(0), max_size=arg_refs.count(0)))
-    return cls(
+    batch = cls(
         draw(st.lists(u64, min_size=n, max_size=n)),
         draw(st.lists(u64, min_size=n, max_size=n)),
         draw(st.binary(min_size=n, max_size=n)),
@@ -311,6 +328,12 @@ def task_batches(draw: Any, cls: type) -> Any:
         keywords,
         payloads,
     )
+    requirements = draw(st.lists(st.lists(text, max_size=3), max_size=3))
+    if requirements:  # empty: none (the codec gives None)
+        batch.requirements = requirements
+        if n and draw(st.booleans()):  # an empty column reads as None
+            batch.requirement_index = draw(st.lists(st.integers(0, len(requirements) - 1), min_size=n, max_size=n))
+    return batch
 
 
 @st.composite

@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import heapq
 import random
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,6 +123,40 @@ SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time 
 STATUS_MS = 1000  # how often the scheduler's status is taken, as its shell does
 
 
+# With SimConfig.capabilities: what each worker offers and what each task requires, from their names and ids (no draw
+# from the generator). Every worker offers payload=python, some gpu, some region=eu; most tasks require only
+# payload=python, some gpu too, some gpu in region eu, and a few tpu, which no worker offers: those fail.
+UNOFFERED = "tpu"
+_REQUIREMENTS = (
+    ["payload=python"],
+    ["payload=python", "gpu"],
+    ["payload=python", "gpu", "region=eu"],
+    ["payload=python", UNOFFERED],
+    [],
+)
+
+
+def worker_capabilities(name: str) -> list[str]:
+    code = zlib.crc32(name.encode())
+    return ["payload=python", *(["gpu"] if code % 3 == 0 else []), *(["region=eu"] if code % 2 else [])]
+
+
+def task_requirement(task_id: int) -> int:
+    """The index in _REQUIREMENTS of what this task requires."""
+    roll = (task_id * 2654435761) % 1000
+    return 0 if roll < 650 else 1 if roll < 800 else 2 if roll < 900 else 3 if roll < 930 else 4
+
+
+def _plain_repr(command: Command) -> str:
+    """A command's repr, a dispatch's requirements left out: a forwarded lone task keeps those of its submit (the
+    schema allows it; workers ignore them), a dispatch the core builds has none."""
+    if isinstance(command, Send) and isinstance(command.message, DispatchTasks) and command.message.requirements:
+        message = copy.copy(command.message)
+        message.requirements = message.requirement_index = None
+        return repr(Send(command.peer, message))
+    return repr(command)
+
+
 def streams_output(task_id: int) -> bool:
     """Whether a client submits this task flagged stream output (from its id: no draw from the generator)."""
     return task_id % 3 == 0
@@ -155,6 +190,7 @@ class SimConfig:
     forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
     monitored: bool = False  # a monitor subscribes: the core records task events, failures, output, departures
     check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
+    capabilities: bool = False  # workers offer capabilities, tasks require some (worker_capabilities above)
     scheduler: SchedulerConfig = field(
         default_factory=lambda: SchedulerConfig(
             worker_timeout_seconds=3.0, client_timeout_seconds=8.0, max_task_retries=3, balance_interval_seconds=0.2
@@ -209,6 +245,7 @@ class Simulation:
         self.handed: Counter[int] = Counter()
         self.charged = 0
         self.held_names: set[str] = set()  # worker names the scheduler held back at some point
+        self.offered: dict[bytes, frozenset[str]] = {}  # with capabilities: what each worker peer said it offers
         charge = self.core._retry_or_fail
 
         def checked_charge(task: Any, reason: str, worker: WorkerSession | None = None) -> bool:
@@ -242,6 +279,8 @@ class Simulation:
     # ------------------------------------------------------------------------------------------- scheduler side
     def send_to_scheduler(self, peer: bytes, message: Message, before: Message | None = None) -> None:
         """`message` reaches the scheduler after a link's latency; `before` (printed output), just ahead of it."""
+        if self.config.capabilities:
+            self._dress(peer, message)
         if isinstance(message, TaskResults):  # a failed run of a task with retries may be followed by another
             for task_id, status in zip(message.task_ids, message.statuses, strict=True):
                 if status in RETRIABLE_STATUSES and self.runs.get(task_id):
@@ -250,6 +289,16 @@ class Simulation:
         if before is not None:
             self.at(when, self._arrive, peer, before)
         self.at(when, self._arrive, peer, message)
+
+    def _dress(self, peer: bytes, message: Message) -> None:
+        """Give a worker's hello its capabilities, a submit its tasks' requirements (as the real peers do)."""
+        if isinstance(message, Hello) and message.kind == PeerKind.WORKER:
+            message.capabilities = worker_capabilities(message.name)
+            self.offered[peer] = frozenset(message.capabilities)
+        elif isinstance(message, SubmitTasks) and message.task_ids:
+            index = [task_requirement(task_id) for task_id in message.task_ids]
+            message.requirements = [list(r) for r in _REQUIREMENTS]
+            message.requirement_index = index
 
     def _arrive(self, peer: bytes, message: Message) -> None:
         self._to_scheduler.append(Received(self.now / 1000, peer, message))
@@ -338,7 +387,7 @@ class Simulation:
             slow_commands = slow.handle(event)
             if canonical(fast) != canonical(slow):
                 self.fail(f"forwarding left another state than the slow path: {first_difference(fast, slow)}")
-            if sorted(map(repr, fast_commands)) != sorted(map(repr, slow_commands)):
+            if sorted(map(_plain_repr, fast_commands)) != sorted(map(_plain_repr, slow_commands)):
                 self.fail(f"forwarding sent {fast_commands!r:.500}, the slow path {slow_commands!r:.500}")
         return sent
 
@@ -374,6 +423,10 @@ class Simulation:
         """No dispatch of a task whose client already has its result; results only to the client of the task."""
         if isinstance(message, DispatchTasks):
             for task_id in message.task_ids:
+                if self.config.capabilities:
+                    required = _REQUIREMENTS[task_requirement(task_id)]
+                    if not set(required) <= self.offered[peer]:
+                        self.fail(f"task {task_id:#x} requires {required}, dispatched to {peer!r}, which cannot run it")
                 owner = self.client_by_prefix.get(task_id >> ID_PREFIX_SHIFT)
                 if owner is not None and owner.results[task_id]:
                     self.fail(f"task {task_id:#x} dispatched to {peer!r} after its client got its result")
@@ -532,7 +585,7 @@ class SimWorker:
 
     def start(self) -> None:
         self.state = "connecting"
-        self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity))
+        self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity, capabilities=["payload=python"]))
         self.sim.after(1 + self.sim.rng.randrange(1000), self.heartbeat)
 
     def heartbeat(self) -> None:
@@ -577,7 +630,7 @@ class SimWorker:
         elif isinstance(message, Error) and message.code == ErrorCode.NOT_CONNECTED:
             self._reset()
             self.state = "connecting"
-            self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity))
+            self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity, capabilities=["payload=python"]))
         elif isinstance(message, Error):
             self.sim.fail(f"worker {self.peer!r} got an error: {message}")
         self._run_next()
@@ -748,6 +801,7 @@ class SimClient:
         self.open: set[int] = set()
         self.results: Counter[int] = Counter()
         self.status: dict[int, int] = {}
+        self.missing: set[int] = set()  # tasks that failed because no connected worker could run them
         self.function_id = self.data_id = 0
         self.data_freed = False
         self.wave = 0
@@ -867,6 +921,8 @@ class SimClient:
             if self.results[task_id] > 1:
                 self.sim.fail(f"task {task_id:#x} ended twice at its client")
             self.status[task_id] = status
+            if status == TaskStatus.FAILED and bytes(payload).startswith(b"missing capabilities:"):
+                self.missing.add(task_id)
             self.open.discard(task_id)
             runs = self.sim.runs.get(task_id, [])
             simulated = bool(runs) and all(isinstance(self.sim.peers[r.peer], SimWorker) for r in runs)
@@ -917,8 +973,24 @@ class SimClient:
                 and len(runs) <= info.retries
             ):
                 self.sim.fail(f"task {task_id:#x} raised after {len(runs)} runs, but it has {info.retries} retries")
+            if self.sim.config.capabilities:
+                self._check_capabilities(task_id, status, lineage)
             if status == TaskStatus.SUCCESS and info.outcome in (RAISES, CRASHES):
                 self.sim.fail(f"task {task_id:#x} succeeded, but it always {('raises', 'crashes')[info.outcome - 1]}")
+
+    def _check_capabilities(self, task_id: int, status: int, lineage: list[int]) -> None:
+        """A task nobody offers what it requires fails so (unless cancelled first); a task fails so only if it or a
+        task it waits on requires what nobody offers."""
+        unoffered = [t for t in lineage if UNOFFERED in _REQUIREMENTS[task_requirement(t)]]
+        own = UNOFFERED in _REQUIREMENTS[task_requirement(task_id)]
+        # (it may also end as a task it waits on did: it never ran, _check_sent sees to that)
+        if own and (
+            status == TaskStatus.SUCCESS
+            or (status not in (TaskStatus.FAILED, TaskStatus.CANCELED) and len(lineage) == 1)
+        ):
+            self.sim.fail(f"task {task_id:#x} requires {UNOFFERED}, which no worker offers, but ended {status}")
+        if task_id in self.missing and not unoffered:
+            self.sim.fail(f"task {task_id:#x} failed for missing capabilities, but it and its lineage are runnable")
 
     def _lineage(self, task_id: int) -> list[int]:
         out, todo = [], [task_id]

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from scaler.core.scheduler import SchedulerConfig, SchedulerCore
+from scaler.core.scheduler.needs import Need
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore, ToScheduler
 from scaler.protocol.messages import FLAG_SILENT, BalanceRequest, BalanceResponse, Payload, TaskStatus
@@ -178,17 +179,32 @@ def test_the_simulation_catches_a_broken_scheduler(core: type[SchedulerCore], co
     assert f"seed={SEEDS[0]}" in str(failure.value)
 
 
-@pytest.mark.parametrize("monitored", [False, True], ids=["unmonitored", "monitored"])
-@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
-def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(seed: int, monitored: bool) -> None:
+@pytest.mark.parametrize(
+    ("seed", "monitored", "capabilities"),
+    [(SEEDS[0], False, False), (SEEDS[0], True, False), (SEEDS[1], True, True)],
+    ids=[f"seed={SEEDS[0]}-unmonitored", f"seed={SEEDS[0]}-monitored", f"seed={SEEDS[1]}-monitored-capabilities"],
+)
+def test_forwarding_leaves_the_whole_core_as_the_slow_path_would_under_faults(
+    seed: int, monitored: bool, capabilities: bool
+) -> None:
     """Every lone submit and result the core forwards (as the shell does) is replayed through the slow path on a copy
     of the core: both must leave the same whole core and send the same messages, while workers die, hang and come
-    back (SimConfig.check_forwards). Monitored, the records of the status period are part of that state."""
-    config = SimConfig(  # five waves: enough lone tasks for > 100 forwards with either seed
-        seed=seed, workers=40, clients=3, waves=5, wave_size=(20, 100), check_forwards=True, monitored=monitored
+    back (SimConfig.check_forwards). Monitored, the records of the status period are part of that state. With
+    capabilities (one of the three runs, for the suite's time), lone submits carry requirements (the forwarded dispatch
+    keeps them): the core forwards those whose need it knows, to a worker that can run them."""
+    config = SimConfig(  # five waves: enough lone tasks for many forwards with either seed
+        seed=seed,
+        workers=40,
+        clients=3,
+        waves=5,
+        wave_size=(20, 100),
+        check_forwards=True,
+        monitored=monitored,
+        capabilities=capabilities,
     )
     sim = simulate(config)
-    assert sim.forwarded > 100, f"only {sim.forwarded} forwards: the shortcut was hardly taken"
+    least = 50 if capabilities else 100  # tasks no worker can run are not forwarded
+    assert sim.forwarded > least, f"only {sim.forwarded} forwards: the shortcut was hardly taken"
     assert sim.summary()["workers_lost"] > 0
 
 
@@ -202,3 +218,36 @@ def test_a_monitored_scheduler_survives_faults_and_its_records_add_up(seed: int)
     functions = sim.core.status().functions
     assert sum(f.submitted for f in functions) == sum(f.success + f.error + f.canceled + f.failed for f in functions)
     assert sum(f.submitted for f in functions) >= summary["tasks"]
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3], ids=lambda seed: f"seed={seed}")
+def test_capabilities_under_faults_no_task_lands_on_a_worker_that_cannot_run_it(seed: int) -> None:
+    """Workers offer random capability sets, tasks require random ones (sim.worker_capabilities, task_requirement):
+    no task is ever dispatched to a worker lacking one it requires (Simulation._check_sent), every task ends, and
+    those that require what no worker offers fail with "missing capabilities" (SimClient._check_capabilities)."""
+    sim = simulate(SimConfig(seed=seed, workers=120, waves=3, capabilities=True, agent_rate=0.3))
+    summary = sim.summary()
+    missing = sum(len(c.missing) for c in sim.clients)
+    print(f"seed={seed}: {summary}, missing capabilities: {missing}")
+    assert summary["tasks"] > 500 and summary["workers_lost"] >= 3
+    assert missing > 10
+    assert sim.core.sent["balanceRequest"] > 0
+    assert len(sim.core.offers.counts) >= 3  # several distinct capability sets were connected
+
+
+def test_the_simulation_catches_a_task_dispatched_to_a_worker_that_cannot_run_it() -> None:
+    class IgnoresCapabilities(SchedulerCore):
+        def _offers_changed(self) -> None:  # every need stays in the shared queue: placed on any worker
+            return None
+
+        def _need(self, caps: frozenset[str]) -> Need:
+            need = super()._need(caps)
+            if self._split.pop(need, False) is None:  # it was just split: share it instead
+                need.ready = self.ready
+            return need
+
+        def _validate_needs(self) -> None:  # (which validate() would see)
+            return None
+
+    with pytest.raises(AssertionError, match="which cannot run it"):
+        simulate(SimConfig(seed=SEEDS[0], workers=60, waves=2, capabilities=True), core=IgnoresCapabilities)

@@ -128,9 +128,12 @@ class Driver:
         self.prefixes[peer] = prefix
         return prefix
 
-    def worker(self, peer: bytes = b"w1", capacity: int = 4, key: PeerKey | None = None) -> list[Command]:
+    def worker(
+        self, peer: bytes = b"w1", capacity: int = 4, key: PeerKey | None = None, capabilities: Sequence[str] = ()
+    ) -> list[Command]:
         """Connect a worker; returns every command the hello caused (its welcome, and any dispatch)."""
-        commands = self.recv(peer, Hello(PeerKind.WORKER, peer.decode(), queue_capacity=capacity), key)
+        hello = Hello(PeerKind.WORKER, peer.decode(), queue_capacity=capacity, capabilities=list(capabilities))
+        commands = self.recv(peer, hello, key)
         self.prefixes[peer] = sends(commands)[0][1].id_prefix  # type: ignore[union-attr]
         return commands
 

@@ -65,7 +65,7 @@ def t(n: int) -> int:
     return tid(1, 10 + n)
 
 
-HELLO = Hello(PeerKind.WORKER, "w", "host", 42, 2000, 8)
+HELLO = Hello(PeerKind.WORKER, "w", "host", 42, 2000, 8, capabilities=["payload=python"])
 CONFIG = AgentConfig(name="w", hostname="host", pid=42, queue_capacity=8)
 
 
@@ -129,7 +129,7 @@ def connected(config: AgentConfig = CONFIG) -> Agent:
     """An agent that said hello, was welcomed, and whose first processor (0) is ready."""
     a = Agent(config)
     assert a(Started(0.0)) == [ToScheduler(HELLO), StartProcessor(0)]
-    assert a.sched(Welcome(7, "sched")) == [Log(logging.INFO, "connected to scheduler sched")]
+    assert a.sched(Welcome(7, "sched")) == [Log(logging.INFO, "connected to scheduler sched, offering payload=python")]
     assert a.proc(0, pm.Ready(1000)) == []
     assert a.core.connected
     return a
@@ -395,6 +395,19 @@ def test_session_lost_drops_queued_work_ignores_running_results_and_says_hello()
     a.sched(PutObjects([F], [b"fn"]))
     assert a.sched(dispatch((t(1), F, [b"a1"]))) == [ToProcessor(1, run(t(1), objects=(F,), payloads=(b"fn",)))]
     assert a.done(1, t(1)) == [ToScheduler(TaskResults([t(1)], bytes([0]), [b"r"]))]
+
+
+def test_session_lost_sends_nothing_of_the_old_session_after_its_new_hello() -> None:
+    """Results, output and start notices buffered for the old session are dropped with it: sent after the new hello,
+    they would arrive in the new session (docs/protocol.md section 5, "Task ids come back in a new session")."""
+    a = with_tasks(3)  # t(1) runs in processor 0, t(2) and t(3) wait
+    core = a.core
+    core.feed(FromScheduler(a.now, CancelTasks([t(3)])))  # a queued task: answered canceled, buffered
+    core.feed(FromProcessor(a.now, 0, pm.Output([t(1)], bytes([1]), ["printed"])))
+    core.feed(FromScheduler(a.now, Error(ErrorCode.NOT_CONNECTED, "no session")))  # in the same read batch
+    commands = core.flush()
+    sent = [c.message for c in commands if isinstance(c, ToScheduler)]
+    assert sent == [HELLO], sent
 
 
 def test_session_lost_keeps_an_idle_processor_and_drops_its_objects() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scaler.core.capabilities import requirement
 from scaler.core.client.session import (
     MESSAGE_ITEMS_AT_MOST,
     CancelRequest,
@@ -41,6 +42,8 @@ from scaler.protocol.messages import (
     TaskResults,
     Welcome,
 )
+
+PYTHON_ONLY = [["payload=python"]]  # what every task of a Python client requires, at the least
 
 
 def connected(prefix: int = 3) -> ClientCore:
@@ -218,10 +221,10 @@ def test_consecutive_requests_of_one_kind_share_a_message_in_order() -> None:
     ]
     assert ClientCore.batch(requests) == [
         PutObjects([1, 2], [b"fn", b"x"], ["f", ""]),
-        SubmitTasks([3, 4], [1, 1], bytes([0, 2]), [2, 0], [0, 2], None, [b"a"]),
+        SubmitTasks([3, 4], [1, 1], bytes([0, 2]), [2, 0], [0, 2], None, [b"a"], requirements=PYTHON_ONLY),
         CancelTasks([3]),
         FreeObjects([2, 1]),
-        SubmitTasks([5], [1], bytes([0]), [1], [0], None, [b"b"]),
+        SubmitTasks([5], [1], bytes([0]), [1], [0], None, [b"b"], requirements=PYTHON_ONLY),
     ]
 
 
@@ -248,7 +251,52 @@ def test_keywords_are_padded_for_tasks_without_them_and_names_left_out_when_none
     assert ClientCore.batch([]) == []
 
 
+def test_a_batch_names_each_distinct_requirement_once_and_indexes_it_only_when_they_differ() -> None:
+    gpu = requirement({"gpu": True})
+    licence = requirement(["licence=matlab", "gpu"])
+    same = [NewTask(i, 1, 0, (), None, (), requirement=gpu) for i in range(3)]
+    [message] = ClientCore.batch(same)
+    assert isinstance(message, SubmitTasks)
+    assert message.requirements == [["gpu", "payload=python"]] and message.requirement_index is None
+    mixed = [
+        NewTask(1, 1, 0, (), None, ()),
+        NewTask(2, 1, 0, (), None, (), requirement=gpu),
+        NewTask(3, 1, 0, (), None, (), requirement=("gpu", "payload=python")),  # equal, not the same tuple
+        NewTask(4, 1, 0, (), None, (), requirement=licence),
+        NewTask(5, 1, 0, (), None, ()),
+    ]
+    [message] = ClientCore.batch(mixed)
+    assert isinstance(message, SubmitTasks)
+    assert message.requirements == [
+        ["payload=python"],
+        ["gpu", "payload=python"],
+        ["gpu", "licence=matlab", "payload=python"],
+    ]
+    assert message.requirement_index == [0, 1, 1, 2, 0]
+    # Equal requirements that are not the same tuple still share one entry, and no index when all are equal.
+    equal = [
+        NewTask(1, 1, 0, (), None, (), requirement=gpu),
+        NewTask(2, 1, 0, (), None, (), requirement=("gpu", "payload=python")),
+    ]
+    [message] = ClientCore.batch(equal)
+    assert isinstance(message, SubmitTasks)
+    assert message.requirements == [["gpu", "payload=python"]] and message.requirement_index is None
+
+
+def test_a_batch_cut_in_two_gives_each_message_its_own_requirements() -> None:
+    gpu = requirement(["gpu"])
+    tasks = [
+        NewTask(i, 1, 0, (), None, (), requirement=gpu if i >= MESSAGE_ITEMS_AT_MOST else requirement(None))
+        for i in range(MESSAGE_ITEMS_AT_MOST + 2)
+    ]
+    first, second = ClientCore.batch(tasks)
+    assert isinstance(first, SubmitTasks) and isinstance(second, SubmitTasks)
+    assert (first.requirements, first.requirement_index) == (PYTHON_ONLY, None)
+    assert (second.requirements, second.requirement_index) == ([["gpu", "payload=python"]], None)
+
+
 def test_heartbeats_often_enough_for_a_strict_scheduler() -> None:
+
     core = ClientCore("me", heartbeat_interval_seconds=5.0, timeout_seconds=30.0)
     core.start(0.0)
     core.received(0.0, Welcome(1, peer_timeout_ms=2000))  # the scheduler drops clients silent for 2 s

@@ -436,3 +436,10 @@ def test_the_history_answers_the_page_in_json() -> None:
         history.task(3),
     ):
         assert answer["epoch"] == "e1" and json.loads(json.dumps(answer)) == answer
+
+
+def test_a_workers_row_lists_its_capabilities() -> None:
+    fleet = Fleet()
+    fleet.add(status(0, [WorkerStatus("gpu", capabilities=["gpu", "payload=python"]), WorkerStatus("plain")]))
+    rows = {r["name"]: r for r in fleet.rows()}
+    assert rows["gpu"]["capabilities"] == ["gpu", "payload=python"] and rows["plain"]["capabilities"] == []

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
-from scaler.client.dask_graph import DaskNode, as_task_tuples, dask_call, run_node
+from scaler.client.dask_graph import as_task_tuples, dask_call, dask_node, run_node
 from scaler.client.graph import KeyArg, identity, plan_graph
 
 GRAPH = {"a": 1, ("b", 0): (operator.add, "a", 1)}
@@ -127,7 +127,7 @@ def test_a_node_needing_a_missing_key_is_refused() -> None:
 
 def test_run_node_passes_dependencies_by_key() -> None:
     node = Task("c", operator.sub, TaskRef("a"), TaskRef("b"))
-    assert run_node(DaskNode(node, ("b", "a")), 1, 10) == 9
+    assert run_node(dask_node(node, ("b", "a")), 1, 10) == 9
 
 
 @pytest.mark.parametrize(

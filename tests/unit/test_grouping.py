@@ -3,6 +3,7 @@ evaluating the grouped graph locally, block task by block task, against the orig
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Hashable
 from typing import Any
@@ -12,8 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.client.graph import plan_graph
-from scaler.client.grouping import BlockKey, BlockSpec, GroupedGraph, check_group, group_plan, run_block
+import scaler.payloads  # noqa: F401  (every client packs through it: it registers the shipped helpers by value)
+from scaler.client.dask_graph import run_node
+from scaler.client.graph import build_list, identity, plan_graph
+from scaler.client.grouping import BlockKey, GroupedGraph, check_group, group_plan, run_block
+from scaler.client.shipped import run_batch
 from tests.unit.test_graph_plan import graphs, inc, reference_get, run_plan
 
 
@@ -27,7 +31,7 @@ def grouped_values(grouped: GroupedGraph) -> dict[Hashable, Any]:
 
 
 def block_sizes(grouped: GroupedGraph) -> list[int]:
-    return [len(value[1].steps) for key, value in grouped.graph.items() if isinstance(key, BlockKey)]
+    return [len(value[1]["steps"]) for key, value in grouped.graph.items() if isinstance(key, BlockKey)]
 
 
 def boom(_: Any) -> None:
@@ -41,7 +45,7 @@ def test_a_chain_in_blocks_of_two() -> None:
     assert [key.index for key in grouped.keys] == [2, 0]
     assert grouped_values(grouped) == {"f": 6, "c": 3}
     assert grouped.graph["a"] == 1  # literals stay literals, under their own keys
-    assert grouped.graph[grouped.keys[1]][1].outputs == (1,)  # only "c" leaves the first block ("b" stays inside)
+    assert grouped.graph[grouped.keys[1]][1]["outputs"] == (1,)  # only "c" leaves the first block ("b" stays inside)
 
 
 def test_a_key_in_the_middle_of_a_block_is_an_output() -> None:
@@ -73,14 +77,44 @@ def test_a_node_failure_is_the_blocks_with_the_nodes_own_exception() -> None:
         run_block(spec, *inputs)
 
 
-def test_the_spec_survives_pickling() -> None:
+def test_the_spec_survives_pickling_and_is_builtins_only() -> None:
+    # Builtins only: a worker without the scaler package unpickles it (tests/protocol/test_payload_golden.py runs one).
     graph = {"a": 1, "b": (inc, "a"), "c": (sum, ["a", "b"])}
     grouped = group_plan(plan_graph(graph, ["c"]), ["c"], 2)
     for key in grouped.keys:
         spec = grouped.graph[key][1]
         for dump, load in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, pickle.loads)):
             assert load(dump(spec)) == spec
-    assert isinstance(spec, BlockSpec)
+        assert type(spec) is dict and set(spec) == {"steps", "outputs"}
+        for function, args in spec["steps"]:
+            assert function is not None and type(args) is tuple
+            assert all(type(arg) is tuple and len(arg) == 3 for arg in args)
+
+
+def modules_named(payload: bytes) -> set[str]:
+    """The modules a pickle refers to (every class or function it loads by reference)."""
+    named: set[str] = set()
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            named.add(module)
+            return super().find_class(module, name)
+
+    Recording(io.BytesIO(payload)).load()
+    return named
+
+
+def test_the_helpers_and_a_block_travel_by_value() -> None:
+    for function in (run_block, build_list, identity, run_node, run_batch):
+        payload = cloudpickle.dumps(function)
+        assert not {m for m in modules_named(payload) if m.split(".")[0] == "scaler"}, function
+        assert pickle.loads(payload) is not function  # a copy of its code, not a reference to it
+    graph = {"a": 1, "b": (inc, "a"), "c": (sum, ["a", "b"]), "d": "c"}  # build_list and identity nodes
+    grouped = group_plan(plan_graph(graph, ["d"]), ["d"], 5)
+    (block,) = grouped.keys
+    named = modules_named(cloudpickle.dumps(grouped.graph[block]))
+    assert "tests.unit.test_graph_plan" in named  # inc: the user's function, by reference as always
+    assert not {m for m in named if m.split(".")[0] == "scaler"}
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "10", True, [4]])

@@ -13,6 +13,7 @@ import pytest
 
 from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, SchedulerCore, Send, Stop
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
+from scaler.core.scheduler.needs import Need, ready_queue
 from scaler.core.scheduler.placement import water_fill
 from scaler.core.scheduler.tasks import (
     EVENT_NAMES,
@@ -944,7 +945,7 @@ def test_tasks_that_end_while_queued_leave_the_ready_queue_with_their_arguments(
     [(), (0,), (7,), (F,), (7, 8), (7, 7), (7, 0), (0, 8), (F, 8), (7, F), (0, 0), (7, 8, 9), (7, 8, 7, 0, F, 9)],
 )
 def test_task_references_are_the_function_then_the_arguments_each_once(arg_refs: tuple[int, ...]) -> None:
-    task = Task(t(1), _FakeClient(), F, 0, arg_refs, None, ())  # type: ignore[arg-type]
+    task = Task(t(1), _FakeClient(), F, 0, arg_refs, None, (), Need(frozenset(), ready_queue()))  # type: ignore[arg-type]
     expected: list[int] = [F]
     for ref in arg_refs:
         if ref and ref not in expected:

@@ -231,3 +231,17 @@ def test_durations_ages_and_cut_names() -> None:
     assert fmt_age(7_400) == "7s" and fmt_age(720_000) == "12m" and fmt_age(10_800_000) == "3h"
     assert cut("abcdefghij", 10) == "abcdefghij" and cut("abcdefghij", 5) == "ab\u2026ij"
     assert cut("abcdefghij", 4) == "a\u2026ij" and cut("abc", 1) == "\u2026" and cut("abc", 0) == ""
+
+
+def test_capabilities_beyond_the_python_payload_show_in_the_last_column() -> None:
+    status = _status()
+    status.workers[0].capabilities = ["gpu", "licence=matlab", "payload=python"]
+    status.workers[1].capabilities = ["payload=python"]
+    header, *rows = [line for line in render(status, "n") if "ITL" in line or line.lstrip().startswith("w-")]
+    assert header.split(" | ")[0].split()[-2:] == ["ITL", "caps"]
+    cells = {row.split()[0]: row.split(" | ")[0].split()[-1] for row in rows}
+    assert cells == {"w-a": "gpu,licence=matlab", "w-b": "-"}
+    assert len({len(row.split(" | ")[0]) for row in [header, *rows]}) == 1  # the columns line up
+    status.workers[1].capabilities = ["payload=python", *(f"feature-{i}" for i in range(20))]
+    row = next(line for line in render(status, "n") if line.lstrip().startswith("w-b"))
+    assert "\u2026" in row.split(" | ")[0].split()[-1] and len(row.split(" | ")[0].split()[-1]) == 30

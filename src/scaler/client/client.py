@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
@@ -194,6 +194,7 @@ class Client:
         retries: int | object = KEEP,
         priority: int | object = KEEP,
         stream_output: bool | object = KEEP,
+        capabilities: Mapping[str, Any] | Iterable[str] | object | None = KEEP,
     ) -> ClientOptions:
         """This client with task options, for the tasks submitted through what it returns (submit, map, get,
         submit_graph); options not given stay as they are. The function's own keyword arguments are untouched.
@@ -210,8 +211,17 @@ class Client:
         priority: among this client's ready tasks, higher first (default 0); other clients still take turns.
         stream_output: print what the tasks write to sys.stdout and sys.stderr in this process, each line prefixed
             with the task (see Client's stream_output).
+        capabilities: what a worker must offer to run the tasks (docs/capabilities.md): a mapping
+            {"gpu": True, "lang": "ts"} (True, None or -1: the bare name; a str or int: name=value) or an iterable
+            ["gpu", "lang=ts"]; None or empty: nothing beyond payload=python, which every task of this client
+            requires. Workers offer capabilities with scaler_cluster --capability gpu. A task that no connected
+            worker can run fails at once with MissingCapabilityError (the scheduler may wait for one to join:
+            scaler_scheduler --capability-grace-seconds).
+
+        >>> client.options(capabilities={"gpu": True}).submit(train, data)
         """
-        return ClientOptions(self, check_options(self._options, timeout, retries, priority, stream_output))
+        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities)
+        return ClientOptions(self, options)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run fn(*args, **kwargs) on a worker; returns a future of its result.
@@ -236,7 +246,7 @@ class Client:
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
         future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
-        task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task)
+        task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement)
         sink: ResultSink = FutureSink(future, self._serializer, profiling)
         if self._shared is not None and self._shared.wanted(payloads):
             task, sink = self._share(connection, task, sink, fn, functools.partial(_retarget_future, future))
@@ -297,7 +307,7 @@ class Client:
         try:
             for index, (task_id, item) in enumerate(zip(ids, items, strict=False)):
                 refs, _, payloads = self._encode_arguments(fn, item, {})
-                task = NewTask(task_id, function_id, flags, refs, None, payloads, options.task)
+                task = NewTask(task_id, function_id, flags, refs, None, payloads, options.task, options.requirement)
                 if shared is not None and shared.wanted(payloads):
                     retarget = functools.partial(self._renamed.__setitem__, task_id)
                     task, sinks[index] = self._share(connection, task, sinks[index], fn, retarget)
@@ -489,6 +499,7 @@ class Client:
         tasks: list[Request] = []
         task_ids = list(connection.mint(len(plan.tasks)))
         function_ids: dict[int, int] = {}  # id(function) -> its object id; the graph keeps the functions alive
+        required = options.requirement
         for node, task_id in zip(plan.tasks, task_ids):
             function_id = function_ids.get(id(node.function)) or self._graph_function(function_ids, node.function)
             refs: list[int] = []
@@ -506,7 +517,9 @@ class Client:
                         raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
-            tasks.append(NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task))
+            tasks.append(
+                NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task, required)
+            )
             if node.key in wanted:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
                 future.set_running_or_notify_cancel()

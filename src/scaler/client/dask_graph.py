@@ -11,21 +11,16 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scaler.client.shipped import run_node as run_node  # runs on workers: travels by value
+
 _KEY_TYPES = (str, bytes, int, float, tuple)  # what a dask key is made of (dask.core.iskey)
 
 
-@dataclass
-class DaskNode:
-    """A dask task-spec node (Task, List, Dict, DataNode...) and the keys of the values it needs, in the order
-    run_node receives them. A dataclass with eq: unhashable, so the planner passes it as a plain argument."""
-
-    node: Any
-    deps: tuple[Hashable, ...]
-
-
-def run_node(task: DaskNode, *values: Any) -> Any:
-    """Runs on a worker: the node called the way dask calls it, with a dict of its dependencies' values."""
-    return task.node(dict(zip(task.deps, values)))
+def dask_node(node: Any, deps: tuple[Hashable, ...]) -> dict[str, Any]:
+    """The first argument of run_node for a dask task-spec node (Task, List, Dict, DataNode...): the node and the keys
+    of the values it needs, in the order run_node receives them. A dict: unhashable, so the planner passes it as a
+    plain argument; and no scaler class, so a worker needs no scaler package to unpickle it (run_node goes by value)."""
+    return {"node": node, "deps": deps}
 
 
 @dataclass
@@ -117,7 +112,7 @@ def _entry(key: Hashable, node: Any, nodes: dict[Hashable, Any], spec: Any) -> A
         value = node.value
         if not isinstance(value, (tuple, list)) and not _is_key(nodes, value):
             return value
-    return (run_node, DaskNode(node, deps), *deps)
+    return (run_node, dask_node(node, deps), *deps)
 
 
 def _flat_once(keys: Any) -> list[Hashable]:

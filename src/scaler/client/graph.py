@@ -12,17 +12,10 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+# The helpers tasks run on workers: they travel by value (no reference to scaler in the payload).
+from scaler.client.shipped import build_list as build_list
+from scaler.client.shipped import identity as identity
 from scaler.core.slotted import slotted
-
-
-def build_list(*items: Any) -> list[Any]:
-    """Runs on a worker: a list argument of a graph task whose items come from other keys."""
-    return list(items)
-
-
-def identity(value: Any) -> Any:
-    """Runs on a worker: a key whose value is another key (an alias)."""
-    return value
 
 
 @slotted

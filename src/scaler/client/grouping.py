@@ -2,7 +2,9 @@
 cut into blocks of at most K consecutive nodes, each block one task that runs its nodes in order in one processor.
 The result is an ordinary graph of block tasks, planned and submitted the ordinary way; the scheduler sees blocks.
 
-Pure; no I/O. run_block runs on workers (it and BlockSpec must stay importable there, Python 3.9 syntax included).
+A block task is (run_block, spec, *inputs): run_block (scaler.client.shipped) travels by value and the spec is builtins
+only, {"steps": ((function, ((kind, a, b), ...)), ...), "outputs": (position, ...)}, so a worker needs no `scaler`
+package to run it. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -13,42 +15,16 @@ from typing import Any
 
 from scaler.client.graph import GraphPlan, KeyArg
 from scaler.client.object_reference import ObjectReference
+
+# run on workers, by value; the kinds of a node's argument in a spec: see shipped.run_block
+from scaler.client.shipped import FROM, LOCAL, VALUE, WHOLE
+from scaler.client.shipped import run_block as run_block
 from scaler.core.slotted import slotted
 
-# How a node of a block gets an argument: (kind, a, b)
-LOCAL = 0  # the value of the block's node at position a
-FROM = 1  # item b of input a (the outputs of an earlier block)
-WHOLE = 2  # input a itself (a literal of the graph, or the object an ObjectReference refers to)
-VALUE = 3  # a itself, a plain value
-
-
-@slotted
-class BlockSpec:
-    """What a block task runs: its nodes in order, each (function, its arguments as (kind, a, b)), and the positions
-    of the nodes whose values it returns (the ones later blocks need and the keys asked for). Unhashable (a
-    dataclass with eq): the planner passes it as a plain argument."""
-
-    steps: tuple[tuple[Any, tuple[tuple[int, Any, int], ...]], ...]
-    outputs: tuple[int, ...]
-
-
-def run_block(spec: BlockSpec, *inputs: Any) -> tuple[Any, ...]:
-    """Runs on a worker: the block's nodes in order; the tuple of its outputs. A node's exception is the block's."""
-    values: list[Any] = []
-    append = values.append
-    for function, args in spec.steps:
-        call = []
-        for kind, a, b in args:
-            if kind == LOCAL:
-                call.append(values[a])
-            elif kind == FROM:
-                call.append(inputs[a][b])
-            elif kind == WHOLE:
-                call.append(inputs[a])
-            else:
-                call.append(a)
-        append(function(*call))
-    return tuple([values[i] for i in spec.outputs])
+BlockSpec = dict[str, Any]
+"""What a block task runs: {"steps": its nodes in order, each (function, its arguments as (kind, a, b)), "outputs":
+the positions of the nodes whose values it returns (the ones later blocks need and the keys asked for)}. A dict:
+unhashable, so the planner passes it as a plain argument; builtins only, so it unpickles without scaler."""
 
 
 class BlockKey:
@@ -104,7 +80,7 @@ def group_plan(plan: GraphPlan, keys: list[Hashable], group: int) -> GroupedGrap
     grouped = GroupedGraph(dict(plan.literals), blocks=len(blocks))
     graph = grouped.graph
     references: dict[int, ReferenceKey] = {}  # id of an ObjectReference argument -> its key
-    specs = []
+    specs: list[BlockSpec] = []
     where, key_arg = position.get, KeyArg  # the hot loop: locals
     for b, block_key in enumerate(blocks):
         first = b * size
@@ -127,7 +103,7 @@ def group_plan(plan: GraphPlan, keys: list[Hashable], group: int) -> GroupedGrap
                 else:
                     args.append(_value(arg, graph, references, inputs))
             steps.append((node.function, tuple(args)))
-        specs.append(BlockSpec(tuple(steps), ()))
+        specs.append({"steps": tuple(steps), "outputs": ()})
         graph[block_key] = (run_block, specs[-1], *inputs)
     for key in keys:
         i = position.get(key)
@@ -137,7 +113,7 @@ def group_plan(plan: GraphPlan, keys: list[Hashable], group: int) -> GroupedGrap
         out = outputs[i // size]
         grouped.where[key] = (blocks[i // size], out.setdefault(i % size, len(out)))
     for spec, out in zip(specs, outputs):
-        spec.outputs = tuple(out)
+        spec["outputs"] = tuple(out)
     grouped.keys = list(dict.fromkeys(source for source, _ in grouped.where.values()))
     return grouped
 

@@ -1,9 +1,9 @@
-"""Task options (timeout, retries, priority, stream_output) and the view of a client that submits with them:
-client.options().
+"""Task options (timeout, retries, priority, stream_output, capabilities) and the view of a client that submits with
+them: client.options().
 
 The options travel with each task (docs/protocol.md, "Task options"; stream_output is a flag bit): the worker enforces
-the timeout and captures output, the scheduler decides retries, keeps priorities and forwards output. They never touch
-the function's own keyword arguments.
+the timeout and captures output, the scheduler decides retries, keeps priorities, forwards output and places a task
+only on a worker offering the capabilities it requires. They never touch the function's own keyword arguments.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scaler.client.dask_graph import caller_module, dask_call
 from scaler.client.executor import ScalerExecutor
+from scaler.core.capabilities import PYTHON_REQUIREMENT, requirement
+from scaler.core.capabilities import describe as describe_capabilities
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
     FLAG_STREAM_OUTPUT,
@@ -39,12 +41,18 @@ class Options(NamedTuple):
 
     task: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): columns of submitTasks
     flags: int = 0  # flag bits every task gets (FLAG_STREAM_OUTPUT)
+    # What every task requires of its worker: sorted, payload=python included (core.capabilities.requirement).
+    # One shared tuple per Options, so that a batch of its tasks finds them equal by identity.
+    requirement: tuple[str, ...] = PYTHON_REQUIREMENT
 
 
-def check_options(base: Options, timeout: Any, retries: Any, priority: Any, stream_output: Any = KEEP) -> Options:
+def check_options(
+    base: Options, timeout: Any, retries: Any, priority: Any, stream_output: Any = KEEP, capabilities: Any = KEEP
+) -> Options:
     """`base` with the options given (not KEEP) checked and applied; a clear error for a bad one."""
     timeout_ms, retry_count, level = base.task
     flags = base.flags
+    required = base.requirement
     if timeout is not KEEP:
         if timeout is None:
             timeout_ms = 0
@@ -67,14 +75,18 @@ def check_options(base: Options, timeout: Any, retries: Any, priority: Any, stre
         if not isinstance(stream_output, bool):
             raise ValueError(f"stream_output must be True or False, not {stream_output!r}")
         flags = flags | FLAG_STREAM_OUTPUT if stream_output else flags & ~FLAG_STREAM_OUTPUT
-    return Options((timeout_ms, retry_count, level), flags)
+    if capabilities is not KEEP:
+        required = requirement(capabilities)
+    return Options((timeout_ms, retry_count, level), flags, required)
 
 
 def describe(options: Options) -> str:
     timeout_ms, retries, priority = options.task
     timeout = f"{timeout_ms / 1000:g}s" if timeout_ms else "None"
     stream = " stream_output=True" if options.flags & FLAG_STREAM_OUTPUT else ""
-    return f"timeout={timeout} retries={retries} priority={priority}{stream}"
+    required = options.requirement
+    capabilities = f" capabilities={describe_capabilities(required)}" if required != PYTHON_REQUIREMENT else ""
+    return f"timeout={timeout} retries={retries} priority={priority}{stream}{capabilities}"
 
 
 def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
@@ -93,7 +105,7 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         raise TypeError(
             f"{name}() does not take {', '.join(unknown)}: Scaler passes every keyword of submit() to the function. "
             f"Task options go through client.options(): client.options({given}).submit(...) "
-            "(options: timeout, retries, priority, stream_output)"
+            "(options: timeout, retries, priority, stream_output, capabilities)"
         )
 
 
@@ -106,10 +118,17 @@ class ClientOptions:
         self._options = options
 
     def options(
-        self, *, timeout: Any = KEEP, retries: Any = KEEP, priority: Any = KEEP, stream_output: Any = KEEP
+        self,
+        *,
+        timeout: Any = KEEP,
+        retries: Any = KEEP,
+        priority: Any = KEEP,
+        stream_output: Any = KEEP,
+        capabilities: Any = KEEP,
     ) -> ClientOptions:
         """These options with the ones given changed (see Client.options)."""
-        return ClientOptions(self._client, check_options(self._options, timeout, retries, priority, stream_output))
+        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities)
+        return ClientOptions(self._client, options)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         return self._client._submit(self._options, fn, args, kwargs)
@@ -155,6 +174,12 @@ class ClientOptions:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+    def __reduce__(self) -> tuple[type[ClientOptions], tuple[Client, Options]]:
+        """Passed to a task, it is its client (reconnected from the worker) with the same options: nested tasks
+        submitted through it require the same capabilities. (Without this, unpickling would ask __getattr__ for
+        attributes not set yet, forever.)"""
+        return ClientOptions, (self._client, self._options)
 
     def __repr__(self) -> str:
         return f"<Client {self._client.address} with {describe(self._options)}>"

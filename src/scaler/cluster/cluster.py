@@ -7,8 +7,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.loop import check_event_loop
 from scaler.io.processes import die_with_parent, parse_address, setup_logging
@@ -47,7 +48,8 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
     event_loop, logging_paths, logging_level. Accepted and ignored (no equivalent here): worker_io_threads,
     task_timeout_seconds, garbage_collect_interval_seconds, trim_memory_threshold_bytes, hard_processor_suspend,
     logging_config_file. Beyond 1.9.9: n_workers (unnamed workers instead of worker_names), per_worker_queue_size,
-    max_processors_per_worker, memory_limit_bytes and keys (a keys directory, see docs/security.md).
+    max_processors_per_worker, memory_limit_bytes, keys (a keys directory, see docs/security.md) and capabilities
+    (what the workers offer beyond payload=python, e.g. ["gpu", "licence=matlab"]: docs/capabilities.md).
 
     SIGINT or SIGTERM (terminate()) stop the workers and then this process; it ends on its own when every worker
     gave up (a scheduler silent past death_timeout_seconds). A worker that crashes is started again.
@@ -74,6 +76,7 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
         max_processors_per_worker: int = 16,
         memory_limit_bytes: int = 0,
         keys: str | os.PathLike[str] | bool | None = None,
+        capabilities: Iterable[str] = (),
     ) -> None:
         super().__init__(name="scaler-cluster")
         if (worker_names is None) == (n_workers is None):
@@ -110,6 +113,7 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
             scheduler_timeout_seconds=death_timeout_seconds,
             max_processors=max_processors_per_worker,
             memory_limit_bytes=memory_limit_bytes,
+            capabilities=worker_capabilities(capabilities)[1:],
         )
 
     def run(self) -> None:

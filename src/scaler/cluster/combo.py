@@ -9,6 +9,7 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+from collections.abc import Iterable
 from typing import Any
 
 from scaler.cluster.cluster import DEFAULT_DEATH_TIMEOUT_SECONDS, Cluster
@@ -82,6 +83,11 @@ class SchedulerClusterCombo:
     admits only authorized keys, over encrypted connections, and the workers use the directory's worker key.
     Clients pass the same directory: Client(address, keys=DIR). See docs/security.md.
     max_payload_bytes: the most bytes one function, argument, object or result may have once serialized.
+    capabilities: what the workers offer beyond payload=python (as scaler_cluster --capability), e.g. ["gpu"]:
+    tasks that require capabilities (client.options(capabilities=...)) run only on workers offering them all; one
+    that none of the workers can run fails with MissingCapabilityError (docs/capabilities.md), at once or, with
+    capability_grace_seconds, once no worker that can run it joined for that long (scaler_scheduler
+    --capability-grace-seconds).
 
     scaler 1.9.9's other settings: load_balance_seconds is the least time between two balancing passes (0 or None,
     1.9.9's "off", keep the default: balancing is always on); death_timeout_seconds is how long a worker waits for a
@@ -111,6 +117,8 @@ class SchedulerClusterCombo:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         memory_limit: int | str | None = None,
         *,
+        capabilities: Iterable[str] = (),
+        capability_grace_seconds: float = 0.0,
         load_balance_seconds: float | None = None,
         death_timeout_seconds: float = DEFAULT_DEATH_TIMEOUT_SECONDS,
         worker_io_threads: int = 1,
@@ -150,6 +158,10 @@ class SchedulerClusterCombo:
             raise ValueError(f"max_processors_per_worker must be at least 1, not {max_processors_per_worker!r}")
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
             raise ValueError(f"max_payload_bytes must be a whole number of bytes >= 1, not {max_payload_bytes!r}")
+        if isinstance(capability_grace_seconds, bool) or not (
+            isinstance(capability_grace_seconds, (int, float)) and capability_grace_seconds >= 0
+        ):
+            raise ValueError(f"capability_grace_seconds must be 0 or more, not {capability_grace_seconds!r}")
         if isinstance(keys, bool) and keys:
             raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
         directory = None if keys is False else resolve(keys)
@@ -164,6 +176,7 @@ class SchedulerClusterCombo:
             max_task_retries=max_task_retries,
             max_payload_bytes=max_payload_bytes,
             balance_interval_seconds=load_balance_seconds or SchedulerConfig().balance_interval_seconds,
+            capability_grace_seconds=float(capability_grace_seconds),
         )
         # Built (and checked) before anything starts; started once the scheduler is ready.
         cluster = Cluster(
@@ -184,6 +197,7 @@ class SchedulerClusterCombo:
             max_processors_per_worker=max_processors_per_worker,
             memory_limit_bytes=memory_limit_bytes,
             keys=directory if directory is not None else False,
+            capabilities=capabilities,
         )
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)

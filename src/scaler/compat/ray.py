@@ -31,6 +31,7 @@ import cloudpickle
 from scaler.client import future as future_module
 from scaler.client.client import Client
 from scaler.compat.refs import Call, GetTimeoutError, ObjectRef, TaskCancelledError, deadline_after, time_left
+from scaler.core.capabilities import check_capability
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +58,17 @@ _ACTORS = (
 # Ray's options for remote functions that mean nothing here: accepted, and ignored with a warning.
 _IGNORED_OPTIONS = frozenset(
     """
-    num_cpus num_gpus resources accelerator_type memory object_store_memory max_calls runtime_env
+    num_cpus accelerator_type memory object_store_memory max_calls runtime_env
     scheduling_strategy name placement_group placement_group_bundle_index placement_group_capture_child_tasks
     label_selector fallback_strategy enable_task_events _metadata _labels
     """.split()
 )
-_OPTIONS = _IGNORED_OPTIONS | {"num_returns", "max_retries", "retry_exceptions"}
+# num_gpus= and resources= become capabilities the task requires (docs/capabilities.md): a GPU ("gpu") and each
+# custom resource by its name; amounts are not counted (a worker runs one task at a time).
+_OPTIONS = _IGNORED_OPTIONS | {"num_returns", "max_retries", "retry_exceptions", "num_gpus", "resources"}
 _RAY_INIT_ONLY = frozenset(
     """
-    num_gpus resources labels object_store_memory local_mode namespace runtime_env log_to_driver
+    labels object_store_memory local_mode namespace runtime_env log_to_driver
     include_dashboard dashboard_host dashboard_port job_config configure_logging logging_format logging_config
     _temp_dir _system_config
     """.split()
@@ -104,14 +107,17 @@ def init(
     *,
     client: Any = None,
     num_cpus: int | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
     ignore_reinit_error: bool = False,
     logging_level: str = "WARNING",
     **kwargs: Any,
 ) -> _Session:
     """Connect to the scheduler at `address`, or use `client` (an existing Client, left connected by shutdown()), or,
-    with neither, start a local cluster of `num_cpus` workers (default: this machine's CPUs). Ray's other init
-    options are ignored with a warning; other keywords go to Client (keys=, timeout_seconds=, ...). Returns the
-    session; `with ray.init(): ...` shuts down at the end of the block."""
+    with neither, start a local cluster of `num_cpus` workers (default: this machine's CPUs), whose workers offer the
+    capability "gpu" with num_gpus > 0 and each of `resources` by its name (tasks with num_gpus= or resources= require
+    them). Ray's other init options are ignored with a warning; other keywords go to Client (keys=,
+    timeout_seconds=, ...). Returns the session; `with ray.init(): ...` shuts down at the end of the block."""
     global _session
     with _session_lock:
         if _session is not None:
@@ -119,6 +125,7 @@ def init(
                 return _session
             raise RuntimeError("ray.init() was called already; call shutdown() first, or pass ignore_reinit_error=True")
         client_kwargs = _client_settings(kwargs)
+        offered = _capabilities({"num_gpus": num_gpus, "resources": resources}, "ray.init")
         if address == "auto" or (address or "").startswith("ray://"):
             raise ValueError(f"address={address!r}: give the scheduler's tcp://HOST:PORT, or none for a local cluster")
         if client is not None:
@@ -126,13 +133,19 @@ def init(
                 raise ValueError("init(client=...) takes no address nor Client settings: the client has them")
             _session = _Session(client, owned=False)
         elif address is not None and address != "local":
-            if num_cpus is not None:
-                _warn_once("init:num_cpus", "init(num_cpus=...) is ignored with an address: the cluster has workers")
+            if num_cpus is not None or offered:
+                _warn_once(
+                    "init:num_cpus",
+                    "init(num_cpus=, num_gpus=, resources=) are ignored with an address: the cluster has its workers "
+                    "(start them with scaler_cluster --capability gpu, ...)",
+                )
             _session = _Session(Client(address, **client_kwargs), owned=True)
         else:
             from scaler.cluster.combo import SchedulerClusterCombo
 
-            combo = SchedulerClusterCombo(_free_address(), n_workers=num_cpus, logging_level=logging_level)
+            combo = SchedulerClusterCombo(
+                _free_address(), n_workers=num_cpus, logging_level=logging_level, capabilities=offered
+            )
             try:
                 _session = _Session(Client(combo.address, **client_kwargs), owned=True, combo=combo)
             except BaseException:
@@ -231,6 +244,28 @@ def _check_options(options: dict[str, Any]) -> None:
         _warn_once(f"option:{name}", f"ray.remote option {name}= is ignored on Scaler (one task per worker at a time)")
 
 
+def _capabilities(options: dict[str, Any], what: str) -> list[str]:
+    """The capabilities Ray's num_gpus= and resources= stand for: "gpu" for num_gpus > 0, each resource with an
+    amount > 0 by its name (Ray counts amounts; a Scaler worker runs one task at a time, so only presence counts)."""
+    wanted = []
+    num_gpus = options.get("num_gpus")
+    if num_gpus is not None:
+        if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
+            raise ValueError(f"{what}: num_gpus must be a number >= 0, not {num_gpus!r}")
+        if num_gpus > 0:
+            wanted.append("gpu")
+    resources = options.get("resources")
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise ValueError(f"{what}: resources must be a dict like {{'licence': 1}}, not {resources!r}")
+        for name, amount in resources.items():
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount >= 0:
+                raise ValueError(f"{what}: resources[{name!r}] must be a number >= 0, not {amount!r}")
+            if amount > 0:
+                wanted.append(check_capability(name, f"{what}: resources"))
+    return wanted
+
+
 def _retries(options: dict[str, Any]) -> int | None:
     """Scaler's retries for Ray's max_retries: only with retry_exceptions=True (Scaler re-runs tasks lost with their
     worker anyway, as Ray's max_retries alone does)."""
@@ -249,6 +284,7 @@ class RemoteFunction:
         self._options = dict(options)
         self._num_returns: int = options.get("num_returns", 1)
         self._retries = _retries(options)
+        self._capabilities = _capabilities(options, "ray.remote")
         self._bound: tuple[Any, _Task] | None = None  # (client, the task callable submitted with it)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
@@ -259,7 +295,12 @@ class RemoteFunction:
         of the returned sequence). ObjectRef arguments (top level) are resolved to their values first."""
         client = _client()
         task = self._task(client)
-        submitter = client if self._retries is None else client.options(retries=self._retries)
+        settings: dict[str, Any] = {}
+        if self._retries is not None:
+            settings["retries"] = self._retries
+        if self._capabilities:
+            settings["capabilities"] = self._capabilities
+        submitter = client.options(**settings) if settings else client
         call = Call(self.__qualname__, self._num_returns)
         call.start(client, submitter, task, args, kwargs)
         if self._num_returns == 1:
@@ -267,8 +308,8 @@ class RemoteFunction:
         return [ObjectRef(call, index) for index in range(self._num_returns)]
 
     def options(self, **options: Any) -> RemoteFunction:
-        """This function with other options (num_returns=, max_retries=, retry_exceptions=; Ray's others are
-        ignored with a warning)."""
+        """This function with other options (num_returns=, max_retries=, retry_exceptions=, num_gpus=,
+        resources=; Ray's others are ignored with a warning)."""
         return RemoteFunction(self._fn, {**self._options, **options})
 
     def _task(self, client: Any) -> _Task:

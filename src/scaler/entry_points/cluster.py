@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
 from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
 from scaler.errors import KeysError
@@ -74,6 +75,15 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
         help="most memory (RSS) one processor may use, like 4G or 512M: a processor over it is stopped and the task "
         "it runs fails with TaskMemoryError (default: no limit)",
     )
+    p.add_argument(
+        "--capability",
+        metavar="CAPABILITY",
+        action="append",
+        default=None,
+        help="a capability the workers offer, NAME or NAME=VALUE (e.g. gpu, licence=matlab); repeat for several. Tasks "
+        "that require capabilities (client.options(capabilities=...)) run only on workers offering all of them. "
+        "Every worker offers payload=python as well (docs/capabilities.md) (default: none, payload=python only)",
+    )
     p.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
     p.add_argument(
         "--worker-name-prefix",
@@ -102,6 +112,10 @@ def main(argv: list[str] | None = None) -> None:
         memory_limit = parse_size(args.memory_limit) if args.memory_limit is not None else 0
     except ValueError as exc:
         p.error(f"--memory-limit: {exc}")
+    try:
+        capabilities = worker_capabilities(args.capability or (), "--capability")[1:]
+    except ValueError as exc:
+        p.error(str(exc))
     keys: PeerKeys | None = None
     directory = resolve(args.keys)
     if directory is not None:
@@ -121,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         scheduler_timeout_seconds=args.death_timeout_seconds,
         max_processors=args.max_processors_per_worker,
         memory_limit_bytes=memory_limit,
+        capabilities=capabilities,
     )
     sys.exit(
         run_cluster(

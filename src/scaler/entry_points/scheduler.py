@@ -71,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
         "bigger ones are refused with a clear error",
     )
     p.add_argument(
+        "--capability-grace-seconds",
+        type=float,
+        default=DEFAULTS.capability_grace_seconds,
+        help="while workers are connected but none offers every capability a queued task requires, the task waits "
+        "this long for one to join, then fails (missing capabilities); default 0: at once",
+    )
+    p.add_argument(
         "--cpu",
         default="auto",
         help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use), none "
@@ -91,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         parser().error(str(exc))
     if args.worker_timeout_seconds <= 0 or args.client_timeout_seconds <= 0 or args.max_task_retries < 0:
         parser().error("timeouts must be positive and --max-task-retries at least 0")
+    if not args.capability_grace_seconds >= 0:  # not NaN, not negative
+        parser().error("--capability-grace-seconds must be 0 or more")
     keys: ServerKeys | None = None
     directory = resolve(args.keys)
     if directory is not None:
@@ -111,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         client_timeout_seconds=args.client_timeout_seconds,
         max_task_retries=args.max_task_retries,
         max_payload_bytes=args.max_payload_bytes,
+        capability_grace_seconds=args.capability_grace_seconds,
     )
     monitor = args.monitor_address or default_monitor_address(args.address)
     try:

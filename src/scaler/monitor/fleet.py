@@ -111,6 +111,7 @@ def row(name: str, track: Track | None, state: str, departed: Departed | None = 
         "completed": w.completed,
         "held_back_ms": w.held_back_ms,
         "heartbeat_age_ms": w.heartbeat_age_ms,
+        "capabilities": list(w.capabilities),
         "since_ms": track.since_ms if track is not None else None,
         "reason": departed.reason if departed is not None else "",
         "departed_ms": departed.time_ms if departed is not None else None,

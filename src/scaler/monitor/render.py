@@ -76,7 +76,16 @@ def _heartbeat_age(w: WorkerStatus) -> str:
     return fmt_age(w.heartbeat_age_ms) if w.heartbeat_age_ms > STALE_HEARTBEAT_MS else "-"
 
 
-COLUMNS = [
+CAPABILITIES_WIDTH = 30  # longer lists of capabilities are cut in the middle
+
+
+def _capabilities(w: WorkerStatus) -> str:
+    """What the worker offers beyond the Python payload convention every Python worker offers ("-": nothing)."""
+    extra = [c for c in w.capabilities if c != "payload=python"]
+    return cut(printable(",".join(extra)), CAPABILITIES_WIDTH) if extra else "-"
+
+
+COLUMNS = [  # width 0: as wide as its widest cell
     Column("worker", "n", lambda w: w.name, lambda w: printable(w.name), 0),
     Column("agt_cpu", "C", lambda w: w.agent_cpu_percent, lambda w: f"{w.agent_cpu_percent:.1f}%", 7),
     Column("agt_rss", "M", lambda w: w.agent_rss_bytes, lambda w: fmt_bytes(w.agent_rss_bytes), 7),
@@ -94,6 +103,7 @@ COLUMNS = [
     # the row's queued, running, cpu, rss and sent are as of the worker's last heartbeat: its age once that is long
     Column("hb_age", "a", lambda w: w.heartbeat_age_ms, _heartbeat_age, 6),
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
+    Column("caps", "", _capabilities, _capabilities, 0),
 ]
 SHORTCUTS = {c.key: c for c in COLUMNS if c.key}
 STALE_AFTER_SECONDS = 3.0  # the scheduler publishes once a second: three missed in a row look like a stop
@@ -184,20 +194,17 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
 def _worker_table(status: Status, sort_key: str) -> list[str]:
     column = SHORTCUTS.get(sort_key, COLUMNS[0])
     workers = sorted(status.workers, key=column.value, reverse=column.key != "n")
-    name_width = max([len("worker"), *(len(w.name) for w in workers)])
+    widths = [c.width or max([0, *(len(c.show(w)) for w in workers)]) for c in COLUMNS]
     headers = []
-    for c in COLUMNS:
+    for c, width in zip(COLUMNS, widths):
         title = f"[{c.title}]" if c is column else c.title
-        headers.append(title.rjust(name_width if c.key == "n" else max(c.width, len(title))))
+        headers.append(title.rjust(max(width, len(title))))
     client_lines = [
         f"{printable(c.name)} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients
     ]
     table = [" ".join(headers) + " | client_manager"]
     for index, w in enumerate(workers):
-        cells = [
-            c.show(w).rjust(name_width if c.key == "n" else max(c.width, len(h.strip())))
-            for c, h in zip(COLUMNS, headers)
-        ]
+        cells = [c.show(w).rjust(len(h)) for c, h in zip(COLUMNS, headers)]
         side = client_lines[index] if index < len(client_lines) else ""
         table.append(" ".join(cells) + " | " + side)
     for extra in client_lines[len(workers) :]:

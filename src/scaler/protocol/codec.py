@@ -16,19 +16,21 @@ from typing import Any, TypeVar
 import capnp
 
 from scaler.protocol import fieldnames
+from scaler.protocol import requirements as requirement_list
 from scaler.protocol.columns import (
     check_u8,
     pack_i32,
     pack_u16,
     pack_u32,
     pack_u64,
+    set_requirements,
     unpack_i32,
     unpack_u16,
     unpack_u32,
     unpack_u64,
 )
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
-from scaler.protocol.fastpath import FastPath
+from scaler.protocol.fastpath import FastPath, list_words
 from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.records import (
@@ -96,15 +98,27 @@ if _fast is not None:
         _fast.task_slots[name]
         for name in ("taskIds", "functionIds", "flags", "argCounts", "argRefs", "keywords", "payloadSizes")
     )
-    _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES = (
-        _fast.task_slots[name] for name in ("timeoutsMs", "retries", "priorities")
+    _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES, _T_REQUIREMENTS, _T_REQUIREMENT_INDEX = (
+        _fast.task_slots[name] for name in ("timeoutsMs", "retries", "priorities", "requirements", "requirementIndex")
     )
     _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS, _R_CPU = (
         _fast.result_slots[name]
         for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory", "cpuTimesUs")
     )
     # The fields the fast writers set, in the order they pass them: it must be slot order.
-    _T_WRITTEN = (_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_SIZES, _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES)
+    _T_WRITTEN = (
+        _T_IDS,
+        _T_FUNCTIONS,
+        _T_FLAGS,
+        _T_COUNTS,
+        _T_REFS,
+        _T_SIZES,
+        _T_TIMEOUTS,
+        _T_RETRIES,
+        _T_PRIORITIES,
+        _T_REQUIREMENTS,
+        _T_REQUIREMENT_INDEX,
+    )
     _R_WRITTEN = (_R_IDS, _R_STATUSES, _R_DURATIONS, _R_PEAKS, _R_SIZES, _R_CPU)
     if list(_T_WRITTEN) != sorted(_T_WRITTEN) or list(_R_WRITTEN) != sorted(_R_WRITTEN):
         _fast = None
@@ -151,16 +165,20 @@ def clear_caches() -> None:
         _fast.clear()
 
 
-def _template(fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...]) -> bytes:
-    """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set)."""
+def _template(
+    fast: FastPath, key: tuple[int, ...], pointer_count: int, slots: tuple[int, ...], list_slot: int = -1
+) -> bytes:
+    """The template for `key` = (kind, size of the field at each of `slots`, -1 for not set; then, with a
+    `list_slot`, the element word count of the struct list there)."""
     sizes: list[int | None] = [None] * pointer_count
-    if len(key) != len(slots) + 1:
-        raise ValueError(f"a template key has {len(key) - 1} sizes for {len(slots)} slots")
+    if len(key) != len(slots) + 1 + (list_slot >= 0):
+        raise ValueError(f"a template key has {len(key) - 1} values for {len(slots)} slots")
     for slot, size in zip(slots, key[1:]):  # no zip(strict=): the scheduler also runs on Python 3.9
         sizes[slot] = None if size < 0 else size
+    lists = {list_slot: key[-1]} if list_slot >= 0 and sizes[list_slot] is not None else None
     if len(_templates) >= _TEMPLATE_CACHE:
         _templates.clear()
-    template = _templates[key] = fast.template(key[0], pointer_count, sizes)
+    template = _templates[key] = fast.template(key[0], pointer_count, sizes, lists)
     return template
 
 
@@ -190,12 +208,24 @@ def _fast_tasks(fast: FastPath, m: TaskBatch) -> list[Payload]:
         options = _option_columns(m)
         key += tuple(-1 if column is None else len(column) for column in options)
         fields += tuple(column for column in options if column is not None)
-    template = _templates.get(key) or _template(fast, key, fast.task_pointers, _T_WRITTEN)
+    if m.requirements:
+        blob, words = requirement_list.blob(m.requirements)
+        fields += (blob,)
+        if m.requirement_index is not None:
+            index = pack_u16(m.requirement_index)
+            key += (len(blob), len(index), words)
+            fields += (index,)
+        else:
+            key += (len(blob), -1, words)
+    else:
+        key += _NO_REQUIREMENTS
+    template = _templates.get(key) or _template(fast, key, fast.task_pointers, _T_WRITTEN, _T_REQUIREMENTS)
     frames.insert(0, template % fields)
     return frames
 
 
 _NO_OPTIONS = (-1, -1, -1)
+_NO_REQUIREMENTS = (-1, -1, 0)
 
 
 def _option_columns(m: TaskBatch) -> tuple[bytes | None, bytes | None, bytes | None]:
@@ -239,6 +269,8 @@ def _enc_hello(b: Any, m: Hello) -> list[Payload]:
     b.pid = m.pid
     b.heartbeatIntervalMs = m.heartbeat_interval_ms
     b.queueCapacity = m.queue_capacity
+    if m.capabilities:
+        b.capabilities = m.capabilities
     return []
 
 
@@ -293,7 +325,15 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
         b.retries = retries
     if priorities is not None:
         b.priorities = priorities
-    return _payload_frames(b, m.payloads)
+    frames = _payload_frames(b, m.payloads)
+    if m.requirements:  # set in slot order, after payloadSizes: the layout the fast writer makes
+        requirements = b.init("requirements", len(m.requirements))
+        for i, required in enumerate(m.requirements):
+            if required:
+                requirements[i].capabilities = required
+        if m.requirement_index is not None:
+            b.requirementIndex = pack_u16(m.requirement_index)
+    return frames
 
 
 def _payload_frames(b: Any, payloads: list[Payload]) -> list[Payload]:
@@ -395,6 +435,8 @@ def _enc_output(b: Any, m: TaskOutput) -> list[Payload]:
 def _set_fields(target: Any, source: Any, fields: dict[str, str]) -> None:
     for py_name, capnp_name in fields.items():
         value = getattr(source, py_name)
+        if type(value) is list and not value:
+            continue  # an empty list stays null, as in purecodec.py
         setattr(target, capnp_name, int(value) if isinstance(value, IntEnum) else value)
 
 
@@ -431,36 +473,9 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
     header = bytes(frames[0])  # type: ignore[call-overload]
     payloads = frames[1:]
     if _fast is not None:
-        read = _fast.read(header)
-        if read is not None:
-            kind, fields = read
-            name = _fast.names[kind]
-            if accept is not None and name not in accept:
-                raise UnexpectedMessage(f"a {name!r} message is not expected here")
-            if kind == _RESULTS_KIND:
-                return _results(
-                    fields[_R_IDS],
-                    fields[_R_STATUSES],
-                    fields[_R_SIZES],
-                    payloads,
-                    fields[_R_DURATIONS],
-                    fields[_R_PEAKS],
-                    fields[_R_CPU],
-                )
-            if not fields[_T_KEYWORDS]:  # keywords are a list of texts: pycapnp reads those
-                batch_class: type[SubmitTasks | DispatchTasks] = SubmitTasks if kind == _SUBMIT_KIND else DispatchTasks
-                return _task_batch(
-                    batch_class,
-                    fields[_T_IDS],
-                    fields[_T_FUNCTIONS],
-                    fields[_T_FLAGS],
-                    fields[_T_COUNTS],
-                    fields[_T_REFS],
-                    None,
-                    fields[_T_SIZES],
-                    payloads,
-                    (fields[_T_TIMEOUTS], fields[_T_RETRIES], fields[_T_PRIORITIES]),
-                )
+        fast = _fast_decode(_fast, header, payloads, accept)
+        if fast is not None:
+            return fast
     try:
         with _schema.Message.from_bytes(
             header,
@@ -479,6 +494,50 @@ def decode(frames: Sequence[Payload], accept: frozenset[str] | None = None) -> M
         raise
     except Exception as exc:  # pycapnp raises KjException and friends for garbage
         raise ProtocolError(f"undecodable header: {exc}") from exc
+
+
+def _fast_decode(
+    fast: FastPath, header: bytes, payloads: Sequence[Payload], accept: frozenset[str] | None
+) -> Message | None:
+    """The batch message `header` holds, read by the fast reader; None if it cannot read it (pycapnp decodes it)."""
+    read = fast.read(header)
+    if read is None:
+        return None
+    kind, fields = read
+    name = fast.names[kind]
+    if accept is not None and name not in accept:
+        raise UnexpectedMessage(f"a {name!r} message is not expected here")
+    if kind == _RESULTS_KIND:
+        return _results(
+            fields[_R_IDS],
+            fields[_R_STATUSES],
+            fields[_R_SIZES],
+            payloads,
+            fields[_R_DURATIONS],
+            fields[_R_PEAKS],
+            fields[_R_CPU],
+        )
+    required: list[list[str]] | None = []
+    if fields[_T_REQUIREMENTS]:  # None: not readable from its own bytes alone: pycapnp says why
+        required = requirement_list.read(fields[_T_REQUIREMENTS], list_words(header, _T_REQUIREMENTS))
+    if not fields[_T_KEYWORDS] and required is not None:  # keywords are a list of texts: pycapnp reads those
+        batch_class: type[SubmitTasks | DispatchTasks] = SubmitTasks if kind == _SUBMIT_KIND else DispatchTasks
+        batch = _task_batch(
+            batch_class,
+            fields[_T_IDS],
+            fields[_T_FUNCTIONS],
+            fields[_T_FLAGS],
+            fields[_T_COUNTS],
+            fields[_T_REFS],
+            None,
+            fields[_T_SIZES],
+            payloads,
+            (fields[_T_TIMEOUTS], fields[_T_RETRIES], fields[_T_PRIORITIES]),
+        )
+        if required or fields[_T_REQUIREMENT_INDEX]:
+            set_requirements(batch, required, fields[_T_REQUIREMENT_INDEX])
+        return batch
+    return None
 
 
 def _payloads(b: Any, frames: Sequence[Payload], what: str) -> list[Payload]:
@@ -500,6 +559,7 @@ def _dec_hello(b: Any, p: Sequence[Payload]) -> Hello:
         heartbeat_interval_ms=b.heartbeatIntervalMs,
         queue_capacity=b.queueCapacity,
         protocol_version=b.protocolVersion,
+        capabilities=list(b.capabilities),
     )
 
 
@@ -544,9 +604,13 @@ def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
 def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:
     keywords = list(b.keywords) if len(b.keywords) else None
     options = (b.timeoutsMs, b.retries, b.priorities)
-    return _task_batch(
+    batch = _task_batch(
         cls, b.taskIds, b.functionIds, b.flags, b.argCounts, b.argRefs, keywords, b.payloadSizes, p, options
     )
+    if len(b.requirements) or len(b.requirementIndex):
+        requirements = [list(r.capabilities) for r in b.requirements]
+        set_requirements(batch, requirements, b.requirementIndex)
+    return batch
 
 
 def _task_batch(
@@ -697,7 +761,7 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         return {c.name: c.value for c in items}
 
     def records(cls: Any, items: Any, fields: dict[str, str]) -> list[Any]:
-        return [cls(**{k: getattr(item, v) for k, v in fields.items()}) for item in items]
+        return [cls(**{k: _plain(getattr(item, v)) for k, v in fields.items()}) for item in items]
 
     workers = records(WorkerStatus, b.workers, fieldnames.WORKER_STATUS)
     clients = records(ClientStatus, b.clients, fieldnames.CLIENT_STATUS)
@@ -722,6 +786,11 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         outputs=records(OutputRecord, b.outputs, fieldnames.OUTPUT_RECORD),
         departed=records(DepartedWorker, b.departed, fieldnames.DEPARTED_WORKER),
     )
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as a Python value: a list of texts as a list (pycapnp's list reader dies with the message)."""
+    return value if isinstance(value, (int, float, str, bytes)) else list(value)
 
 
 def _dec_events(e: Any) -> TaskEvents:

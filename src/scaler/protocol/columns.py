@@ -9,8 +9,12 @@ import struct
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from scaler.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from scaler.protocol.records import TaskBatch
 
 _LITTLE = sys.byteorder == "little"
 _U64_MAX = (1 << 64) - 1
@@ -85,3 +89,15 @@ def _unpack(code: str, size: int, data: bytes, count: int | None, what: str) -> 
     column.frombytes(data)
     column.byteswap()
     return column.tolist()
+
+
+def set_requirements(batch: TaskBatch, requirements: list[list[str]], index_column: bytes) -> None:
+    """Give a decoded task batch its requirements and requirementIndex column (both codecs), checked: the column has
+    one u16 per task or is empty, every index names a requirement; an empty `requirements` list means none, and then
+    the column must be empty."""
+    n = len(batch.task_ids)
+    index = unpack_u16(index_column, n, "requirementIndex") if len(index_column) else None
+    if index is not None and n and max(index) >= len(requirements):
+        raise ProtocolError(f"requirementIndex: index {max(index)} past the {len(requirements)} requirements")
+    batch.requirements = requirements or None
+    batch.requirement_index = index

@@ -37,6 +37,11 @@ def _slots(schema: Any, struct_name: str) -> tuple[int, dict[str, int]]:
     return int(node.pointerCount), {f.name: int(f.slot.offset) for f in node.fields}
 
 
+def list_words(header: bytes, slot: int) -> int:
+    """The element word count of the struct list pointer in `slot` of a message read() read."""
+    return int.from_bytes(header[_POINTERS_AT + 8 * slot + 4 : _POINTERS_AT + 8 * slot + 8], "little") >> 3
+
+
 class FastPath:
     def __init__(self, schema: Any) -> None:
         root = schema.Message.schema.node.struct
@@ -47,11 +52,14 @@ class FastPath:
         self.task_pointers, self.task_slots = _slots(schema, "TaskBatch")
         self.result_pointers, self.result_slots = _slots(schema, "ResultBatch")
         # kind -> (pointer count, the member pointer pycapnp writes: offset 0, no data words, that many pointers,
-        # the struct that reads the pointers as (signed low half, high half) pairs: small numbers, cheap to test)
-        self.layouts: dict[int, tuple[int, int, struct.Struct]] = {}
+        # the struct that reads the pointers as (signed low half, high half) pairs: small numbers, cheap to test,
+        # the slot of the one struct list field read: TaskBatch.requirements, or -1)
+        self.requirements_slot = self.task_slots.get("requirements", -1)
+        self.layouts: dict[int, tuple[int, int, struct.Struct, int]] = {}
         for name, kind in self.kinds.items():
             count = self.result_pointers if name == "taskResults" else self.task_pointers
-            self.layouts[kind] = (count, count << 48, struct.Struct("<" + "iI" * count))
+            lists = -1 if name == "taskResults" else self.requirements_slot
+            self.layouts[kind] = (count, count << 48, struct.Struct("<" + "iI" * count), lists)
         self._spans: dict[bytes, tuple[int, Callable[[bytes], tuple[bytes, ...]]]] = {}
 
     def clear(self) -> None:
@@ -59,20 +67,27 @@ class FastPath:
         self._spans = {}
 
     # ------------------------------------------------------------------------------------------- writing
-    def template(self, kind: int, pointer_count: int, sizes: list[int | None]) -> bytes:
+    def template(
+        self, kind: int, pointer_count: int, sizes: list[int | None], lists: dict[int, int] | None = None
+    ) -> bytes:
         """The bytes %-format of a Message whose `kind` member is a struct of `pointer_count` pointers to Data
         fields of these sizes (None: not set), allocated in slot order as pycapnp does: `template % fields`, the
         set fields in slot order, is the message. Everything but the fields' bytes depends only on the sizes, so
-        callers keep templates by size and a message costs one formatting."""
+        callers keep templates by size and a message costs one formatting. `lists`: the slots that hold a struct
+        list instead (its bytes from the tag word, as scaler.protocol.requirements.blob makes them), with the
+        element word count of each."""
         position = 3 + pointer_count  # the word where the next field's bytes go
         word = 4  # the word just after the pointer being written (pointer i sits at word 3 + i)
         pointers = []
         pieces = []
-        for size in sizes:
+        for slot, size in enumerate(sizes):
             if size is None:
                 pointers.append(0)
             else:
-                pointers.append((((position - word) << 2) | 1) | (((size << 3) | 2) << 32))
+                if lists and slot in lists:
+                    pointers.append((((position - word) << 2) | 1) | (((lists[slot] << 3) | 7) << 32))
+                else:
+                    pointers.append((((position - word) << 2) | 1) | (((size << 3) | 2) << 32))
                 pieces.append(b"%b" + _ZEROS[-size & 7])
                 position += (size + 7) >> 3
             word += 1
@@ -108,14 +123,33 @@ class FastPath:
         return kind, shape[1](header)
 
     def _shape(
-        self, layout: tuple[int, int, struct.Struct], header: bytes
+        self, layout: tuple[int, int, struct.Struct, int], header: bytes
     ) -> tuple[int, Callable[[bytes], tuple[bytes, ...]]] | None:
         """(the end of the last field, a function cutting the fields out of such a message) or None if they
-        are not all plain bytes."""
+        are not all plain bytes (but the struct list of layout[3], cut from its tag word up to the next field or the
+        end of the message: scaler.protocol.requirements reads it)."""
         spans = self._locate(layout, header)
         if spans is None:
             return None
         last, places = spans
+        if layout[3] >= 0 and places[layout[3]][1] < 0:  # the struct list: cut up to the next field, or the end
+            slot = layout[3]
+            begin = places[slot][0]
+            after = [b for b, e in places if b > begin and b != e]
+            bound = min(after) if after else None
+            places = [*places[:slot], (0, 0), *places[slot + 1 :]]
+            fixed = self._cutter(last, places)[1]
+
+            def cut(header: bytes) -> tuple[bytes, ...]:
+                fields = fixed(header)
+                return (*fields[:slot], header[begin:bound], *fields[slot + 1 :])
+
+            return last, cut
+        return self._cutter(last, places)
+
+    @staticmethod
+    def _cutter(last: int, places: list[tuple[int, int]]) -> tuple[int, Callable[[bytes], tuple[bytes, ...]]]:
+        """(last, a function cutting the fields at `places` out of a message)."""
         # Fields laid out in slot order (as pycapnp and our writer do): one struct.unpack_from ("0s" for a null
         # field). Any other order: slices.
         code, at = ["<"], 0
@@ -130,16 +164,24 @@ class FastPath:
         return last, struct.Struct("".join(code)).unpack_from
 
     def _locate(
-        self, layout: tuple[int, int, struct.Struct], header: bytes
+        self, layout: tuple[int, int, struct.Struct, int], header: bytes
     ) -> tuple[int, list[tuple[int, int]]] | None:
-        """(the end of the last field, each field's (begin, end) byte positions) or None if not plain bytes."""
+        """(the end of the last field, each field's (begin, end) byte positions) or None if not plain bytes. The
+        struct list of layout[3]: (its tag word, -1)."""
         first = 8 + 8 * (3 + layout[0])  # fields' bytes lie after the pointers
         word = 4  # the word just after pointer i is 4 + i
         spans = []
         last = 0
         halves = layout[2].unpack_from(header, _POINTERS_AT)
-        for low, high in zip(halves[::2], halves[1::2]):
-            if low or high:
+        for slot, (low, high) in enumerate(zip(halves[::2], halves[1::2])):
+            if slot == layout[3] and (low or high):
+                # a list pointer of inline composite elements (size 7): read by scaler.protocol.requirements
+                begin = 8 * (word + (low >> 2)) + 8
+                if low & 3 != 1 or high & 7 != 7 or begin < first:
+                    return None
+                spans.append((begin, -1))
+                last = max(last, begin + 8 * (1 + (high >> 3)))
+            elif low or high:
                 # a list pointer (low bits 01) of bytes (element size 2); its offset in words is the rest of low
                 if low & 3 != 1 or high & 7 != 2:
                     return None

@@ -20,6 +20,7 @@ WORKER_STATUS = {
     "waiting": "waiting",
     "held_back_ms": "heldBackMs",
     "heartbeat_age_ms": "heartbeatAgeMs",
+    "capabilities": "capabilities",
 }
 
 CLIENT_STATUS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}

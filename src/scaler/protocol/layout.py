@@ -71,7 +71,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     "HeartbeatEcho": (1, 0, (("sentAtUs", "u64", 0),)),
     "Hello": (
         3,
-        2,
+        3,
         (
             ("protocolVersion", "u32", 0),
             ("kind", "u16", 2),
@@ -80,6 +80,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("pid", "u32", 2),
             ("heartbeatIntervalMs", "u32", 3),
             ("queueCapacity", "u32", 4),
+            ("capabilities", "list:text", 2),
         ),
     ),
     "IdList": (0, 1, (("ids", "data", 0),)),
@@ -97,6 +98,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
         ),
     ),
     "Refused": (1, 1, (("reason", "text", 0), ("schedulerProtocolVersion", "u32", 0), ("keyProblem", "bool", 32))),
+    "Requirement": (0, 1, (("capabilities", "list:text", 0),)),
     "ResultBatch": (
         0,
         6,
@@ -138,7 +140,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     ),
     "TaskBatch": (
         0,
-        10,
+        12,
         (
             ("taskIds", "data", 0),
             ("functionIds", "data", 1),
@@ -150,6 +152,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("timeoutsMs", "data", 7),
             ("retries", "data", 8),
             ("priorities", "data", 9),
+            ("requirements", "list:struct:Requirement", 10),
+            ("requirementIndex", "data", 11),
         ),
     ),
     "TaskEvents": (
@@ -196,7 +200,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     ),
     "WorkerStatus": (
         10,
-        1,
+        2,
         (
             ("name", "text", 0),
             ("agentCpuPercent", "f32", 0),
@@ -214,6 +218,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("waiting", "u32", 16),
             ("heldBackMs", "u32", 17),
             ("heartbeatAgeMs", "u32", 18),
+            ("capabilities", "list:text", 1),
         ),
     ),
 }

@@ -15,6 +15,7 @@ from scaler.protocol.active import read_batch
 from scaler.protocol.columns import unpack_u64
 from scaler.protocol.layout import MESSAGE_UNION, STRUCTS
 from scaler.protocol.records import LoneResult, LoneTask, Payload, TaskResults, TaskStatus
+from scaler.protocol.requirements import read as read_requirements
 
 
 def read_lone(header: bytes) -> LoneTask | LoneResult | None:
@@ -79,8 +80,32 @@ def _lone_task(header: bytes, fields: tuple[bytes, ...]) -> LoneTask | None:
     sizes = fields[_T_SIZES]
     if len(refs) != 8 * count or refs.count(0) != len(refs) or len(sizes) != 8 * count:
         return None
+    requirement = _requirement(header, fields[_T_REQUIREMENTS], fields[_T_REQUIREMENT_INDEX])
+    if requirement is None:
+        return None
     task_id, function_id = _U64_TWO.unpack(ids + functions)
-    return LoneTask(header, task_id, function_id, flags[0], unpack_u64(sizes))
+    return LoneTask(header, task_id, function_id, flags[0], unpack_u64(sizes), requirement)
+
+
+def _requirement(header: bytes, blob: bytes, index: bytes) -> frozenset[str] | None:
+    """What the lone task requires, or None if it cannot be read here (decode() reads it, or says what is wrong)."""
+    if not blob:
+        return _NOTHING if not index else None
+    words = int.from_bytes(header[_LIST_WORDS_AT : _LIST_WORDS_AT + 4], "little") >> 3
+    key = (blob, index, words)
+    known = _frozen.get(key)
+    if known is not None:
+        return known
+    requirements = read_requirements(blob, words)
+    if requirements is None or len(index) not in (0, 2):
+        return None
+    k = _U16_ONE.unpack(index)[0] if index else 0
+    if k >= len(requirements):
+        return None
+    if len(_frozen) >= 256:
+        _frozen.clear()
+    known = _frozen[key] = frozenset(requirements[k])
+    return known
 
 
 def dispatch_header(submit: LoneTask) -> bytes:
@@ -89,6 +114,8 @@ def dispatch_header(submit: LoneTask) -> bytes:
     return submit.header[:_KIND_AT] + _DISPATCH_KIND_BYTES + submit.header[_KIND_AT + 2 :]
 
 
+_NOTHING: frozenset[str] = frozenset()
+_frozen: dict[tuple[bytes, bytes, int], frozenset[str]] = {}  # by the bytes read: what they require
 _LAST_STATUS = max(TaskStatus)
 _U16_ONE = struct.Struct("<H")
 _U64_TWO = struct.Struct("<QQ")
@@ -99,7 +126,20 @@ _SUBMIT_KIND, _DISPATCH_KIND, _RESULTS_KIND = (
 _DISPATCH_KIND_BYTES = _DISPATCH_KIND.to_bytes(2, "little")
 _TASK_SLOTS = {name: slot for name, _, slot in STRUCTS["TaskBatch"][2]}
 _RESULT_SLOTS = {name: slot for name, _, slot in STRUCTS["ResultBatch"][2]}
-_T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_KEYWORDS, _T_SIZES, _T_TIMEOUTS, _T_RETRIES, _T_PRIORITIES = (
+(
+    _T_IDS,
+    _T_FUNCTIONS,
+    _T_FLAGS,
+    _T_COUNTS,
+    _T_REFS,
+    _T_KEYWORDS,
+    _T_SIZES,
+    _T_TIMEOUTS,
+    _T_RETRIES,
+    _T_PRIORITIES,
+    _T_REQUIREMENTS,
+    _T_REQUIREMENT_INDEX,
+) = (
     _TASK_SLOTS[name]
     for name in (
         "taskIds",
@@ -112,8 +152,11 @@ _T_IDS, _T_FUNCTIONS, _T_FLAGS, _T_COUNTS, _T_REFS, _T_KEYWORDS, _T_SIZES, _T_TI
         "timeoutsMs",
         "retries",
         "priorities",
+        "requirements",
+        "requirementIndex",
     )
 )
+_LIST_WORDS_AT = 32 + 8 * _T_REQUIREMENTS + 4  # the element word count of the requirements list pointer
 _R_IDS, _R_STATUSES, _R_SIZES, _R_DURATIONS, _R_PEAKS, _R_CPU = (
     _RESULT_SLOTS[name] for name in ("taskIds", "statuses", "payloadSizes", "durationsUs", "peakMemory", "cpuTimesUs")
 )

@@ -20,7 +20,8 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 from scaler.protocol import columns, fieldnames
-from scaler.protocol.columns import check_u8, pack_i32, pack_u16, pack_u32, pack_u64
+from scaler.protocol import requirements as requirement_list
+from scaler.protocol.columns import check_u8, pack_i32, pack_u16, pack_u32, pack_u64, set_requirements
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.frames import pack as pack_payloads
 from scaler.protocol.frames import unpack as unpack_payloads
@@ -70,6 +71,8 @@ from scaler.protocol.records import (
 from scaler.protocol.wire import KINDS, LAYOUT, MEMBER_STRUCT, NAMES, Builder, Reader, View
 
 _TASK_FIELDS = tuple(field for field, _, _ in sorted(STRUCTS["TaskBatch"][2], key=lambda f: f[2]))  # by pointer slot
+_REQUIREMENTS_SLOT = _TASK_FIELDS.index("requirements")
+_RESULTS_KIND = KINDS["taskResults"]
 _RESULT_FIELDS = tuple(field for field, _, _ in sorted(STRUCTS["ResultBatch"][2], key=lambda f: f[2]))
 _Batch = TypeVar("_Batch", SubmitTasks, DispatchTasks)
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -113,9 +116,12 @@ def encode(message: Message) -> list[Payload]:
     return [b.frame(), *payloads]
 
 
-def _data_only(kind: int, pointer_count: int, columns: Sequence[bytes | None]) -> bytes:
+def _data_only(
+    kind: int, pointer_count: int, columns: Sequence[bytes | None], list_slot: int = -1, list_words: int = 0
+) -> bytes:
     """A Message whose member is a struct of `pointer_count` Data fields, set in slot order (None: not set): what
-    codec.py's fast writer gives. One join; no builder."""
+    codec.py's fast writer gives. One join; no builder. `list_slot`: a slot that holds a struct list instead (its
+    bytes from the tag word, scaler.protocol.requirements.blob) of `list_words` element words."""
     pieces: list[bytes] = []
     pointers: list[int] = []
     position = 3 + pointer_count  # the word where the next column goes
@@ -124,7 +130,10 @@ def _data_only(kind: int, pointer_count: int, columns: Sequence[bytes | None]) -
             pointers.append(0)
             continue
         size = len(column)
-        pointers.append((((position - 4 - slot) << 2) | 1) | (((size << 3) | 2) << 32))
+        if slot == list_slot:
+            pointers.append((((position - 4 - slot) << 2) | 1) | (((list_words << 3) | 7) << 32))
+        else:
+            pointers.append((((position - 4 - slot) << 2) | 1) | (((size << 3) | 2) << 32))
         pieces.append(column)
         pieces.append(_ZEROS[-size & 7])
         position += (size + 7) >> 3
@@ -152,9 +161,14 @@ def _data_only_tasks(name: str, m: TaskBatch) -> list[Payload]:
         None,  # keywords
         pack_u64(sizes),
     ]
-    if m.timeouts_ms is not None or m.retries is not None or m.priorities is not None:
+    if m.timeouts_ms is not None or m.retries is not None or m.priorities is not None or m.requirements:
         columns += _option_columns(m)
-    frames.insert(0, _data_only(KINDS[name], LAYOUT["TaskBatch"][1], columns))
+    words = 0
+    if m.requirements:
+        blob, words = requirement_list.blob(m.requirements)
+        columns.append(blob)
+        columns.append(None if m.requirement_index is None else pack_u16(m.requirement_index))
+    frames.insert(0, _data_only(KINDS[name], LAYOUT["TaskBatch"][1], columns, _REQUIREMENTS_SLOT, words))
     return frames
 
 
@@ -175,6 +189,8 @@ def _data_only_results(m: TaskResults) -> list[Payload]:
 def _set_all(b: Builder, at: int, name: str, source: Any, fields: dict[str, str]) -> None:
     for py_name, capnp_name in fields.items():
         value = getattr(source, py_name)
+        if type(value) is list and not value:
+            continue  # an empty list stays null, as in codec.py
         b.set(at, name, capnp_name, int(value) if isinstance(value, IntEnum) else value)
 
 
@@ -186,6 +202,7 @@ _HELLO = {
     "pid": "pid",
     "heartbeat_interval_ms": "heartbeatIntervalMs",
     "queue_capacity": "queueCapacity",
+    "capabilities": "capabilities",
 }
 _WELCOME = {
     "protocol_version": "protocolVersion",
@@ -230,18 +247,27 @@ def _fields_of(fields: dict[str, str]) -> Callable[[Builder, int, str, Any], lis
 
 
 def _enc_tasks(b: Builder, at: int, name: str, m: TaskBatch) -> list[Payload]:
-    """A batch with keywords, in codec.py's (pycapnp's) order: payloadSizes last."""
+    """A batch with keywords or requirements, in codec.py's (pycapnp's) order: payloadSizes last."""
     b.set(at, name, "taskIds", pack_u64(m.task_ids))
     b.set(at, name, "functionIds", pack_u64(m.function_ids))
     b.set(at, name, "flags", bytes(m.flags))
     b.set(at, name, "argCounts", pack_u16(m.arg_counts))
     b.set(at, name, "argRefs", pack_u64(m.arg_refs))
-    b.set(at, name, "keywords", m.keywords)
+    if m.keywords:
+        b.set(at, name, "keywords", m.keywords)
     for field, column in zip(("timeoutsMs", "retries", "priorities"), _option_columns(m)):
         if column is not None:
             b.set(at, name, field, column)
     sizes, frames = pack_payloads(m.payloads)
     b.set(at, name, "payloadSizes", pack_u64(sizes))
+    if m.requirements:  # after payloadSizes, as codec.py sets them
+        data, fields = LAYOUT[name][0], LAYOUT[name][2]
+        elements = b.structs(at + data + fields["requirements"][1], "Requirement", len(m.requirements))
+        for element, required in zip(elements, m.requirements):
+            if required:
+                b.set(element, "Requirement", "capabilities", required)
+        if m.requirement_index is not None:
+            b.set(at, name, "requirementIndex", pack_u16(m.requirement_index))
     return frames
 
 
@@ -361,12 +387,31 @@ def read_batch(header: bytes) -> tuple[int, tuple[bytes, ...]] | None:
     first = 32 + 8 * len(fields)  # the columns lie after the pointers
     if size < first:
         return None
-    columns = []
+    columns = _cut(header, entry[3].unpack_from(header, 32), kind != _RESULTS_KIND)
+    if columns is None:
+        return None
+    return kind, tuple(columns)
+
+
+def _cut(header: bytes, pointers: tuple[int, ...], tasks: bool) -> list[bytes] | None:
+    """The fields the member struct's `pointers` point to (null ones b""), or None if one is not plain Data (but
+    TaskBatch.requirements, a struct list, cut from its tag word up to the next field's bytes or the end)."""
+    size = len(header)
+    columns: list[bytes] = []
     at = 40  # the byte just after pointer 0
-    for value in entry[3].unpack_from(header, 32):
+    struct_list = -1  # the slot of TaskBatch.requirements when set: a struct list, cut from its tag word
+    begins = []  # where the fields that take bytes begin
+    for slot, value in enumerate(pointers):
         if not value:
             columns.append(b"")
-        elif value & 0x7_0000_0003 != 0x2_0000_0001 or value & 0x8000_0000:  # not a byte list, or a negative offset
+        elif value & 0x8000_0000:  # a negative offset
+            return None
+        elif value & 0x7_0000_0003 == 0x7_0000_0001 and slot == _REQUIREMENTS_SLOT and tasks:
+            struct_list = at + 8 * ((value & 0xFFFFFFFF) >> 2)
+            if struct_list + 8 * (1 + (value >> 35)) > size:
+                return None
+            columns.append(b"")  # cut below
+        elif value & 0x7_0000_0003 != 0x2_0000_0001:  # not a byte list
             return None
         else:
             begin = at + 8 * ((value & 0xFFFFFFFF) >> 2)
@@ -374,8 +419,13 @@ def read_batch(header: bytes) -> tuple[int, tuple[bytes, ...]] | None:
             if end > size:
                 return None
             columns.append(header[begin:end])
+            if end > begin:
+                begins.append(begin)
         at += 8
-    return kind, tuple(columns)
+    if struct_list >= 0:  # up to the next field's bytes, or the end
+        ends = [begin for begin in begins if begin > struct_list]
+        columns[_REQUIREMENTS_SLOT] = header[struct_list : min(ends) if ends else size]
+    return columns
 
 
 def clear_caches() -> None:
@@ -391,22 +441,36 @@ def _data_only_columns(header: bytes) -> tuple[str, dict[str, Any]] | None:
     return entry[0], dict(zip(entry[2], read[1]))
 
 
+def _fast_decode(header: bytes, frames: Sequence[Payload], accept: frozenset | None) -> Message | None:  # type: ignore[type-arg]
+    """The batch message read_batch() reads, or None (the general reader decodes it)."""
+    fast = _data_only_columns(header)
+    if fast is None:
+        return None
+    name, columns = fast
+    if accept is not None and name not in accept:
+        raise UnexpectedMessage(f"a {name!r} message is not expected here")
+    if name == "taskResults":
+        return _results(columns, frames[1:])
+    required = columns["requirements"]
+    if required:  # None: not readable from its own bytes alone: the general reader says why
+        words = int.from_bytes(header[36 + 8 * _REQUIREMENTS_SLOT : 40 + 8 * _REQUIREMENTS_SLOT], "little") >> 3
+        columns["requirements"] = required = requirement_list.read(required, words)
+    if required is None:
+        return None
+    if name == "submitTasks":
+        return _tasks(SubmitTasks, columns, frames[1:])
+    return _tasks(DispatchTasks, columns, frames[1:])
+
+
 def decode(frames: Sequence[Payload], accept: frozenset | None = None) -> Message:  # type: ignore[type-arg]
     """The message in `frames` (header first). Raises ProtocolError if it is not a valid message, or if it is of
     a kind not in `accept` (when given)."""
     if not frames:
         raise ProtocolError("empty message")
     header = bytes(frames[0])  # type: ignore[call-overload]
-    fast = _data_only_columns(header)
+    fast = _fast_decode(header, frames, accept)
     if fast is not None:
-        name, columns = fast
-        if accept is not None and name not in accept:
-            raise UnexpectedMessage(f"a {name!r} message is not expected here")
-        if name == "taskResults":
-            return _results(columns, frames[1:])
-        if name == "submitTasks":
-            return _tasks(SubmitTasks, columns, frames[1:])
-        return _tasks(DispatchTasks, columns, frames[1:])
+        return fast
     try:
         reader = Reader(header)
         root = reader.root()
@@ -451,7 +515,10 @@ def _dec_hello(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Hello:
 
 def _dec_tasks(cls: type[_Batch]) -> Callable[[Reader, View, str, Sequence[Payload]], _Batch]:
     def decoder(r: Reader, v: View, name: str, p: Sequence[Payload]) -> _Batch:
-        return _tasks(cls, dict(zip(_TASK_FIELDS, [r.get(v, name, field) for field in _TASK_FIELDS])), p)
+        c = dict(zip(_TASK_FIELDS, [r.get(v, name, field) for field in _TASK_FIELDS]))
+        if c["requirements"]:
+            c["requirements"] = [r.get(item, "Requirement", "capabilities") for item in c["requirements"]]
+        return _tasks(cls, c, p)
 
     return decoder
 
@@ -475,6 +542,8 @@ def _tasks(cls: type[_Batch], c: dict[str, Any], p: Sequence[Payload]) -> _Batch
         batch.timeouts_ms = unpack_u32(timeouts, n, "timeoutsMs") if timeouts else None
         batch.retries = check_u8(retries, n, "retries") if retries else None
         batch.priorities = unpack_i32(priorities, n, "priorities") if priorities else None
+    if c.get("requirements") or c.get("requirementIndex"):
+        set_requirements(batch, list(c.get("requirements") or []), c.get("requirementIndex") or b"")
     return batch
 
 

@@ -109,6 +109,7 @@ class Hello:
     heartbeat_interval_ms: int = 2000
     queue_capacity: int = 0
     protocol_version: int = PROTOCOL_VERSION
+    capabilities: list[str] = field(default_factory=list)  # workers: what it offers (scaler.protocol.capabilities)
 
 
 @slotted
@@ -162,6 +163,18 @@ class TaskBatch:
     timeouts_ms: list[int] | None = None  # stop the task after this long running; 0: no limit
     retries: bytes | None = None  # run a failed task again this many times
     priorities: list[int] | None = None  # among one client's ready tasks, higher first
+    # Capability requirements: the batch's distinct requirements (each a list of capabilities), or None when no
+    # task requires any; requirement_index: each task's index into them, or None: every task has requirements[0].
+    requirements: list[list[str]] | None = None
+    requirement_index: list[int] | None = None
+
+    def requirement_of(self, k: int) -> list[str] | None:
+        """What task k of the batch requires (None: nothing)."""
+        requirements = self.requirements
+        if not requirements:
+            return None
+        index = self.requirement_index
+        return requirements[index[k] if index is not None else 0]
 
     def options(self) -> list[TaskOptions] | None:
         """Each task's options, or None when every task has the defaults. Equal options are one shared tuple."""
@@ -315,6 +328,7 @@ class WorkerStatus:
     waiting: int = 0
     held_back_ms: int = 0
     heartbeat_age_ms: int = 0
+    capabilities: list[str] = field(default_factory=list)
 
 
 @slotted
@@ -473,6 +487,7 @@ class LoneTask:
     function_id: int
     flags: int
     sizes: list[int]  # of its arguments' payloads, in order
+    requirement: frozenset[str] = frozenset()  # the capabilities it requires (none: empty)
 
 
 @slotted

@@ -65,6 +65,9 @@ struct Hello {
   pid @4 :UInt32;
   heartbeatIntervalMs @5 :UInt32;  # how often this peer will send Heartbeat
   queueCapacity @6 :UInt32;     # workers: most tasks the scheduler may have assigned to it at once (>= 1)
+  capabilities @7 :List(Text);  # workers: what it offers, each "name" or "name=value" (docs/protocol.md section 8,
+                                # "Capabilities"); the payload convention it runs is one ("payload=python",
+                                # "payload=json"); clients: empty
 }
 
 struct Welcome {
@@ -123,6 +126,15 @@ struct TaskBatch {
   retries @8 :Data;             # u8 column: run again this many times when the task fails (status error,
                                 #   timedOut or overMemory); the scheduler decides (submitTasks only)
   priorities @9 :Data;          # i32 column: among one client's ready tasks, higher first (default 0)
+  # Capability requirements (submitTasks only; a scheduler does not send them to workers, but a forwarded lone
+  # task may still carry them). A task runs only on a worker whose capabilities include every one it requires.
+  requirements @10 :List(Requirement);  # the distinct requirements of this batch's tasks, or empty: none requires any
+  requirementIndex @11 :Data;   # u16 column: each task's index into requirements, or empty: every task has
+                                #   requirements[0] (when requirements is not empty)
+}
+
+struct Requirement {
+  capabilities @0 :List(Text);  # each "name" or "name=value", matched exactly against a worker's capabilities
 }
 
 struct ResultBatch {
@@ -298,6 +310,7 @@ struct WorkerStatus {
   heldBackMs @14 :UInt32;       # it was lost repeatedly: no new tasks for this much longer (0: not held back)
   heartbeatAgeMs @15 :UInt32;   # since its last heartbeat: queued, running, the CPU and memory figures and sent
                                 # are all as of that heartbeat (sent: the scheduler's count when it arrived)
+  capabilities @16 :List(Text); # as in its Hello
 }
 
 struct ClientStatus {

@@ -237,8 +237,11 @@ class Reader:
         return [self.text_at(segment, begin + 8 * i) for i in range(count)]
 
     def structs_at(self, segment: int, at: int) -> list[View]:
-        if not _Q.unpack_from(self.header, at)[0]:
+        value = _Q.unpack_from(self.header, at)[0]
+        if not value:
             return []
+        if value & 3 == 1 and (value >> 32) & 7 not in (1, 7):
+            return self._upgraded_structs(segment, at)
         segment, begin, words = self.list_at(segment, at, 7)
         self._within(segment, begin, 8 + 8 * words)
         tag = _Q.unpack_from(self.header, begin)[0]
@@ -250,6 +253,24 @@ class Reader:
         self._charge(max(words, count))
         size = 8 * (data + pointers)
         return [View(segment, begin + 8 + i * size, data, pointers) for i in range(count)]
+
+    def _upgraded_structs(self, segment: int, at: int) -> list[View]:
+        """A list of primitives or pointers where structs are expected, read as Cap'n Proto reads one (a schema may
+        turn a List(T) into a list of structs whose first field is a T): each element is a struct whose data section
+        is the element (or, for a pointer, whose one pointer it is)."""
+        segment, begin, value = self._target(segment, at)
+        element, count = (value >> 32) & 7, value >> 35
+        size = _ELEMENT_BYTES[element]
+        self._within(segment, begin, size * count)
+        self._charge(max((size * count + 7) >> 3, count))
+        views = []
+        for i in range(count):
+            view = View(segment, begin + i * size, 0, 1 if element == 6 else 0)
+            if element != 6:
+                view.data_bytes = size
+                view.pointers = view.data + size
+            views.append(view)
+        return views
 
     # fields, by the layout of the struct `name`
     def get(self, view: View, name: str, field: str) -> Any:
@@ -281,3 +302,4 @@ class Reader:
 
 
 _EMPTY: dict[str, Any] = {"text": "", "data": b"", "list:text": []}
+_ELEMENT_BYTES = {0: 0, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8}  # by list element size code (1, bits: not read as structs)

@@ -60,11 +60,13 @@ def run_cluster(
     if names is not None:
         n_workers = len(names)
     logger.info(
-        "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s%s",
+        "ClusterProcess: starting %d workers, heartbeat_interval_seconds=%g, queue_capacity=%d, event_loop=%s, "
+        "capabilities %s%s",
         n_workers,
         config.heartbeat_interval_seconds,
         config.queue_capacity,
         event_loop,
+        ", ".join(config.offered),
         f", worker key {keys.source}" if keys is not None else "",
     )
 

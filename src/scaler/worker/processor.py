@@ -33,6 +33,7 @@ from scaler.protocol.records import FLAG_SHARED_ARGUMENTS, OUTPUT_ERROR
 from scaler.serializer import Serializer, serializer_input
 from scaler.shm import (
     TAG_INLINE,
+    MalformedReference,
     SharedMemoryUnreachable,
     decode_reference,
     read_argument,
@@ -381,11 +382,15 @@ class Processor:
 
         values = []
         for payload in payloads:
-            tag, view = split_payload(payload)
-            if tag == TAG_INLINE:
+            try:
+                tag, view = split_payload(payload)
+                ref = None if tag == TAG_INLINE else decode_reference(view)
+            except MalformedReference as exc:  # the task's error: a builtin type, which any client can unpickle
+                raise ValueError(str(exc)) from None
+            if ref is None:
                 values.append(deserialize(view[1:]))
             else:
-                values.append(read_argument(decode_reference(view), deserialize))
+                values.append(read_argument(ref, deserialize))
         return self._arguments(serializer, arg_refs, keywords, (), values)
 
     def _object(self, serializer: Serializer, object_id: int) -> Any:

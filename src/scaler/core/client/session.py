@@ -9,10 +9,12 @@ Pure: events in, commands out; no sockets, no clock, no threads.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
+from scaler.core.capabilities import PYTHON_REQUIREMENT
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
     ID_COUNTER_MASK,
@@ -73,6 +75,7 @@ class NewTask(NamedTuple):
     keywords: tuple[str, ...] | None
     payloads: tuple[Payload, ...]
     options: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): Client.options
+    requirement: tuple[str, ...] = PYTHON_REQUIREMENT  # the capabilities it requires, sorted (Client.options)
 
 
 class NewObject(NamedTuple):
@@ -287,6 +290,21 @@ class ClientCore:
         return messages
 
 
+_requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))  # NewTask.requirement, without a property
+
+
+def requirement_columns(tasks: list[NewTask]) -> tuple[list[list[str]], list[int] | None]:
+    """A batch's requirements: each distinct one once, in the order first met, and each task's index into them, or
+    None when every task has the first (the common case: a batch of one map, or one client's default)."""
+    required = list(map(_requirement_of, tasks))
+    first = required[0]
+    if required.count(first) == len(required):  # a C loop; shared tuples (core.capabilities) compare by identity
+        return [list(first)], None
+    index: dict[tuple[str, ...], int] = {}
+    column = [index.setdefault(r, len(index)) for r in required]
+    return [list(r) for r in index], column
+
+
 def _message_for(run: list[Request]) -> Message:
     first = run[0]
     if isinstance(first, NewTask):
@@ -308,6 +326,7 @@ def _message_for(run: list[Request]) -> Message:
             message.timeouts_ms = list(timeouts) if any(timeouts) else None
             message.retries = bytes(retries) if any(retries) else None
             message.priorities = list(priorities) if any(priorities) else None
+        message.requirements, message.requirement_index = requirement_columns(tasks)
         return message
     if isinstance(first, NewObject):
         objects = cast(list[NewObject], run)

@@ -34,3 +34,6 @@ class SchedulerConfig:
     # The most bytes one payload (a function, an argument, an object, a result) may have. Bigger ones are refused
     # with error tooLarge (a result: the task fails); clients check it before sending.
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    # While workers are connected but none offers every capability a queued task requires, the task waits this long
+    # for one to join, then fails ("missing capabilities: ..."). With no worker connected at all, tasks just wait.
+    capability_grace_seconds: float = 0.0

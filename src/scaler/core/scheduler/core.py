@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import math
-import operator
 from collections import Counter, deque
 
 from scaler.core.exhaustive import unreachable
@@ -42,10 +41,12 @@ from scaler.core.scheduler.monitoring import (
     next_sample_every,
     payload_text,
 )
+from scaler.core.scheduler.needs import Need, Offers, ready_queue
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, InvariantError, Task, TaskEvent, TaskState
+from scaler.protocol.capabilities import MAX_OFFERED, MAX_REQUIRED, capabilities_problem, missing_text
 from scaler.protocol.records import (
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
@@ -98,8 +99,14 @@ REUSE_PREFIXES_FROM = 4096
 _PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
-_WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
+_WAITING, _QUEUED, _ASSIGNED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ASSIGNED, TaskState.ENDED
+# (the hot paths' constants; _dispatch assigns as TRANSITIONS says: QUEUED -> ASSIGNED)
+if TRANSITION_TABLE[_QUEUED][TaskEvent.ASSIGN] != _ASSIGNED:
+    raise InvariantError("_dispatch moves QUEUED tasks to ASSIGNED inline, and the table says otherwise")
 _MAX_U32 = 2**32 - 1
+# Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
+# are forgotten at the next tick.
+KEEP_NEEDS = 16
 
 
 class SchedulerCore:
@@ -107,8 +114,15 @@ class SchedulerCore:
         self.config = config or SchedulerConfig()
         self.tasks: dict[int, Task] = {}
         # Tasks ready to be placed, taken client by client in turns; may hold tasks that ended meanwhile (skipped).
-        # Within a client, higher priority first (Client.options(priority=...)).
-        self.ready: FairQueue[Task] = FairQueue(operator.attrgetter("client"), operator.attrgetter("priority"))
+        # Within a client, higher priority first (Client.options(priority=...)). The tasks of a split need (one that
+        # not every connected worker offers) wait in that need's own queue instead (scaler.core.scheduler.needs).
+        self.ready = ready_queue()
+        # Tasks by the capabilities they require: one Need per distinct requirement (forgotten once it has no task);
+        # the split ones; the distinct capability sets of the connected workers (the Offers).
+        self.no_need = Need(frozenset(), self.ready)
+        self.needs: dict[frozenset[str], Need] = {self.no_need.caps: self.no_need}
+        self._split: dict[Need, None] = {}
+        self.offers = Offers()
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
@@ -196,7 +210,7 @@ class SchedulerCore:
         """The worker to forward this lone submitTasks to, already assigned its task; or None (feed it instead)."""
         # An empty ready queue, not only no queued task: the slow path would also drop the ended tasks the queue
         # still holds (it skips them lazily), and the state must end up the same either way.
-        if self._stopped or self._out or self._dirty_workers or self.ready:
+        if self._stopped or self._out or self._dirty_workers or self.ready or self._split_ready():
             return None
         client = self.clients.get(peer)
         task_id = task.task_id
@@ -214,13 +228,18 @@ class SchedulerCore:
         function = self.objects.get(task.function_id)
         if function is None or function.owner is not client:
             return None
-        worker = self._lone_task_worker()
+        need = self.needs.get(task.requirement)  # (one first met takes the slow path, which checks and files it)
+        if need is None:
+            return None
+        worker = self._lone_task_worker(None if need.ready is self.ready else need)
         if worker is None or task.function_id not in worker.objects:
             return None  # it would need the function sent first: PutObjects, then the dispatch
+        need.since = None  # as placement leaves it
         self.now = max(self.now, now)
         client.last_seen = self.now
         self.received["submitTasks"] += 1
-        record = Task(task_id, client, task.function_id, task.flags, (0,) * len(payloads), None, payloads)
+        record = Task(task_id, client, task.function_id, task.flags, (0,) * len(payloads), None, payloads, need)
+        need.tasks += 1
         self.tasks[task_id] = record
         self.state_counts[TaskState.WAITING] += 1
         client.task_count += 1
@@ -270,6 +289,13 @@ class SchedulerCore:
             self._balance_due = True
         self.sent["taskResults"] += 1
         return client.identity
+
+    def _split_ready(self) -> bool:
+        """Whether the queue of some split need holds anything (queued tasks, or ended ones not yet skipped)."""
+        for need in self._split:
+            if need.queue:
+                return True
+        return False
 
     def flush(self) -> list[Command]:
         if not self._stopped:
@@ -454,6 +480,11 @@ class SchedulerCore:
         if hello.kind == PeerKind.WORKER and hello.queue_capacity < 1:
             self._refuse_hello(peer, hello, "a worker must accept at least one task (queueCapacity >= 1)")
             return
+        if hello.kind == PeerKind.WORKER:
+            problem = capabilities_problem(hello.capabilities, MAX_OFFERED, "the worker's capabilities")
+            if problem is not None:
+                self._refuse_hello(peer, hello, problem)
+                return
         if peer in self.clients:
             self._client_gone(self.clients[peer], "it said hello again")
         if peer in self.workers:
@@ -469,10 +500,17 @@ class SchedulerCore:
             self._info("session", peer, f"{who} connected")
             timeout = self.config.client_timeout_seconds
         else:
-            worker = self.workers[peer] = WorkerSession(peer, name, hello.queue_capacity, self.now, prefix, public)
+            epoch = self.offers.epoch
+            caps = self.offers.add(frozenset(hello.capabilities))
+            if self.offers.epoch != epoch:
+                self._offers_changed()
+            worker = self.workers[peer] = WorkerSession(
+                peer, name, hello.queue_capacity, self.now, prefix, public, caps
+            )
             worker.held_until = self._held_until.get(name, 0.0)
             held = f"; held back for {worker.held_until - self.now:.0f}s" if worker.held_until > self.now else ""
-            self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity}){held}")
+            offers = f"; capabilities: {', '.join(sorted(caps))}" if caps else ""
+            self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity}{offers}){held}")
             self._balance_due = True
             timeout = self.config.worker_timeout_seconds
         limit = self.config.max_payload_bytes
@@ -533,6 +571,8 @@ class SchedulerCore:
             self._balance_due = True
         if self._losses:
             self._prune_losses()
+        if len(self.needs) > KEEP_NEEDS:
+            self._prune_needs()
         for line in self._limiter.summary(now):
             self._out.append(Log.warning(line))
 
@@ -595,7 +635,11 @@ class SchedulerCore:
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
-        self.ready.extendleft(requeued)  # in their original order, ahead of everything else
+        epoch = self.offers.epoch
+        self.offers.remove(worker.capabilities)
+        if self.offers.epoch != epoch:
+            self._offers_changed()
+        self._requeue_front(requeued)  # in their original order, ahead of everything else
         self._info(
             "session",
             worker.identity,
@@ -628,6 +672,13 @@ class SchedulerCore:
         for worker in self.workers.values():  # another session of the same name, already back
             if worker.name == name:
                 worker.held_until = self._held_until[name]
+
+    def _prune_needs(self) -> None:
+        """Forget the needs no task has any more (but the empty one, the default)."""
+        for caps in [caps for caps, need in self.needs.items() if not need.tasks and need is not self.no_need]:
+            need = self.needs.pop(caps)
+            need.queue.clear()
+            self._split.pop(need, None)
 
     def _prune_losses(self) -> None:
         window, now = self.config.loss_window_seconds, self.now
@@ -663,9 +714,23 @@ class SchedulerCore:
         oversized = bool(batch.payloads) and max(map(len, batch.payloads)) > limit
         options = batch.options()
         refused: list[int] = []  # their function ids
+        needs, problems = self._batch_needs(batch)
+        index = batch.requirement_index
+        invalid: list[int] = []  # tasks whose requirement is not valid
+        need = needs[0] if index is None else None
+        if isinstance(need, frozenset):
+            need = self._need(need)
         for k, (task_id, function_id, flags, refs, kws, pays) in enumerate(batch.split()):
             if oversized and any(len(p) > limit for p in pays):
                 too_large.append(task_id)
+                refused.append(function_id)
+                continue
+            if index is not None:
+                need = needs[index[k]]
+                if isinstance(need, frozenset):  # filed when a task first has it
+                    need = needs[index[k]] = self._need(need)
+            if need is None:
+                invalid.append(task_id)
                 refused.append(function_id)
                 continue
             if (
@@ -678,7 +743,8 @@ class SchedulerCore:
                 refused.append(function_id)
                 continue
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
-            task = Task(task_id, client, function_id, flags, refs, kws, pays)
+            task = Task(task_id, client, function_id, flags, refs, kws, pays, need)
+            need.tasks += 1
             if options is not None:
                 task.options = options[k]
                 task.priority = options[k][2]
@@ -692,6 +758,73 @@ class SchedulerCore:
             self._bad_request(client.identity, text, bad_ids)
         if too_large:
             self._too_large(client.identity, "tasks", too_large)
+        if invalid:
+            text = f"{len(invalid)} tasks require capabilities that are not valid: " + "; ".join(sorted(problems))
+            self._bad_request(client.identity, text, invalid)
+
+    def _batch_needs(self, batch: SubmitTasks) -> tuple[list[Need | frozenset[str] | None], set[str]]:
+        """For each of the batch's requirements its Need, or its capabilities if it has none yet (made when a task
+        has it), or None if it is not valid; [no_need] if the batch has none. And what is wrong with the invalid."""
+        if not batch.requirements:
+            return [self.no_need], set()
+        needs: list[Need | frozenset[str] | None] = []
+        problems: set[str] = set()
+        for required in batch.requirements:
+            caps = frozenset(required)
+            need = self.needs.get(caps)  # filed: checked already
+            if need is not None and len(required) <= MAX_REQUIRED:
+                needs.append(need)
+                continue
+            problem = capabilities_problem(required, MAX_REQUIRED, "a task's requirement")
+            if problem is not None:
+                problems.add(problem)
+                needs.append(None)
+            else:
+                needs.append(caps)
+        return needs, problems
+
+    def _need(self, caps: frozenset[str]) -> Need:
+        """The Need of these capabilities (made on first use)."""
+        need = self.needs.get(caps)
+        if need is None:
+            need = self.needs[caps] = Need(caps, self.ready)
+            self.offers.check(need)
+            if not need.everywhere:
+                need.ready = need.queue
+                self._split[need] = None
+        return need
+
+    def _offers_changed(self) -> None:
+        """A capability set appeared or went: the needs every connected worker offers (all while none is connected)
+        share the ready queue; the others are split, with a queue each. Moves the ready tasks of the needs that
+        changed side (once per change of the distinct sets: rare)."""
+        leaving: list[Need] = []
+        joining: list[Need] = []
+        for need in self.needs.values():
+            self.offers.check(need)
+            if need.everywhere == (need in self._split):
+                (joining if need.everywhere else leaving).append(need)
+        if leaving:
+            for need in leaving:
+                need.ready = need.queue
+                self._split[need] = None
+            shared, self.ready = self.ready, ready_queue()
+            for need in self.needs.values():
+                if need.ready is shared:
+                    need.ready = self.ready
+            while shared:  # in the order they would be taken: the new queue takes them in the same order
+                task = shared.popleft()
+                if task.state == _QUEUED:
+                    task.need.ready.append(task)
+        for need in joining:
+            del self._split[need]
+            need.ready = self.ready
+            need.since = None
+            queue = need.queue
+            while queue:
+                task = queue.popleft()
+                if task.state == _QUEUED:
+                    self.ready.append(task)
 
     def _count_submitted(self, function_ids: list[int], refused: list[int]) -> None:
         """Count a batch's tasks by function: one pass in C over its column, not a lookup per task."""
@@ -709,7 +842,7 @@ class SchedulerCore:
             if function is not None and function.owner is client:
                 function.refs += 1
                 self._move(task, TaskEvent.READY)
-                self.ready.append(task)
+                task.need.ready.append(task)
                 return
         objects, deps = [], []
         for ref in task.references():  # check every reference before pinning any
@@ -734,7 +867,7 @@ class SchedulerCore:
             task.waiting_on += 1
         if task.waiting_on == 0:
             self._move(task, TaskEvent.READY)
-            self.ready.append(task)
+            task.need.ready.append(task)
 
     def _on_cancel(self, client: ClientSession, message: CancelTasks) -> None:
         for task_id in message.ids:
@@ -767,13 +900,13 @@ class SchedulerCore:
             elif status == TaskStatus.CRASHED:
                 reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
                 if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it", worker):
-                    self.ready.appendleft(task)
+                    task.need.ready.appendleft(task)
             elif task.failures < task.options[1] and status in RETRIABLE_STATUSES:
                 if self._log.error_texts:
                     self._log.forget_texts([task_id])  # the failure of a run that goes again
                 task.failures += 1
                 self._move(task, TaskEvent.REQUEUE)
-                self.ready.append(task)  # behind the client's other ready tasks of its priority, as a new run
+                task.need.ready.append(task)  # behind the client's other ready tasks of its priority, as a new run
                 what = TaskStatus(status).name.lower().replace("_", " ")
                 retry = f"retry {task.failures} of {task.options[1]}"
                 self._info(
@@ -825,7 +958,21 @@ class SchedulerCore:
                 returned.append(task)
         if self._log.error_texts:
             self._log.forget_texts(message.ids)
-        self.ready.extendleft(returned)
+        self._requeue_front(returned)
+
+    def _requeue_front(self, tasks: list[Task]) -> None:
+        """Put tasks back at the front of their ready queues, in their order."""
+        if not tasks:
+            return
+        if not self._split:  # the common case: one queue
+            self.ready.extendleft(tasks)
+            return
+        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
+        for task in tasks:
+            queue = task.need.ready
+            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
+        for queue, mine in by_queue.values():
+            queue.extendleft(mine)
 
     def _move(self, task: Task, event: int) -> None:
         """Task.move, inline (every task moves four times at least), keeping the counts by state."""
@@ -835,8 +982,11 @@ class SchedulerCore:
             raise task.no_transition(event)
         counts = self.state_counts
         counts[old] -= 1
-        if new == _QUEUED:
+        if old == _QUEUED:
+            task.need.queued -= 1
+        elif new == _QUEUED:
             task.started = False
+            task.need.queued += 1
         task.state = new
         if new != _ENDED:
             counts[new] += 1
@@ -866,6 +1016,7 @@ class SchedulerCore:
             task = pending.pop()
             self._move(task, TaskEvent.END)
             del self.tasks[task.task_id]
+            task.need.tasks -= 1
             if task.worker is not None:
                 task.worker.assigned.pop(task.task_id, None)
                 task.worker = None
@@ -899,7 +1050,6 @@ class SchedulerCore:
         """Keep the result of `task` as an object for those of its dependents still waiting (if none is, nothing is
         kept), and queue each that awaited only this result. One pass over the dependents."""
         waiting = 0
-        ready = self.ready
         for dep in dependents:
             if dep.state != _WAITING:
                 continue  # ended meanwhile (cancelled, or failed by another of its arguments)
@@ -907,7 +1057,7 @@ class SchedulerCore:
             dep.waiting_on -= 1
             if dep.waiting_on == 0:
                 self._move(dep, TaskEvent.READY)
-                ready.append(dep)
+                dep.need.ready.append(dep)
         if waiting:
             obj = StoredObject(task.task_id, task.client, payload, "", released=True)
             obj.refs = waiting
@@ -1053,42 +1203,107 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------------------------------- placement
     def _place(self) -> None:
+        """Give ready tasks to workers that can run them. The shared queue's tasks (of the needs every connected
+        worker offers) are levelled over the open workers (water_fill); then each split need's, over the open workers
+        that offer what it requires; a lone task goes to the least loaded such worker. Split needs no connected
+        worker offers fail their queued tasks (after the grace period). When every worker offers what every task
+        requires (the common case), no need is split: this is placement without capabilities, decision for decision.
+        """
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
             if self.ready:  # only tasks that ended while queued, skipped lazily: let their arguments go
                 self.ready.clear()
+            for split_need in self._split:
+                if split_need.queue:
+                    split_need.queue.clear()
             return
+        split = [need for need in self._split if need.queued] if self._split else None
         if queued == 1:  # the common lone task
-            worker = self._lone_task_worker()
+            lone = split[0] if split else None
+            worker = self._lone_task_worker(lone)
             if worker is not None:
-                self._dispatch(worker, 1)
+                if lone is not None:
+                    lone.since = None
+                self._dispatch(worker, 1, self.ready if lone is None else lone.queue)
+            elif lone is not None:
+                self._unplaced(lone)
             return
         now = self.now
         open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
-        if not open_workers:
-            return
-        loads = [len(w.assigned) for w in open_workers]
-        shares = water_fill(loads, [w.limit for w in open_workers], queued, self.config.placement_grain)
-        for worker, share in zip(open_workers, shares):
-            if share:
-                self._dispatch(worker, share)
+        shared = queued - sum(need.queued for need in split) if split else queued
+        if shared and open_workers:
+            self._level(open_workers, shared, self.ready)
+        for need in split or ():
+            caps = need.caps
+            capable = [w for w in open_workers if len(w.assigned) < w.limit and caps <= w.capabilities]
+            if capable:
+                need.since = None
+                self._level(capable, need.queued, need.queue)
+            else:
+                self._unplaced(need)
 
-    def _lone_task_worker(self) -> WorkerSession | None:
-        """Where a single ready task goes: the least loaded worker with room, the first of them (as water_fill
-        would choose); None if every worker is full. One pass, ending at the first idle worker: none can be less
-        loaded, so with idle workers a lone task does not walk the whole fleet (1,000 workers: 224 µs a task)."""
+    def _level(self, workers: list[WorkerSession], count: int, queue: FairQueue[Task]) -> None:
+        """Give `count` tasks of `queue` to these workers, levelling their loads (water_fill)."""
+        loads = [len(w.assigned) for w in workers]
+        shares = water_fill(loads, [w.limit for w in workers], count, self.config.placement_grain)
+        for worker, share in zip(workers, shares):
+            if share:
+                self._dispatch(worker, share, queue)
+
+    def _unplaced(self, need: Need) -> None:
+        """No open worker can take `need`'s queued tasks now. If workers are connected and none offers every
+        capability it requires, its queued tasks fail once that has lasted the grace period (with no worker at all,
+        they wait: nothing is known about what will join)."""
+        if not self.workers:
+            need.since = None
+            return
+        self.offers.check(need)
+        if need.offered:
+            need.since = None
+            return
+        if need.since is None:
+            need.since = self.now
+        if self.now - need.since < self.config.capability_grace_seconds:
+            return
+        need.since = None
+        text = missing_text(need.caps, self.offers.counts)
+        payload = text.encode()
+        queue, failed, client = need.queue, 0, b""
+        while queue:
+            task = queue.popleft()
+            if task.state == _QUEUED:
+                failed += 1
+                client = task.client.identity
+                self._end(task, TaskStatus.FAILED, payload)
+        if failed:  # rate-limited per client (of the last one failed): a client may keep submitting such tasks
+            self._warn("missing capabilities", client, f"{failed} tasks failed: {text}")
+
+    def _lone_task_worker(self, need: Need | None = None) -> WorkerSession | None:
+        """Where a single ready task goes (of a split `need`; None: of the shared queue, which every worker can run):
+        the least loaded worker with room that offers what it requires, the first of them (as water_fill would
+        choose); None if there is none. One pass, ending at the first idle such worker: none can be less loaded, so
+        with idle workers a lone task does not walk the whole fleet (1,000 workers: 224 µs a task)."""
         now = self.now
         best: WorkerSession | None = None
         least = math.inf
+        if need is None:
+            for worker in self.workers.values():
+                load = len(worker.assigned)
+                if load < least and load < worker.limit and worker.held_until <= now:
+                    best, least = worker, load
+                    if not load:
+                        break
+            return best
+        caps = need.caps
         for worker in self.workers.values():
             load = len(worker.assigned)
-            if load < least and load < worker.limit and worker.held_until <= now:
+            if load < least and load < worker.limit and worker.held_until <= now and caps <= worker.capabilities:
                 best, least = worker, load
                 if not load:
                     break
         return best
 
-    def _dispatch(self, worker: WorkerSession, count: int) -> None:
+    def _dispatch(self, worker: WorkerSession, count: int, ready: FairQueue[Task]) -> None:
         ids: list[int] = []
         function_ids: list[int] = []
         flags = bytearray()
@@ -1099,14 +1314,15 @@ class SchedulerCore:
         put_ids: list[int] = []
         put_payloads: list[Payload] = []
         timeouts: list[int] | None = None
-        ready, held, assigned = self.ready, worker.objects, worker.assigned
+        held, assigned = worker.objects, worker.assigned
         popleft, left = ready.popleft, len(ready)
         while len(ids) < count and left:
             left -= 1
             task = popleft()
-            if task.state != TaskState.QUEUED:
+            if task.state != _QUEUED:
                 continue
-            self._move(task, TaskEvent.ASSIGN)
+            task.state = _ASSIGNED  # _move(task, ASSIGN), inline: the counts by state follow after the loop
+            task.need.queued -= 1
             task.worker = worker
             assigned[task.task_id] = task
             for ref in (task.function_id, *task.arg_refs):
@@ -1130,6 +1346,9 @@ class SchedulerCore:
             arg_counts.append(len(task.arg_refs))
             arg_refs.extend(task.arg_refs)
             payloads.extend(task.payloads)
+        counts = self.state_counts
+        counts[_QUEUED] -= len(ids)
+        counts[_ASSIGNED] += len(ids)
         if put_ids:
             self._send(worker.identity, PutObjects(put_ids, put_payloads))
         if ids:
@@ -1143,9 +1362,22 @@ class SchedulerCore:
         loads = [len(w.assigned) for w in workers]
         rooms = [max(0, w.limit - load) for w, load in zip(workers, loads)]
         plan = plan_balance(loads, [w.balance_pending for w in workers], rooms)
+        if not plan:
+            return
+        # Only tasks some idle worker can run are asked back (plan_balance fills idle workers).
+        idle = {w.capabilities for w, load in zip(workers, loads) if not load}
+        runnable: dict[Need, bool] = {}
         for index, count in plan.items():
             worker = workers[index]
-            candidates = [tid for tid, t in worker.assigned.items() if t.state == TaskState.ASSIGNED]
+            candidates = []
+            for tid, t in worker.assigned.items():
+                if t.state == TaskState.ASSIGNED:
+                    ok = runnable.get(t.need)
+                    if ok is None:
+                        caps = t.need.caps
+                        ok = runnable[t.need] = any(caps <= offer for offer in idle)
+                    if ok:
+                        candidates.append(tid)
             ids = candidates[-count:]
             if ids:
                 worker.balance_pending = True
@@ -1217,6 +1449,7 @@ class SchedulerCore:
                 waiting=w.heartbeat.waiting_tasks,
                 held_back_ms=max(0, int((w.held_until - now) * 1000)),
                 heartbeat_age_ms=min(_MAX_U32, max(0, int((now - w.heartbeat_at) * 1000))),
+                capabilities=sorted(w.capabilities),
             )
             for w in self.workers.values()
         ]
@@ -1279,6 +1512,9 @@ class SchedulerCore:
         if task.state == TaskState.QUEUED:
             if not self.workers:
                 return f"task {task_id:#x} is queued: no worker is connected"
+            self.offers.check(task.need)
+            if not task.need.offered:
+                return f"task {task_id:#x} is queued: {missing_text(task.need.caps, self.offers.counts)}"
             if all(w.held_until > self.now for w in self.workers.values()):
                 return f"task {task_id:#x} is queued: every worker is held back (lost repeatedly)"
             return f"task {task_id:#x} is queued: every worker's queue is full ({len(self.workers)} workers)"
@@ -1290,7 +1526,10 @@ class SchedulerCore:
         """Check every invariant; raise InvariantError on the first broken one. For tests, simulations and
         SCALER_DEBUG (after every flush): one cheap pass, and the words only for what is broken."""
         counts = [0] * len(STATE_NAMES)
-        in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED}
+        in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED and t.need.ready is self.ready}
+        for need in self._split:
+            in_ready.update(id(t) for t in need.queue if t.state == TaskState.QUEUED and t.need is need)
+        self._validate_needs()
         workers = self.workers
         assigned, queued, waiting = (TaskState.ASSIGNED, TaskState.CANCELING), TaskState.QUEUED, TaskState.WAITING
         for task_id, task in self.tasks.items():
@@ -1323,6 +1562,37 @@ class SchedulerCore:
             _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
         self._validate_prefixes()
         self._validate_functions()
+
+    def _validate_needs(self) -> None:
+        """Each need counts its tasks and its queued ones; its tasks wait in its own queue; a task held by a worker
+        can run there; the offers are the connected workers' capability sets, each one object."""
+        needs = self.needs
+        _check(needs.get(self.no_need.caps) is self.no_need, "the empty need is not filed")
+        tasks: Counter[int] = Counter()
+        queued: Counter[int] = Counter()
+        for task in self.tasks.values():
+            need = task.need
+            _check(needs.get(need.caps) is need, "{!r} has a need that is not filed: {!r}", task, need)
+            tasks[id(need)] += 1
+            if task.state == TaskState.QUEUED:
+                queued[id(need)] += 1
+            worker = task.worker
+            if worker is not None:
+                _check(need.caps <= worker.capabilities, "{!r} is on a worker that cannot run it: {!r}", task, need)
+        for need in needs.values():
+            _check(need.tasks == tasks[id(need)], "{!r} counts {} tasks, {} have it", need, need.tasks, tasks[id(need)])
+            _check(need.queued == queued[id(need)], "{!r}: {} queued by its tasks", need, queued[id(need)])
+            self.offers.check(need)
+            split = need in self._split
+            _check(split != need.everywhere, "{!r} is split but offered everywhere, or the reverse", need)
+            _check(need.ready is (need.queue if split else self.ready), "{!r} queues its tasks elsewhere", need)
+            _check(split or not need.queue, "{!r} is not split but its own queue holds tasks", need)
+        offered: Counter[frozenset[str]] = Counter(w.capabilities for w in self.workers.values())
+        _check(
+            offered == Counter(self.offers.counts), "offers {} but the workers offer {}", self.offers.counts, offered
+        )
+        for worker in self.workers.values():
+            _check(self.offers._keys[worker.capabilities] is worker.capabilities, "{!r}: not interned", worker)
 
     def _validate_functions(self) -> None:
         """Each function's tasks submitted = ended + in flight; its cache by id follows the objects."""

@@ -115,6 +115,7 @@ class WorkerSession:
         "assigned",
         "balance_pending",
         "cancel_outbox",
+        "capabilities",
         "capacity",
         "completed",
         "echoed_at",
@@ -132,9 +133,17 @@ class WorkerSession:
     )
 
     def __init__(
-        self, identity: bytes, name: str, capacity: int, now: float, prefix: int = 0, key: bytes | None = None
+        self,
+        identity: bytes,
+        name: str,
+        capacity: int,
+        now: float,
+        prefix: int = 0,
+        key: bytes | None = None,
+        capabilities: frozenset[str] = frozenset(),
     ) -> None:
         self.identity = identity
+        self.capabilities = capabilities  # what it offers (its hello); interned (scaler.core.scheduler.needs.Offers)
         self.name = name
         self.prefix = prefix
         self.key = key

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from scaler.protocol.records import DEFAULT_OPTIONS, Payload, TaskOptions
 
 if TYPE_CHECKING:
+    from scaler.core.scheduler.needs import Need
     from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 
 
@@ -68,6 +69,7 @@ class Task:
         "flags",
         "function_id",
         "keywords",
+        "need",
         "options",
         "payloads",
         "priority",
@@ -87,6 +89,7 @@ class Task:
         arg_refs: tuple[int, ...],
         keywords: tuple[str, ...] | None,
         payloads: tuple[Payload, ...],
+        need: Need,
         options: TaskOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.task_id = task_id
@@ -96,6 +99,7 @@ class Task:
         self.arg_refs = arg_refs
         self.keywords = keywords
         self.payloads = payloads
+        self.need = need  # the capabilities it requires, and the ready queue it waits in (scaler.core.scheduler.needs)
         self.state: int = TaskState.WAITING
         self.worker: WorkerSession | None = None
         self.attempts = 0  # runs charged because its worker was lost or crashed while it may have been running

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from scaler.core.capabilities import worker_capabilities
 from scaler.core.exhaustive import unreachable
 from scaler.core.fair import FairQueue, owner_of_task
 from scaler.core.scheduler.events import Log
@@ -66,6 +67,16 @@ class AgentConfig:
     max_window: int = 64
     # A processor whose memory (RSS) goes over this is stopped, and the task it runs ends overMemory (0: no limit).
     memory_limit_bytes: int = 0
+    # What it offers beyond payload=python (scaler_cluster --capability): tasks requiring them may run here.
+    capabilities: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capabilities", worker_capabilities(self.capabilities)[1:])  # checked, no repeats
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """What its hello advertises: payload=python, then its capabilities."""
+        return worker_capabilities(self.capabilities)
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -306,6 +317,7 @@ class AgentCore:
             c.pid,
             int(c.heartbeat_interval_seconds * 1000),
             c.queue_capacity,
+            capabilities=list(c.offered),
         )
 
     def _on_scheduler(self, now: float, message: Message) -> None:
@@ -347,7 +359,8 @@ class AgentCore:
         self.max_payload_bytes = message.max_payload_bytes
         if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
             self.heartbeat_interval = min(self.config.heartbeat_interval_seconds, message.peer_timeout_ms / 4000)
-        self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}"))
+        offered = ", ".join(self.config.offered)
+        self._out.append(Log.info(f"connected to scheduler {message.scheduler_name}, offering {offered}"))
 
     def _on_error(self, now: float, message: Error) -> None:
         if message.code == ErrorCode.NOT_CONNECTED:
@@ -369,6 +382,12 @@ class AgentCore:
         them."""
         dropped = self.queued
         self._drop_all_queued()
+        # Answers not yet sent belong to the old session too: sent after the new hello, they would land in the new
+        # one (where the same task ids may be dispatched again). The scheduler already ended or re-queued them.
+        self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
+        self._results_durations, self._results_peaks, self._results_cpu, self._results_profiled = [], [], [], False
+        self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
+        self._started, self._started_late = [], []
         for task in list(self.tasks.values()):
             self._leave(task)  # results of tasks running now would be stale
         for slot in [slot for slot in self.processors.values() if slot.window]:

@@ -480,6 +480,7 @@ const workers = {
       ["assigned", num(d.sent)], ["free slots", num(d.free)], ["lag", d.lag_ms.toFixed(2) + " ms"],
       ["completed", num(d.completed)], ["held back", d.held_back_ms ? (d.held_back_ms / 1000).toFixed(0) + " s" : "no"],
       ["last heartbeat", (d.heartbeat_age_ms / 1000).toFixed(1) + " s ago"], ["first seen", clock(d.since_ms)],
+      ["capabilities", (d.capabilities || []).join(", ") || "none"],
     ], "field");
     const h = d.history || {};
     const t = h.t || [];

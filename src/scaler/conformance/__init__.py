@@ -1,0 +1,9 @@
+"""The conformance kit: checks any scheduler or worker against docs/protocol.md, speaking raw ZeroMQ and Cap'n Proto.
+
+    python -m scaler.conformance scheduler ADDRESS   # plays raw clients and raw workers against a running scheduler
+    python -m scaler.conformance worker ADDRESS      # binds ADDRESS as a fake scheduler and checks one worker
+
+It uses nothing of scaler's own codec, client or worker: pyzmq, pycapnp loading the shipped `scaler.capnp`, and
+`struct` (plus cloudpickle to build Python payloads for a `payload=python` worker). Importing this package does
+nothing; see `scaler.conformance.cli` for the command line.
+"""

@@ -1,0 +1,5 @@
+import sys
+
+from scaler.conformance.cli import main
+
+sys.exit(main())

@@ -1,0 +1,105 @@
+"""The command line of the conformance kit (`python -m scaler.conformance`)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Sequence
+
+from scaler.conformance.wire import Keys, Report, select
+
+USAGE_EPILOG = """\
+Output: one line per check, `PASS name`, `FAIL name — detail` or `SKIP name — why`. Exit status 0 when no check
+failed, 1 when one did, 2 for a usage error or (worker mode) when no worker said hello in time.
+
+scheduler mode: ADDRESS is a running scheduler. The kit connects raw clients and raw workers (their payloads are
+opaque bytes); no other worker may be connected to that scheduler meanwhile. A shutdownRequest is sent only to a
+protected scheduler (which must refuse it). too_large runs when the welcome states maxPayloadBytes of 16 MiB or less.
+
+worker mode: the kit binds ADDRESS as a fake scheduler (a ROUTER socket) and waits for one worker's hello; start the
+worker pointed at ADDRESS. The hello's capabilities choose the payload convention: payload=python (cloudpickle
+functions) or payload=json (the worker registers echo, add, fail and sleep). The last check sends `shutdown`: the
+worker must then close its connection.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m scaler.conformance",
+        description="Check a Scaler scheduler or worker against docs/protocol.md over raw ZeroMQ + Cap'n Proto.",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("mode", choices=("scheduler", "worker"), help="what to check")
+    p.add_argument("address", help="scheduler mode: the scheduler's address; worker mode: the address to bind")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds any one expected message may take (10)")
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=60.0,
+        help="worker mode: seconds to wait for the worker's hello (60)",
+    )
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        default=None,
+        help="CurveZMQ keys laid out as scaler_keygen makes them (docs/security.md). scheduler mode: scheduler.key, "
+        "client.key_secret, worker.key_secret; worker mode: scheduler.key_secret (the kit is the CURVE server)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAMES",
+        help="run only these checks (comma-separated; repeatable); worker mode always does the handshake first",
+    )
+    p.add_argument("--list", action="store_true", help="print the check names (with what each checks) and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            sys.stderr.write(f"error: {exc.code}\n")
+            return 2
+        return int(exc.code or 0)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parser().parse_args(argv)
+    if args.timeout <= 0 or args.connect_timeout <= 0:
+        raise SystemExit("--timeout and --connect-timeout must be positive")
+    only = [name.strip() for item in args.only for name in item.split(",") if name.strip()]
+    keys = Keys(args.keys) if args.keys else None
+    report = Report(sys.stdout)
+    if args.mode == "scheduler":
+        from scaler.conformance.scheduler_checks import SchedulerKit
+
+        kit = SchedulerKit(args.address, args.timeout, keys)
+        try:
+            checks = kit.checks()
+            if args.list:
+                for check in checks:
+                    report.line(f"{check.name}: {' '.join(check.doc.split())}")
+                return 0
+            for check in select(checks, only):
+                report.outcome(check.name, functools.partial(kit.run_one, check))
+        finally:
+            kit.close()
+    else:
+        from scaler.conformance.worker_checks import WorkerKit
+
+        if args.list:
+            for name, doc in WorkerKit.describe():
+                report.line(f"{name}: {doc}")
+            return 0
+        worker_kit = WorkerKit(args.address, args.timeout, args.connect_timeout, keys)
+        try:
+            if not worker_kit.run(report, only):
+                return 2
+        finally:
+            worker_kit.close()
+    return 1 if report.failed else 0

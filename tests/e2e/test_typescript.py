@@ -1,0 +1,205 @@
+"""The TypeScript client and worker (ts/, the JSON payload convention) with the Python scheduler, workers and client.
+
+ts/dist is built by scripts/ts-setup (Node.js >= 20, npm, Debian's capnproto). Without it these tests skip, or fail when
+SCALER_TS_TEST=required (scripts/test sets it). Every process is started in its own session and killed (by its process
+group) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaler import Client
+from tests.e2e.test_cli import Program, cli, wait_for_agents
+from tests.helpers import free_address
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "ts" / "dist"
+TIMEOUT = 60
+
+
+def missing(why: str) -> None:
+    if os.environ.get("SCALER_TS_TEST") == "required":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def node() -> str:
+    found = shutil.which("node")
+    if found is None:
+        missing("node (Node.js >= 20) is not installed")
+    assert found is not None
+    if not (DIST / "worker.js").exists():
+        missing(f"{DIST / 'worker.js'} is missing: run scripts/ts-setup")
+    return found
+
+
+def python_marker(i: int) -> dict[str, Any]:
+    """A Python task: says which process ran it."""
+    return {"i": i, "pid": os.getpid(), "lang": "python"}
+
+
+@pytest.fixture()
+def started() -> Iterator[list[Program]]:
+    """Programs a test starts; whatever is left is killed at the end."""
+    programs: list[Program] = []
+    yield programs
+    for program in programs:
+        program.kill()
+
+
+def start(started: list[Program], *args: str) -> Program:
+    program = Program(*args)
+    started.append(program)
+    return program
+
+
+def start_scheduler(started: list[Program], address: str, *extra: str) -> Program:
+    scheduler = start(started, cli("scaler_scheduler"), *extra, address)
+    scheduler.wait_for_output(r"monitor address is")
+    return scheduler
+
+
+def start_ts_worker(started: list[Program], address: str, name: str, *extra: str) -> Program:
+    worker = start(started, node(), str(DIST / "worker.js"), address, "--name", name, *extra)
+    worker.wait_for_output(r"connected to scheduler|error")
+    assert "connected to scheduler" in worker.output, worker.output
+    return worker
+
+
+def ts_example(address: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    """Run the TypeScript example client: its exit status, its JSON report, and its stderr."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [node(), str(DIST / "example.js"), address, *extra],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no report from example.js (status {done.returncode}):\n{done.stderr}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    report["seconds"] = time.monotonic() - began
+    return done.returncode, report, done.stderr
+
+
+def test_the_typescript_unit_tests_pass() -> None:
+    done = subprocess.run(
+        [node(), "--test", str(DIST / "test")], capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT / "ts"
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert re.search(r"^# fail 0$", done.stdout, re.MULTILINE), done.stdout[-3000:]
+
+
+def test_python_and_typescript_peers_share_a_scheduler(started: list[Program]) -> None:
+    """Python tasks run on Python workers only, JSON tasks on the TypeScript worker only, at the same time."""
+    address = free_address()
+    scheduler = start_scheduler(started, address)
+    cluster = start(started, cli("scaler_cluster"), "-n", "2", address)
+    wait_for_agents(cluster, 2)
+    ts_worker = start_ts_worker(started, address, "ts-e2e")
+    assert "capabilities: payload=json, lang=ts" in ts_worker.output, ts_worker.output
+
+    ts_client = start(started, node(), str(DIST / "example.js"), address, "--count", "200")
+    with Client(address, timeout_seconds=TIMEOUT) as client:
+        results = client.map(python_marker, range(200), timeout=TIMEOUT)
+    python_pids = {process.pid for process in cluster.tree()}
+    assert [result["i"] for result in results] == list(range(200))
+    ran_on = {result["pid"] for result in results}
+    assert ran_on <= python_pids, (ran_on, python_pids)
+    assert ts_worker.pid not in ran_on
+
+    assert ts_client.wait(TIMEOUT) == 0, ts_client.output
+    report = json.loads(ts_client.output.strip().splitlines()[-1])
+    assert report["ok"] is True, report
+    assert report["sums"] == [i + 1000 for i in range(200)]
+    ts_info = {"name": "ts-e2e", "pid": ts_worker.pid, "hostname": os.uname().nodename, "lang": "ts"}
+    assert report["workers"] == [ts_info]  # every JSON task ran on the TypeScript worker
+    assert report["kwargs"] == {"a": 1, "b": "two"}  # keyword arguments: one last JSON object
+    assert report["remoteError"] == "RemoteError: Error: boom"  # the error payload's text
+    assert report["canceled"] == "CanceledError"  # a running JSON task, cancelled by its client
+
+    ts_worker.process.terminate()  # SIGTERM: the worker says disconnect and exits 0
+    assert ts_worker.wait(TIMEOUT) == 0, ts_worker.output
+    scheduler.wait_for_output(r"worker ts-e2e left \(disconnected: received SIGTERM\)")
+    for program in (cluster, scheduler):
+        program.process.terminate()
+        assert program.wait(TIMEOUT) == 0, program.output[-3000:]
+    output = scheduler.output + cluster.output + ts_worker.output
+    assert "Traceback" not in output and "malformed" not in output, output[-5000:]
+
+
+def test_a_json_task_no_worker_can_run_fails_at_once(started: list[Program]) -> None:
+    """The TypeScript client's tasks require payload=json: with only Python workers, they fail "missing capabilities"
+    (and so does a task requiring a capability the TypeScript worker lacks)."""
+    address = free_address()
+    start_scheduler(started, address)
+    cluster = start(started, cli("scaler_cluster"), "-n", "1", address)
+    wait_for_agents(cluster, 1)
+    status, report, _ = ts_example(address, "--count", "2", "--timeout-ms", "20000")
+    assert status == 1 and report["ok"] is False, report
+    assert report["seconds"] < 10, report  # at once, not after example.js's 20 s wait
+    for error in report["errors"]:
+        assert error.startswith("MissingCapabilityError: missing capabilities: the task requires payload=json"), error
+        assert "[payload=python]" in error, error
+
+    start_ts_worker(started, address, "ts-no-gpu")
+    status, report, _ = ts_example(address, "--count", "2", "--require", "gpu", "--timeout-ms", "20000")
+    assert status == 1, report
+    for error in report["errors"]:
+        assert error.startswith("MissingCapabilityError: missing capabilities: the task requires gpu, payload=json"), (
+            error
+        )
+    status, report, _ = ts_example(address, "--count", "2", "--require", "lang=ts")
+    assert status == 0 and report["sums"] == [1000, 1001], report
+
+
+def test_a_typescript_worker_with_a_capability_runs_tasks_that_require_it(started: list[Program]) -> None:
+    address = free_address()
+    start_scheduler(started, address)
+    start_ts_worker(started, address, "ts-gpu", "--capability", "gpu", "--capability", "mem=64G")
+    status, report, stderr = ts_example(address, "--count", "5", "--require", "gpu", "--require", "mem=64G")
+    assert status == 0 and report["sums"] == [1000 + i for i in range(5)], (report, stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--capability", " gpu"], "starts or ends with whitespace"),
+        (["--capability", "a\tb"], "control character"),
+        (["--queue-capacity", "0"], "--queue-capacity must be a positive number"),
+        ([], "expected one ADDRESS"),
+    ],
+)
+def test_the_typescript_worker_refuses_bad_options_clearly(args: list[str], message: str) -> None:
+    address = [] if not args else ["tcp://127.0.0.1:1"]
+    done = subprocess.run(
+        [node(), str(DIST / "worker.js"), *address, *args], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr, done.stderr
+
+
+def test_the_typescript_worker_passes_the_conformance_kit(started: list[Program]) -> None:
+    """python -m scaler.conformance worker ADDRESS: the kit plays the scheduler; the TypeScript worker passes every
+    check (the JSON convention's functions echo, add, fail, sleep)."""
+    node()
+    address = free_address()
+    kit = start(started, sys.executable, "-m", "scaler.conformance", "worker", address, "--connect-timeout", "30")
+    worker = start(started, node(), str(DIST / "worker.js"), address, "--name", "ts-conformance")
+    code = kit.wait(240)
+    lines = [line for line in kit.output.splitlines() if re.match(r"(PASS|FAIL|SKIP) ", line)]
+    assert code == 0 and lines, kit.output[-5000:] + "\n--- worker:\n" + worker.output[-3000:]
+    assert not [line for line in lines if line.startswith("FAIL")], kit.output[-5000:]
+    assert worker.wait(TIMEOUT) == 0, worker.output  # the kit's last check sends shutdown: the worker exits
