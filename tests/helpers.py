@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -133,3 +136,16 @@ def stop_children_born_since(before: set[int], timeout: float) -> list[str]:
             continue
         kill_tree(tree)
     return described
+
+
+def modules_named(payload: bytes) -> set[str]:
+    """The modules a pickle refers to (every class or function it loads by reference); it is loaded to find them."""
+    named: set[str] = set()
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            named.add(module)
+            return super().find_class(module, name)
+
+    Recording(io.BytesIO(payload)).load()
+    return named

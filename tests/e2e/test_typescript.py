@@ -14,14 +14,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scaler import Client
-from tests.e2e.test_cli import Program, cli, wait_for_agents
+from tests.e2e.test_cli import Program, cli, start, wait_for_agents
+from tests.e2e.test_cli import programs as programs  # the fixture: programs a test starts, killed after
 from tests.helpers import free_address
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,29 +50,14 @@ def python_marker(i: int) -> dict[str, Any]:
     return {"i": i, "pid": os.getpid(), "lang": "python"}
 
 
-@pytest.fixture()
-def started() -> Iterator[list[Program]]:
-    """Programs a test starts; whatever is left is killed at the end."""
-    programs: list[Program] = []
-    yield programs
-    for program in programs:
-        program.kill()
-
-
-def start(started: list[Program], *args: str) -> Program:
-    program = Program(*args)
-    started.append(program)
-    return program
-
-
-def start_scheduler(started: list[Program], address: str, *extra: str) -> Program:
-    scheduler = start(started, cli("scaler_scheduler"), *extra, address)
+def start_scheduler(programs: list[Program], address: str, *extra: str) -> Program:
+    scheduler = start(programs, cli("scaler_scheduler"), *extra, address)
     scheduler.wait_for_output(r"monitor address is")
     return scheduler
 
 
-def start_ts_worker(started: list[Program], address: str, name: str, *extra: str) -> Program:
-    worker = start(started, node(), str(DIST / "worker.js"), address, "--name", name, *extra)
+def start_ts_worker(programs: list[Program], address: str, name: str, *extra: str) -> Program:
+    worker = start(programs, node(), str(DIST / "worker.js"), address, "--name", name, *extra)
     worker.wait_for_output(r"connected to scheduler|error")
     assert "connected to scheduler" in worker.output, worker.output
     return worker
@@ -102,16 +87,16 @@ def test_the_typescript_unit_tests_pass() -> None:
     assert re.search(r"^# fail 0$", done.stdout, re.MULTILINE), done.stdout[-3000:]
 
 
-def test_python_and_typescript_peers_share_a_scheduler(started: list[Program]) -> None:
+def test_python_and_typescript_peers_share_a_scheduler(programs: list[Program]) -> None:
     """Python tasks run on Python workers only, JSON tasks on the TypeScript worker only, at the same time."""
     address = free_address()
-    scheduler = start_scheduler(started, address)
-    cluster = start(started, cli("scaler_cluster"), "-n", "2", address)
+    scheduler = start_scheduler(programs, address)
+    cluster = start(programs, cli("scaler_cluster"), "-n", "2", address)
     wait_for_agents(cluster, 2)
-    ts_worker = start_ts_worker(started, address, "ts-e2e")
+    ts_worker = start_ts_worker(programs, address, "ts-e2e")
     assert "capabilities: payload=json, lang=ts" in ts_worker.output, ts_worker.output
 
-    ts_client = start(started, node(), str(DIST / "example.js"), address, "--count", "200")
+    ts_client = start(programs, node(), str(DIST / "example.js"), address, "--count", "200")
     with Client(address, timeout_seconds=TIMEOUT) as client:
         results = client.map(python_marker, range(200), timeout=TIMEOUT)
     python_pids = {process.pid for process in cluster.tree()}
@@ -140,12 +125,12 @@ def test_python_and_typescript_peers_share_a_scheduler(started: list[Program]) -
     assert "Traceback" not in output and "malformed" not in output, output[-5000:]
 
 
-def test_a_json_task_no_worker_can_run_fails_at_once(started: list[Program]) -> None:
+def test_a_json_task_no_worker_can_run_fails_at_once(programs: list[Program]) -> None:
     """The TypeScript client's tasks require payload=json: with only Python workers, they fail "missing capabilities"
     (and so does a task requiring a capability the TypeScript worker lacks)."""
     address = free_address()
-    start_scheduler(started, address)
-    cluster = start(started, cli("scaler_cluster"), "-n", "1", address)
+    start_scheduler(programs, address)
+    cluster = start(programs, cli("scaler_cluster"), "-n", "1", address)
     wait_for_agents(cluster, 1)
     status, report, _ = ts_example(address, "--count", "2", "--timeout-ms", "20000")
     assert status == 1 and report["ok"] is False, report
@@ -154,7 +139,7 @@ def test_a_json_task_no_worker_can_run_fails_at_once(started: list[Program]) -> 
         assert error.startswith("MissingCapabilityError: missing capabilities: the task requires payload=json"), error
         assert "[payload=python]" in error, error
 
-    start_ts_worker(started, address, "ts-no-gpu")
+    start_ts_worker(programs, address, "ts-no-gpu")
     status, report, _ = ts_example(address, "--count", "2", "--require", "gpu", "--timeout-ms", "20000")
     assert status == 1, report
     for error in report["errors"]:
@@ -165,10 +150,10 @@ def test_a_json_task_no_worker_can_run_fails_at_once(started: list[Program]) -> 
     assert status == 0 and report["sums"] == [1000, 1001], report
 
 
-def test_a_typescript_worker_with_a_capability_runs_tasks_that_require_it(started: list[Program]) -> None:
+def test_a_typescript_worker_with_a_capability_runs_tasks_that_require_it(programs: list[Program]) -> None:
     address = free_address()
-    start_scheduler(started, address)
-    start_ts_worker(started, address, "ts-gpu", "--capability", "gpu", "--capability", "mem=64G")
+    start_scheduler(programs, address)
+    start_ts_worker(programs, address, "ts-gpu", "--capability", "gpu", "--capability", "mem=64G")
     status, report, stderr = ts_example(address, "--count", "5", "--require", "gpu", "--require", "mem=64G")
     assert status == 0 and report["sums"] == [1000 + i for i in range(5)], (report, stderr)
 
@@ -191,13 +176,13 @@ def test_the_typescript_worker_refuses_bad_options_clearly(args: list[str], mess
     assert message in done.stderr, done.stderr
 
 
-def test_the_typescript_worker_passes_the_conformance_kit(started: list[Program]) -> None:
+def test_the_typescript_worker_passes_the_conformance_kit(programs: list[Program]) -> None:
     """python -m scaler.conformance worker ADDRESS: the kit plays the scheduler; the TypeScript worker passes every
     check (the JSON convention's functions echo, add, fail, sleep)."""
     node()
     address = free_address()
-    kit = start(started, sys.executable, "-m", "scaler.conformance", "worker", address, "--connect-timeout", "30")
-    worker = start(started, node(), str(DIST / "worker.js"), address, "--name", "ts-conformance")
+    kit = start(programs, sys.executable, "-m", "scaler.conformance", "worker", address, "--connect-timeout", "30")
+    worker = start(programs, node(), str(DIST / "worker.js"), address, "--name", "ts-conformance")
     code = kit.wait(240)
     lines = [line for line in kit.output.splitlines() if re.match(r"(PASS|FAIL|SKIP) ", line)]
     assert code == 0 and lines, kit.output[-5000:] + "\n--- worker:\n" + worker.output[-3000:]

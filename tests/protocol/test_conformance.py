@@ -1,7 +1,8 @@
 """Conformance: a peer written from docs/protocol.md and scaler.capnp alone can work with a real scheduler.
 
-Nothing of scaler's Python protocol, client or worker code is imported here. The raw peers below load the
-schema file with pycapnp, pack columns with struct, and speak through plain pyzmq DEALER sockets to a real
+Nothing of scaler's Python protocol, client or worker code is imported here, only the conformance kit's wire helpers
+(scaler.conformance.wire, pyzmq and pycapnp alone). The raw peers below load the schema file with pycapnp, pack
+columns with struct, and speak through plain pyzmq DEALER sockets to a real
 `scaler_scheduler` process started for each test (and killed after it). Real scaler workers and clients appear
 only as separate processes, to check the Python payload conventions from the other side.
 
@@ -29,6 +30,7 @@ import cloudpickle
 import pytest
 import zmq
 
+from scaler.conformance.wire import Msg, build, layout, parse, u16, u64, unpack_u16, unpack_u64
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,82 +44,8 @@ PROFILE, SILENT = 1, 2
 TIMEOUT = 5.0  # seconds any expected message may take
 
 
-# ------------------------------------------------------------------------------------------------ columns
-def u64(values: list[int]) -> bytes:
-    return struct.pack(f"<{len(values)}Q", *values)
-
-
-def u16(values: list[int]) -> bytes:
-    return struct.pack(f"<{len(values)}H", *values)
-
-
-def unpack_u64(data: bytes) -> list[int]:
-    assert len(data) % 8 == 0
-    return list(struct.unpack(f"<{len(data) // 8}Q", data))
-
-
-def unpack_u16(data: bytes) -> list[int]:
-    assert len(data) % 2 == 0
-    return list(struct.unpack(f"<{len(data) // 2}H", data))
-
-
-# ------------------------------------------------------------------------------------------------ messages
-def build(member: str, /, **fields: Any) -> bytes:
-    """A header frame: a `Message` whose union member is `member`, with `fields` (schema names, columns packed)."""
-    root = schema.Message.new_message()
-    body = root.init(member)
-    for key, value in fields.items():
-        setattr(body, key, value)
-    return root.to_bytes()  # type: ignore[no-any-return]
-
-
-def layout(payloads: list[bytes], pack: bool) -> list[bytes]:
-    """Frames for payloads: each non-empty payload alone, or (pack) all of them back to back in one frame."""
-    if pack:
-        joined = b"".join(payloads)
-        return [joined] if joined else []
-    return [p for p in payloads if p]
-
-
-def cut(sizes: list[int], frames: list[bytes]) -> list[bytes]:
-    """The payloads in `frames`, walking `sizes` (scaler.capnp, "Payload frames")."""
-    out, index, position = [], 0, 0
-    for size in sizes:
-        if size == 0:
-            out.append(b"")
-            continue
-        while index < len(frames) and position == len(frames[index]):
-            index, position = index + 1, 0
-        assert index < len(frames) and len(frames[index]) - position >= size, "a payload does not fit its frame"
-        out.append(frames[index][position : position + size])
-        position += size
-    rest = frames[index:]
-    assert not rest or (position == len(rest[0]) and not any(rest[1:])), "frames carry bytes no payload accounts for"
-    return out
-
-
-@dataclass
-class Msg:
-    name: str
-    fields: dict[str, Any]
-    payloads: list[bytes]
-    frames: list[bytes]  # as they came, after the header
-
-    def ids(self, column: str = "ids") -> list[int]:
-        return unpack_u64(self.fields[column])
-
-
-def parse(frames: list[bytes]) -> Msg:
-    with schema.Message.from_bytes(frames[0]) as root:
-        name = str(root.which())
-        fields = getattr(root, name).to_dict(verbose=True)
-    rest = frames[1:]
-    if "payloadSizes" in fields:
-        payloads = cut(unpack_u64(fields["payloadSizes"]), rest)
-    else:
-        assert rest == [], f"{name} carries no payloads"
-        payloads = []
-    return Msg(name, fields, payloads, rest)
+# Columns, headers, the payload-frame walk and parsing: the conformance kit's (scaler.conformance.wire: pyzmq and
+# pycapnp only, nothing of scaler's codec), so that the kit and these tests read the protocol one way.
 
 
 class Task(NamedTuple):

@@ -3,7 +3,6 @@ evaluating the grouped graph locally, block task by block task, against the orig
 
 from __future__ import annotations
 
-import io
 import pickle
 from collections.abc import Hashable
 from typing import Any
@@ -18,6 +17,7 @@ from scaler.client.dask_graph import run_node
 from scaler.client.graph import build_list, identity, plan_graph
 from scaler.client.grouping import BlockKey, GroupedGraph, check_group, group_plan, run_block
 from scaler.client.shipped import run_batch
+from tests.helpers import modules_named
 from tests.unit.test_graph_plan import graphs, inc, reference_get, run_plan
 
 
@@ -89,19 +89,6 @@ def test_the_spec_survives_pickling_and_is_builtins_only() -> None:
         for function, args in spec["steps"]:
             assert function is not None and type(args) is tuple
             assert all(type(arg) is tuple and len(arg) == 3 for arg in args)
-
-
-def modules_named(payload: bytes) -> set[str]:
-    """The modules a pickle refers to (every class or function it loads by reference)."""
-    named: set[str] = set()
-
-    class Recording(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            named.add(module)
-            return super().find_class(module, name)
-
-    Recording(io.BytesIO(payload)).load()
-    return named
 
 
 def test_the_helpers_and_a_block_travel_by_value() -> None:

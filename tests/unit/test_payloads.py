@@ -3,7 +3,6 @@ as itself, however deep the traceback it gathered; a text-only one as RemoteErro
 
 from __future__ import annotations
 
-import io
 import pickle
 import struct
 from typing import Any
@@ -23,6 +22,7 @@ from scaler.payloads import (
 )
 from scaler.protocol.messages import TaskStatus
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer
+from tests.helpers import modules_named
 
 
 def _raise(exc: BaseException) -> None:
@@ -73,19 +73,6 @@ def test_an_unpicklable_exception_comes_back_as_remote_error_with_its_text() -> 
 
 
 # ------------------------------------------------------------------------------------------- function objects
-def _modules_named(payload: bytes) -> set[str]:
-    """The modules a pickle refers to (every class or function it loads by reference)."""
-    named: set[str] = set()
-
-    class Recording(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            named.add(module)
-            return super().find_class(module, name)
-
-    Recording(io.BytesIO(payload)).load()
-    return named
-
-
 class _Doubling(Serializer):
     """A user's serializer: it travels inside the function object, by reference (its module must be on workers)."""
 
@@ -105,7 +92,7 @@ def test_a_default_function_object_is_none_and_the_pickled_function(serializer: 
     payload = pack_function(serializer, scale)
     marker, data = pickle.loads(payload)
     assert marker is None and pickle.loads(data)(3, factor=5) == 15
-    assert "scaler" not in {m.split(".")[0] for m in _modules_named(payload)}
+    assert "scaler" not in {m.split(".")[0] for m in modules_named(payload)}
     unpacked_serializer, function = unpack_function(payload)
     assert unpacked_serializer is DEFAULT_SERIALIZER and function(4) == 8
 
