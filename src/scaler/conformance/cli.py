@@ -11,7 +11,7 @@ from scaler.conformance.wire import Keys, Report, select
 
 USAGE_EPILOG = """\
 Output: one line per check, `PASS name`, `FAIL name — detail` or `SKIP name — why`. Exit status 0 when no check
-failed, 1 when one did, 2 for a usage error or (worker mode) when no worker said hello in time.
+failed, 1 when one did, 2 for a usage error or (worker and client modes) when no peer said hello in time.
 
 scheduler mode: ADDRESS is a running scheduler. The kit connects raw clients and raw workers (their payloads are
 opaque bytes); no other worker may be connected to that scheduler meanwhile. A shutdownRequest is sent only to a
@@ -21,38 +21,52 @@ worker mode: the kit binds ADDRESS as a fake scheduler (a ROUTER socket) and wai
 worker pointed at ADDRESS. The hello's capabilities choose the payload convention: payload=python (cloudpickle
 functions) or payload=json (the worker registers echo, add, fail and sleep). The last check sends `shutdown`: the
 worker must then close its connection.
+
+client mode: the kit binds ADDRESS as a fake scheduler and waits for one client's hello; start the client pointed at
+ADDRESS. The kit serves it (welcome idPrefix 7, peerTimeoutMs 10000), running its tasks itself: payload=json tasks run
+echo, add, fail and sleep; payload=python tasks are unpickled and called in the kit's process (trusted clients only).
+Serving ends when the client says disconnect, its connection closes, it is silent for --timeout seconds, or after
+30 x --timeout in all; then the checks are printed.
 """
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m scaler.conformance",
-        description="Check a Scaler scheduler or worker against docs/protocol.md over raw ZeroMQ + Cap'n Proto.",
+        description="Check a Scaler scheduler, worker or client against docs/protocol.md (raw ZeroMQ + Cap'n Proto).",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("mode", choices=("scheduler", "worker"), help="what to check")
-    p.add_argument("address", help="scheduler mode: the scheduler's address; worker mode: the address to bind")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds any one expected message may take (10)")
+    p.add_argument("mode", choices=("scheduler", "worker", "client"), help="what to check")
+    p.add_argument(
+        "address", help="scheduler mode: the scheduler's address; worker and client modes: the address to bind"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds any one expected message may take; client mode: the longest silence of the client (10)",
+    )
     p.add_argument(
         "--connect-timeout",
         type=float,
         default=60.0,
-        help="worker mode: seconds to wait for the worker's hello (60)",
+        help="worker and client modes: seconds to wait for the peer's hello (60)",
     )
     p.add_argument(
         "--keys",
         metavar="DIR",
         default=None,
         help="CurveZMQ keys laid out as scaler_keygen makes them (docs/security.md). scheduler mode: scheduler.key, "
-        "client.key_secret, worker.key_secret; worker mode: scheduler.key_secret (the kit is the CURVE server)",
+        "client.key_secret, worker.key_secret; worker and client modes: scheduler.key_secret (the kit is the CURVE "
+        "server)",
     )
     p.add_argument(
         "--only",
         action="append",
         default=[],
         metavar="NAMES",
-        help="run only these checks (comma-separated; repeatable); worker mode always does the handshake first",
+        help="run only these checks (comma-separated; repeatable); worker and client modes always do the handshake",
     )
     p.add_argument("--list", action="store_true", help="print the check names (with what each checks) and exit")
     return p
@@ -89,6 +103,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 report.outcome(check.name, functools.partial(kit.run_one, check))
         finally:
             kit.close()
+    elif args.mode == "client":
+        return _client(args, keys, report, only)
     else:
         from scaler.conformance.worker_checks import WorkerKit
 
@@ -102,4 +118,20 @@ def _main(argv: Sequence[str] | None) -> int:
                 return 2
         finally:
             worker_kit.close()
+    return 1 if report.failed else 0
+
+
+def _client(args: argparse.Namespace, keys: Keys | None, report: Report, only: list[str]) -> int:
+    from scaler.conformance.client_checks import ClientKit
+
+    if args.list:
+        for name, doc in ClientKit.describe():
+            report.line(f"{name}: {doc}")
+        return 0
+    kit = ClientKit(args.address, args.timeout, args.connect_timeout, keys)
+    try:
+        if not kit.run(report, only):
+            return 2
+    finally:
+        kit.close()
     return 1 if report.failed else 0
