@@ -12,6 +12,7 @@ subprocess binds the address as a fake scheduler, a real client connects to it, 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -181,11 +182,6 @@ def test_heartbeats_checked_over_a_long_enough_session(tmp_path: Path) -> None:
                 time.sleep(5.5)
         """)
     )
-    address = free_address()
-    status, output, client = serve(address, [sys.executable, str(script), address])
-    assert client.returncode == 0, client.stdout + client.stderr
-    assert status == 0 and verdicts(output)["heartbeats"].startswith("PASS"), output
-
     silent = tmp_path / "silent.py"
     silent.write_text(
         textwrap.dedent("""
@@ -204,8 +200,14 @@ def test_heartbeats_checked_over_a_long_enough_session(tmp_path: Path) -> None:
             ctx.term()
         """)
     )
-    address = free_address()
-    status, output, client = serve(address, [sys.executable, str(silent), address])
+    beating, quiet = free_address(), free_address()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # both sessions at once: they are mostly waiting
+        first = pool.submit(serve, beating, [sys.executable, str(script), beating])
+        second = pool.submit(serve, quiet, [sys.executable, str(silent), quiet])
+        (status, output, client), (silent_status, silent_output, silent_client) = first.result(), second.result()
+    assert client.returncode == 0, client.stdout + client.stderr
+    assert status == 0 and verdicts(output)["heartbeats"].startswith("PASS"), output
+    status, output, client = silent_status, silent_output, silent_client
     assert client.returncode == 0, client.stdout + client.stderr
     seen = verdicts(output)
     assert status == 1 and seen["heartbeats"].startswith("FAIL"), output
