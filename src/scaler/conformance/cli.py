@@ -103,32 +103,23 @@ def _main(argv: Sequence[str] | None) -> int:
                 report.outcome(check.name, functools.partial(kit.run_one, check))
         finally:
             kit.close()
-    elif args.mode == "client":
-        return _client(args, keys, report, only)
     else:
-        from scaler.conformance.worker_checks import WorkerKit
-
-        if args.list:
-            for name, doc in WorkerKit.describe():
-                report.line(f"{name}: {doc}")
-            return 0
-        worker_kit = WorkerKit(args.address, args.timeout, args.connect_timeout, keys)
-        try:
-            if not worker_kit.run(report, only):
-                return 2
-        finally:
-            worker_kit.close()
+        return _serve_one(args, keys, report, only)
     return 1 if report.failed else 0
 
 
-def _client(args: argparse.Namespace, keys: Keys | None, report: Report, only: list[str]) -> int:
-    from scaler.conformance.client_checks import ClientKit
+def _serve_one(args: argparse.Namespace, keys: Keys | None, report: Report, only: list[str]) -> int:
+    """Worker and client modes: bind the address, serve the one peer that says hello, report its checks."""
+    if args.mode == "client":
+        from scaler.conformance.client_checks import ClientKit as Kit
+    else:
+        from scaler.conformance.worker_checks import WorkerKit as Kit  # type: ignore[assignment]
 
     if args.list:
-        for name, doc in ClientKit.describe():
+        for name, doc in Kit.describe():
             report.line(f"{name}: {doc}")
         return 0
-    kit = ClientKit(args.address, args.timeout, args.connect_timeout, keys)
+    kit = Kit(args.address, args.timeout, args.connect_timeout, keys)
     try:
         if not kit.run(report, only):
             return 2

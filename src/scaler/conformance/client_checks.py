@@ -32,6 +32,7 @@ from scaler.conformance.wire import (
     Report,
     Task,
     expect,
+    refuse_unknown,
     tasks_of,
     u64,
     unpack_u16,
@@ -358,9 +359,7 @@ class ClientKit:
     def run(self, report: Report, only: Sequence[str]) -> bool:
         """Serve one client, then report the checks; False if no client said hello."""
         names = [name for name, _ in CHECKS]
-        unknown = [n for n in only if n not in names]
-        if unknown:
-            raise SystemExit(f"unknown check(s): {', '.join(unknown)}; --list shows the names")
+        refuse_unknown(names, only)
         hello = self.fake.wait_hello(self.connect_timeout)
         if hello is None:
             report.line(f"no client said hello on {self.fake.address} within {self.connect_timeout:g}s")

@@ -324,14 +324,18 @@ def one_line(text: str, limit: int = 1000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def refuse_unknown(names: Sequence[str], only: Sequence[str]) -> None:
+    """SystemExit naming the names in `only` that are not check names."""
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise SystemExit(f"unknown check(s): {', '.join(unknown)}; --list shows the names")
+
+
 def select(checks: Sequence[Check], only: Sequence[str]) -> list[Check]:
     """The checks named in `only` (all when empty), in their order; SystemExit naming an unknown name."""
     if not only:
         return list(checks)
-    names = {c.name for c in checks}
-    unknown = [n for n in only if n not in names]
-    if unknown:
-        raise SystemExit(f"unknown check(s): {', '.join(unknown)}; --list shows the names")
+    refuse_unknown([c.name for c in checks], only)
     return [c for c in checks if c.name in set(only)]
 
 

@@ -38,6 +38,7 @@ from scaler.conformance.wire import (
     expect,
     layout,
     parse,
+    refuse_unknown,
     task_batch_fields,
     u64,
     unpack_u64,
@@ -438,9 +439,7 @@ class WorkerKit:
     def run(self, report: Report, only: Sequence[str]) -> bool:
         """Run the checks; False if no worker said hello."""
         names = [name for name, _ in CHECKS]
-        unknown = [n for n in only if n not in names]
-        if unknown:
-            raise SystemExit(f"unknown check(s): {', '.join(unknown)}; --list shows the names")
+        refuse_unknown(names, only)
         hello = self.fake.wait_hello(self.connect_timeout)
         if hello is None:
             report.line(f"no worker said hello on {self.fake.address} within {self.connect_timeout:.0f}s")
