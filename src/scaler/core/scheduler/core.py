@@ -99,10 +99,7 @@ REUSE_PREFIXES_FROM = 4096
 _PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
-_WAITING, _QUEUED, _ASSIGNED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ASSIGNED, TaskState.ENDED
-# (the hot paths' constants; _dispatch assigns as TRANSITIONS says: QUEUED -> ASSIGNED)
-if TRANSITION_TABLE[_QUEUED][TaskEvent.ASSIGN] != _ASSIGNED:
-    raise InvariantError("_dispatch moves QUEUED tasks to ASSIGNED inline, and the table says otherwise")
+_WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
 _MAX_U32 = 2**32 - 1
 # Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
 # are forgotten at the next tick.
@@ -1321,8 +1318,7 @@ class SchedulerCore:
             task = popleft()
             if task.state != _QUEUED:
                 continue
-            task.state = _ASSIGNED  # _move(task, ASSIGN), inline: the counts by state follow after the loop
-            task.need.queued -= 1
+            self._move(task, TaskEvent.ASSIGN)
             task.worker = worker
             assigned[task.task_id] = task
             for ref in (task.function_id, *task.arg_refs):
@@ -1346,9 +1342,6 @@ class SchedulerCore:
             arg_counts.append(len(task.arg_refs))
             arg_refs.extend(task.arg_refs)
             payloads.extend(task.payloads)
-        counts = self.state_counts
-        counts[_QUEUED] -= len(ids)
-        counts[_ASSIGNED] += len(ids)
         if put_ids:
             self._send(worker.identity, PutObjects(put_ids, put_payloads))
         if ids:
