@@ -56,10 +56,19 @@ def my_descendants() -> list[psutil.Process]:
         return []
 
 
+def kill_if_alive(process: psutil.Process) -> bool:
+    """kill -9 a process found a moment ago; False if it has ended since (a listing can go stale before the kill)."""
+    try:
+        process.kill()
+    except psutil.NoSuchProcess:
+        return False
+    return True
+
+
 def kill_tree(processes: list[psutil.Process]) -> None:
     for process in processes:
         try:
-            process.kill()
+            kill_if_alive(process)
         except psutil.Error:
             pass
     psutil.wait_procs(processes, timeout=5)

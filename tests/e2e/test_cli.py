@@ -22,7 +22,7 @@ import pytest
 import scaler
 from scaler import Client
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
-from tests.helpers import free_address, free_port, session_members, wait_until
+from tests.helpers import free_address, free_port, kill_if_alive, session_members, wait_until
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -356,7 +356,7 @@ def test_a_cluster_stopped_while_its_workers_start_leaves_no_process(programs: l
         finally:
             orphans = session_members(session)
             for orphan in orphans:
-                orphan.kill()
+                kill_if_alive(orphan)
         assert not orphans
 
 

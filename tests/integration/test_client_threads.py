@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from scaler import Client, SchedulerClusterCombo
-from tests.helpers import free_address
+from tests.helpers import free_address, kill_if_alive
 
 TIMEOUT = 30
 SECONDS = 6
@@ -127,11 +127,14 @@ def test_threads_sharing_a_client_get_every_result_right_while_processors_die() 
             until = time.monotonic() + SECONDS
             while time.monotonic() < until:
                 time.sleep(1.0)
-                processors = [p for agent in cluster.children() for p in agent.children()]
+                try:
+                    processors = [p for agent in cluster.children() for p in agent.children()]
+                except psutil.NoSuchProcess:  # an agent replacing its processor, or ended, while we listed
+                    continue
                 if processors:
                     victim = rng.choice(processors)
-                    victim.kill()
-                    killed.append(victim.pid)
+                    if kill_if_alive(victim):  # a processor may end (or be replaced) after the listing
+                        killed.append(victim.pid)
 
         with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
             run_threads(client, SECONDS, during=kill_processors)
