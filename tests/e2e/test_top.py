@@ -8,9 +8,11 @@ import fcntl
 import os
 import pty
 import re
+import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 import termios
 import threading
 import time
@@ -31,6 +33,15 @@ from tests.helpers import free_address, wait_until
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder for ipc sockets whose paths fit on the 120-column screen (pytest's tmp_path can be too long: under
+    pytest-xdist it gains a popen-gwN level, and the screen cut the path the test looks for)."""
+    folder = tempfile.mkdtemp(prefix="top_")
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_once_without_a_scheduler_says_what_it_waited_for_and_fails(tmp_path: Path) -> None:
     monitor = f"ipc://{tmp_path}/monitor"
     done = run(cli("scaler_top"), "--once", "--timeout", "1", monitor)
@@ -45,7 +56,8 @@ class Terminal:
     def __init__(self, *args: str) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = {**ENV, "TERM": "xterm", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        # curses believes LINES and COLUMNS before the window size, and pytest-xdist's workers have them (80x24)
+        env = {**ENV, "TERM": "xterm", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "LINES": "40", "COLUMNS": "120"}
         self.process = subprocess.Popen(
             args, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True
         )
@@ -89,9 +101,9 @@ def started() -> Iterator[list[Program | Terminal]]:
 
 
 def test_the_screen_waits_shows_the_status_then_a_banner_when_the_scheduler_stops(
-    started: list[Program | Terminal], tmp_path: Path
+    started: list[Program | Terminal], short_dir: Path
 ) -> None:
-    monitor = f"ipc://{tmp_path}/monitor"
+    monitor = f"ipc://{short_dir}/monitor"
     top = Terminal(cli("scaler_top"), monitor)
     started.append(top)
     top.wait_for(re.escape(f"waiting for the scheduler's status at {monitor}\u2026"))
@@ -148,8 +160,8 @@ def published_status() -> Status:
 
 
 @pytest.fixture
-def publisher(tmp_path: Path) -> Iterator[Publisher]:
-    feed = Publisher(f"ipc://{tmp_path}/fake_monitor", published_status())
+def publisher(short_dir: Path) -> Iterator[Publisher]:
+    feed = Publisher(f"ipc://{short_dir}/fake_monitor", published_status())
     yield feed
     feed.stop()
 
