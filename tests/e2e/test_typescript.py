@@ -176,6 +176,76 @@ def test_the_typescript_worker_refuses_bad_options_clearly(args: list[str], mess
     assert message in done.stderr, done.stderr
 
 
+def make_keys(folder: Path) -> Path:
+    done = subprocess.run([cli("scaler_keygen"), str(folder)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def ts_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run a TypeScript program to its end, with SCALER_KEYS unset (each test says which keys it means)."""
+    env = {k: v for k, v in os.environ.items() if k != "SCALER_KEYS"}
+    return subprocess.run([node(), *args], capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+def test_typescript_peers_join_a_secured_cluster_beside_python_ones(programs: list[Program], tmp_path: Path) -> None:
+    """CurveZMQ: the TypeScript worker and client read the keys directory scaler_keygen makes, as the Python peers do,
+    and work beside Python peers on a scheduler run with --keys."""
+    keys = str(make_keys(tmp_path / "keys"))
+    address = free_address()
+    scheduler = start_scheduler(programs, address, "--keys", keys)
+    cluster = start(programs, cli("scaler_cluster"), "--keys", keys, "-n", "1", address)
+    wait_for_agents(cluster, 1)
+    ts_worker = start_ts_worker(programs, address, "ts-secure", "--keys", keys)
+    scheduler.wait_for_output(r"worker ts-secure \(key worker\) joined")
+    done = ts_run(str(DIST / "example.js"), address, "--keys", keys, "--count", "20")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0 and report["ok"] is True, (report, done.stderr)
+    assert report["workers"] == [
+        {"name": "ts-secure", "pid": ts_worker.pid, "hostname": os.uname().nodename, "lang": "ts"}
+    ]
+    with Client(address, timeout_seconds=TIMEOUT, keys=keys) as client:
+        results = client.map(python_marker, range(20), timeout=TIMEOUT)
+    assert {result["pid"] for result in results} <= {process.pid for process in cluster.tree()}
+    scheduler.wait_for_output(r"client ts-example \(key client\) connected")
+
+
+def test_typescript_peers_without_the_right_keys_are_told_why(programs: list[Program], tmp_path: Path) -> None:
+    """Each way of getting keys wrong ends the TypeScript peer at once (ZeroMQ alone would retry silently for ever)
+    with the Python peers' words for it; the secured scheduler keeps serving the right keys."""
+    keys = make_keys(tmp_path / "keys")
+    secured, plain = free_address(), free_address()
+    start_scheduler(programs, secured, "--keys", str(keys))
+    start_scheduler(programs, plain)
+    start(programs, cli("scaler_cluster"), "--keys", str(keys), "-n", "1", secured)
+    stranger = make_keys(tmp_path / "stranger")  # keys the scheduler never authorized
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    shutil.copy(keys / "scheduler.key", unknown)
+    shutil.copy(stranger / "worker.key_secret", unknown)
+    client_as_worker = tmp_path / "client_as_worker"
+    client_as_worker.mkdir()
+    shutil.copy(keys / "scheduler.key", client_as_worker)
+    shutil.copy(keys / "client.key_secret", client_as_worker / "worker.key_secret")
+    worker = str(DIST / "worker.js")
+    cases = [
+        ([str(DIST / "example.js"), secured, "--timeout-ms", "20000"], 1, "requires keys and this client has none"),
+        ([worker, secured, "--keys", str(unknown)], 1, "does not accept this worker's key"),
+        ([worker, secured, "--keys", str(client_as_worker)], 1, "is authorized for clients only"),
+        ([worker, plain, "--keys", str(keys)], 1, "runs without keys"),
+        ([str(DIST / "example.js"), plain, "--keys", str(keys)], 1, "runs without keys"),
+        ([worker, secured, "--keys", str(tmp_path / "nowhere")], 2, "does not exist: create keys with: scaler_keygen"),
+    ]
+    # keys on one side only: which side notices first decides ZeroMQ's report, so the words differ; both say this
+    for args, status, words in cases:
+        began = time.monotonic()
+        done = ts_run(*args)
+        assert done.returncode == status and words in done.stderr, (args, done.returncode, done.stderr)
+        assert time.monotonic() - began < 15, (args, "not at once")
+    with Client(secured, timeout_seconds=TIMEOUT, keys=str(keys)) as client:  # still serving the right keys
+        assert client.submit(pow, 2, 3).result(timeout=TIMEOUT) == 8
+
+
 def test_the_typescript_worker_passes_the_conformance_kit(programs: list[Program]) -> None:
     """python -m scaler.conformance worker ADDRESS: the kit plays the scheduler; the TypeScript worker passes every
     check (the JSON convention's functions echo, add, fail, sleep)."""

@@ -2,6 +2,7 @@
 // (plus any capabilities asked for), so only JSON workers (such as worker.ts) run it.
 import { hostname } from "node:os";
 import { functionObject, PAYLOAD_JSON, toJson } from "./json.js";
+import { loadPeerKeys, resolveKeys, type PeerKeys } from "./keys.js";
 import { Link } from "./link.js";
 import { decodeErrorPayload, hex, text, type Msg, type Task, type TaskStatusName } from "./protocol.js";
 
@@ -46,12 +47,25 @@ export class ConnectionError extends Error {
   }
 }
 
+/** The scheduler does not accept this client's key, or keys on one side only (a ConnectionError: no session). */
+export class AuthenticationError extends ConnectionError {
+  constructor(message: string) {
+    super(message);
+    this.name = "AuthenticationError";
+  }
+}
+
+export { KeysError } from "./keys.js";
+
 const BATCH_LIMIT = 4096; // tasks per submitTasks message, as the Python client
 
 export interface ClientOptions {
   name?: string;
   heartbeatIntervalMs?: number; // default 2000
   timeoutMs?: number; // give up connecting, or on a silent scheduler, after this long (default 60 s)
+  // A keys directory (scheduler.key and client.key_secret, as scaler_keygen makes them) for a scheduler run with
+  // --keys; default $SCALER_KEYS if set; false: no keys whatever the environment says.
+  keys?: string | false;
 }
 
 export interface SubmitOptions {
@@ -77,6 +91,7 @@ export class Client {
   readonly name: string;
   private readonly heartbeatIntervalMs: number;
   private readonly timeoutMs: number;
+  private readonly keysOption: string | false | undefined;
   private link: Link | undefined;
   private idPrefix = 0n;
   private counter = 0n;
@@ -96,19 +111,27 @@ export class Client {
     this.name = options.name ?? `ts-client|${hostname()}|${process.pid}`;
     this.heartbeatIntervalMs = options.heartbeatIntervalMs ?? 2000;
     this.timeoutMs = options.timeoutMs ?? 60_000;
+    this.keysOption = options.keys;
   }
 
   /** Open the session: hello, then wait (at most timeoutMs) for welcome. */
   async connect(): Promise<void> {
     if (this.link) throw new Error("connect() was called already");
-    const link = new Link(this.address, "C");
-    this.link = link;
+    const directory = resolveKeys(this.keysOption);
+    const keys: PeerKeys | undefined = directory === undefined ? undefined : loadPeerKeys(directory, "client");
     let welcomed!: () => void;
     let refused!: (error: Error) => void;
     const welcome = new Promise<void>((resolve, reject) => {
       welcomed = resolve;
       refused = reject;
     });
+    const link = new Link(this.address, "C", keys, (why) => {
+      const error = new AuthenticationError(why);
+      refused(error);
+      this.fail(error);
+      void this.close();
+    });
+    this.link = link;
     this.lastHeard = Date.now();
     const reading = (async () => {
       for await (const msg of link.messages((error) => console.error(`[scaler-ts client] malformed message: ${error.message}`))) {
@@ -119,7 +142,9 @@ export class Client {
           this.schedulerName = msg.schedulerName;
           welcomed();
         } else if (msg.type === "refused") {
-          const error = new ConnectionError(`the scheduler refused the client: ${msg.reason}`);
+          const error = msg.keyProblem
+            ? new AuthenticationError(`authentication failed: the scheduler refused this client's key: ${msg.reason}`)
+            : new ConnectionError(`the scheduler refused the client: ${msg.reason}`);
           refused(error);
           this.fail(error);
         } else {

@@ -1,4 +1,4 @@
-// A small Scaler client for JSON tasks: `node ts/dist/example.js ADDRESS [--count N] [--require CAPABILITY]...`
+// A small Scaler client for JSON tasks: `node ts/dist/example.js ADDRESS [--count N] [--require CAPABILITY]... [--keys DIR]`
 // Adds pairs of numbers on JSON workers (such as worker.ts), prints one JSON line with what came back, exits 0 when
 // every sum is right (and reports which workers ran JSON tasks). With --require, the tasks also require those capabilities.
 import { parseArgs } from "node:util";
@@ -12,16 +12,21 @@ async function main(argv: string[]): Promise<number> {
       count: { type: "string", default: "10" },
       require: { type: "string", multiple: true, default: [] },
       "timeout-ms": { type: "string", default: "30000" },
+      keys: { type: "string" },
     },
   });
   if (positionals.length !== 1) {
-    console.error("usage: node example.js ADDRESS [--count N] [--require CAPABILITY]... [--timeout-ms MS]");
+    console.error("usage: node example.js ADDRESS [--count N] [--require CAPABILITY]... [--timeout-ms MS] [--keys DIR]");
     return 2;
   }
   const count = Number(values.count);
   const timeoutMs = Number(values["timeout-ms"]);
   const capabilities = values.require as string[];
-  const client = new Client(positionals[0]!, { name: "ts-example", timeoutMs });
+  const client = new Client(positionals[0]!, {
+    name: "ts-example",
+    timeoutMs,
+    ...(values.keys !== undefined ? { keys: values.keys } : {}),
+  });
   await client.connect();
   const report: Record<string, unknown> = {};
   try {
@@ -68,7 +73,9 @@ main(process.argv.slice(2)).then(
     setTimeout(() => process.exit(code), 2000).unref();
   },
   (error: unknown) => {
-    console.error(error);
+    // a refusal or a keys problem is one line that says what to do; anything else keeps its stack
+    const known = error instanceof Error && ["ConnectionError", "AuthenticationError", "KeysError"].includes(error.name);
+    console.error(known ? `${error.name}: ${error.message}` : error);
     process.exit(1);
   },
 );

@@ -6,6 +6,7 @@ import { hostname } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { fromJson, functionName, PAYLOAD_JSON, toJson } from "./json.js";
+import { loadPeerKeys, resolveKeys, type PeerKeys } from "./keys.js";
 import { Link } from "./link.js";
 import {
   encodeErrorPayload,
@@ -62,6 +63,9 @@ export interface WorkerOptions {
   deathTimeoutMs?: number; // exit when the scheduler has been silent this long (default 300 s)
   functions?: Record<string, JsonFunction>; // added to the conformance functions
   log?: (line: string) => void;
+  // A keys directory (scheduler.key and worker.key_secret, as scaler_keygen makes them) for a scheduler run with
+  // --keys; default $SCALER_KEYS if set; false: no keys whatever the environment says. Read by the constructor.
+  keys?: string | false;
 }
 
 interface Held {
@@ -83,6 +87,7 @@ export class Worker {
   private readonly heartbeatIntervalMs: number;
   private readonly deathTimeoutMs: number;
   readonly log: (line: string) => void;
+  readonly keys: PeerKeys | undefined;
   private link: Link | undefined;
 
   private connected = false;
@@ -129,12 +134,18 @@ export class Worker {
     this.deathTimeoutMs = positive(options.deathTimeoutMs ?? 300_000, "deathTimeoutMs");
     this.functions = { ...CONFORMANCE_FUNCTIONS, ...(options.functions ?? {}) };
     this.log = options.log ?? ((line) => console.error(`[scaler-ts worker ${this.name}] ${line}`));
+    const directory = resolveKeys(options.keys);
+    this.keys = directory === undefined ? undefined : loadPeerKeys(directory, "worker");
     this.finished = new Promise((resolve) => (this.done = resolve));
   }
 
   /** Connect and serve until the scheduler says shutdown (0), refuses (1), goes silent (1), or stop() (0). */
   async run(): Promise<number> {
-    const link = new Link(this.address, "W");
+    // A failed handshake is the scheduler refusing this worker's keys: stop, saying why (as the Python agent does).
+    const link = new Link(this.address, "W", this.keys, (why) => {
+      this.log(why);
+      void this.stop(1, false);
+    });
     this.link = link;
     this.lastHeard = Date.now();
     this.interval = this.heartbeatIntervalMs;
@@ -489,7 +500,7 @@ function errorText(error: unknown): string {
 
 // ------------------------------------------------------------------------------------------------ CLI
 const USAGE = `usage: node worker.js ADDRESS [--capability X]... [--name N] [--queue-capacity N] [--concurrency N]
-                      [--heartbeat-interval-ms MS] [--death-timeout-seconds S]
+                      [--heartbeat-interval-ms MS] [--death-timeout-seconds S] [--keys DIR]
 A Scaler worker for JSON tasks (capabilities payload=json, lang=ts, plus each --capability).
 Registered functions: echo, add, fail, sleep, worker_info.`;
 
@@ -506,6 +517,7 @@ export async function main(argv: string[]): Promise<number> {
         concurrency: { type: "string" },
         "heartbeat-interval-ms": { type: "string" },
         "death-timeout-seconds": { type: "string" },
+        keys: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -541,6 +553,7 @@ export async function main(argv: string[]): Promise<number> {
       heartbeatIntervalMs: number(values["heartbeat-interval-ms"], "--heartbeat-interval-ms"),
       deathTimeoutMs: death === undefined ? undefined : Math.round(death * 1000),
       functions: { worker_info: info },
+      ...(values.keys !== undefined ? { keys: values.keys } : {}),
     });
   } catch (error) {
     console.error(`error: ${error instanceof Error ? error.message : String(error)}`);
