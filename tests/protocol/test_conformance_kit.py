@@ -406,11 +406,11 @@ while time.monotonic() < deadline_silence:
         send("taskOutput", taskIds=u64([o[0] for o in outputs]), streams=bytes(o[1] for o in outputs),
              texts=[o[2] for o in outputs])
         outputs = []
-    if results:
-        extra = {"durationsUs": u64([r[3] for r in results])} if any(r[3] for r in results) else {}
-        send("taskResults", [r[2] for r in results], taskIds=u64([r[0] for r in results]),
-             statuses=bytes(r[1] for r in results), **extra)
-        results = []
+    for batch in ([[r] for r in results] if BREAK == "no-batching" else [results] if results else []):
+        extra = {"durationsUs": u64([r[3] for r in batch])} if any(r[3] for r in batch) else {}
+        send("taskResults", [r[2] for r in batch], taskIds=u64([r[0] for r in batch]),
+             statuses=bytes(r[1] for r in batch), **extra)
+    results = []
     if now >= next_beat and not saying_hello:
         send("heartbeat")
         next_beat = now + beat_every
@@ -461,6 +461,15 @@ def test_worker_mode_notices_a_broken_worker(tmp_path: Path, fault: str, check: 
     assert code == 1, "\n".join(lines) + err
     assert table[check] == "FAIL", "\n".join(lines)
     assert os.linesep.join(line for line in lines if line.startswith("FAIL"))
+
+
+def test_worker_mode_advises_a_worker_that_does_not_batch_results(tmp_path: Path) -> None:
+    """docs/protocol.md says workers *should* batch results: one message per result passes, with advice."""
+    code, lines, err, _ = run_json_worker(tmp_path, "no-batching", "run_task,results_batched")
+    assert code == 0, "\n".join(lines) + err
+    line = next(line for line in lines if line.startswith("PASS results_batched"))
+    assert "advice: 50 results came in 50 taskResults messages: workers should batch them" in line, line
+    assert any(line == "PASS run_task" for line in lines), lines  # no advice where nothing was found
 
 
 # ================================================================================================ keys

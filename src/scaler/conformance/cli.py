@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from scaler.conformance.wire import Keys, Report, select
 
 USAGE_EPILOG = """\
-Output: one line per check, `PASS name`, `FAIL name — detail` or `SKIP name — why`. Exit status 0 when no check
-failed, 1 when one did, 2 for a usage error or (worker and client modes) when no peer said hello in time.
+Output: one line per check, `PASS name`, `FAIL name — detail` or `SKIP name — why`; a PASS line ends `— advice:
+...` when a recommendation of docs/protocol.md (a "should") did not hold. Exit status 0 when no check failed, 1 when one
+did, 2 for a usage error or (worker and client modes) when no peer said hello in time.
 
 scheduler mode: ADDRESS is a running scheduler. The kit connects raw clients and raw workers (their payloads are
 opaque bytes); no other worker may be connected to that scheduler meanwhile. A shutdownRequest is sent only to a

@@ -51,6 +51,15 @@ def expect(condition: bool, detail: str) -> None:
         raise CheckFailed(detail)
 
 
+_advice: list[str] = []  # what the check running now found against a "should" of docs/protocol.md
+
+
+def advise(condition: bool, detail: str) -> None:
+    """A recommendation ("should") that does not hold: the check still passes, and its line says what was seen."""
+    if not condition:
+        _advice.append(detail)
+
+
 # ------------------------------------------------------------------------------------------------ columns
 def u64(values: Iterable[int]) -> bytes:
     items = list(values)
@@ -299,6 +308,7 @@ class Report:
         self.out.flush()
 
     def outcome(self, name: str, run: Callable[[], None]) -> None:
+        _advice.clear()
         try:
             run()
         except CheckSkipped as exc:
@@ -316,7 +326,8 @@ class Report:
             self.line(f"FAIL {name} — {one_line(detail)}")
         else:
             self.passed += 1
-            self.line(f"PASS {name}")
+            advice = "; ".join(_advice)
+            self.line(f"PASS {name} — advice: {one_line(advice)}" if advice else f"PASS {name}")
 
 
 def one_line(text: str, limit: int = 1000) -> str:

@@ -34,6 +34,7 @@ from scaler.conformance.wire import (
     Msg,
     Report,
     Task,
+    advise,
     build,
     expect,
     layout,
@@ -405,7 +406,10 @@ CHECKS: list[tuple[str, str]] = [
     ("error_text_stream", "taskOutput stream 3 carries the error text before the error result"),
     ("missing_object", "a task referring to an object it was not sent ends failed (UTF-8 text)"),
     ("tasks_started", "tasksStarted names a task handed to execution, before its result"),
-    ("results_batched", "many quick tasks: every result exactly once, correct payloadSizes, fewer messages than tasks"),
+    (
+        "results_batched",
+        "many quick tasks: every result exactly once, correct payloadSizes; advice if not fewer messages than tasks",
+    ),
     ("cancel_before_start", "cancelTasks of a task not started → exactly one result, canceled, empty payload"),
     (
         "balance",
@@ -679,8 +683,8 @@ class WorkerKit:
             got = self.success(results[task.task_id], f"echo({k})")
             expect(got == k, f"echo({k}) returned {got!r}")
         messages = self.fake.seen.result_messages - before
-        if n >= 10:
-            expect(messages < n, f"{n} results came in {messages} taskResults messages: workers should batch them")
+        if n >= 10:  # section 3 says "should": advice, not a failure
+            advise(messages < n, f"{n} results came in {messages} taskResults messages: workers should batch them")
 
     def _blocked(self, follow: int) -> tuple[Task, list[Task]] | None:
         """A sleeping task and up to `follow` echo tasks dispatched together (as many as the worker has room for), then
