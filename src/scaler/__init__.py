@@ -63,4 +63,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names, and the submodules loaded so far (not the names this file imports for its own use)."""
+    loaded = {name for name, value in globals().items() if isinstance(value, type(importlib)) and name != "importlib"}
+    return sorted(set(__all__) | loaded)

@@ -105,3 +105,13 @@ def test_counting_positional_arguments_agrees_with_binding_them(fn: Callable[...
         except TypeError:
             binds = False
         assert (check.fewest <= count <= check.most) == binds, (fn.__name__, count)
+
+
+def test_the_package_lists_its_public_names_only() -> None:
+    """dir(scaler), what tab completion shows: the public names and the submodules loaded, not the imports the
+    package's own code uses (Any, importlib, TYPE_CHECKING...)."""
+    listed = set(dir(scaler))
+    assert set(scaler.__all__) <= listed
+    private_helpers = {"Any", "TYPE_CHECKING", "annotations", "importlib", "require_python_310"}
+    assert not listed & private_helpers, sorted(listed & private_helpers)
+    assert all(getattr(scaler, name) is not None for name in scaler.__all__)
