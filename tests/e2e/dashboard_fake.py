@@ -190,6 +190,7 @@ class FakeCluster:
             completed=w.completed,
             held_back_ms=w.held_back_ms,
             heartbeat_age_ms=12_000 if w.stale else r.randrange(0, 2000),
+            capabilities=("payload=python", "gpu") if w.name.startswith("node001") else ("payload=python",),
         )
 
     def _status(self, clock_us: int, time_us: int, pending: Pending) -> Status:

@@ -160,6 +160,19 @@ def test_workers_sort_show_their_state_and_open_a_detail(dashboard: Dashboard) -
     assert min(page.chart_points("chart-worker-usage")) >= 5
     p.fill("#workers-filter", "node001")
     page.wait("document.querySelector('#workers').dataset.total === '8'")
+    # The capabilities column: what a worker offers beyond payload=python (the fake's node001 workers offer gpu),
+    # the whole list in its tooltip; the filter matches capabilities too.
+    cells = "[...document.querySelectorAll('#workers tbody td:last-child')]"
+    assert page.js(f"{cells}.map(td => td.innerText)") == ["gpu"] * 8
+    assert page.js(f"{cells}[0].title") == "payload=python, gpu"
+    p.fill("#workers-filter", "gpu")
+    page.wait("document.querySelector('#workers').dataset.total === '8'")
+    p.fill("#workers-filter", "")
+    page.wait("document.querySelector('#workers').dataset.total === '16'")
+    p.click('#workers th[data-key="capabilities"]')
+    page.wait("document.querySelector('#workers').dataset.sort === 'capabilities:desc'")
+    shown = page.js(f"{cells}.map(td => td.innerText)")
+    assert shown == ["gpu"] * 8 + [""] * 8, shown
     assert page.errors == []
 
 

@@ -205,6 +205,28 @@ def test_the_workers_table_sorts_filters_and_pages_with_sparklines() -> None:
     assert fleet.detail("nobody") is None
 
 
+def test_the_workers_table_shows_sorts_and_filters_capabilities() -> None:
+    """The capabilities a worker offers beyond payload=python (every Python worker's), as scaler_top's caps column;
+    the filter matches a name or a capability."""
+    fleet = Fleet()
+    offers = {"cpu-a": (), "gpu-b": ("gpu", "mem=64G"), "ts-c": ("payload=json", "lang=ts"), "gpu-d": ("gpu",)}
+    fleet.add(status(0, [WorkerStatus(name, capabilities=("payload=python", *caps)) for name, caps in offers.items()]))
+    rows = {r["name"]: r for r in fleet.table("name", False, 0, 10)["rows"]}
+    assert {name: r["offers"] for name, r in rows.items()} == {
+        "cpu-a": [],
+        "gpu-b": ["gpu", "mem=64G"],
+        "ts-c": ["payload=json", "lang=ts"],
+        "gpu-d": ["gpu"],
+    }
+    assert rows["ts-c"]["capabilities"] == ["payload=python", "payload=json", "lang=ts"]  # the whole list stays
+    by_caps = [r["name"] for r in fleet.table("capabilities", False, 0, 10)["rows"]]
+    assert by_caps == ["cpu-a", "gpu-d", "gpu-b", "ts-c"]  # by the list as shown ("" < "gpu" < "gpu, mem=64G" < ...)
+    assert [r["name"] for r in fleet.table("name", False, 0, 10, contains="gpu")["rows"]] == ["gpu-b", "gpu-d"]
+    assert [r["name"] for r in fleet.table("name", False, 0, 10, contains="lang=ts")["rows"]] == ["ts-c"]
+    assert [r["name"] for r in fleet.table("name", False, 0, 10, contains="mem=64")["rows"]] == ["gpu-b"]
+    assert fleet.table("name", False, 0, 10, contains="payload=python")["total"] == 4  # offered, though not shown
+
+
 def test_sorting_by_state_puts_the_workers_needing_a_look_first() -> None:
     fleet = Fleet()
     workers = [WorkerStatus("idle"), WorkerStatus("busy", running=1), WorkerStatus("held", held_back_ms=1)]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scaler.core.capabilities import PYTHON_PAYLOAD
 from scaler.monitor.render import STALE_HEARTBEAT_MS
 from scaler.monitor.ring import Spark
 from scaler.protocol.messages import Status, WorkerStatus
@@ -112,6 +113,7 @@ def row(name: str, track: Track | None, state: str, departed: Departed | None = 
         "held_back_ms": w.held_back_ms,
         "heartbeat_age_ms": w.heartbeat_age_ms,
         "capabilities": list(w.capabilities),
+        "offers": [c for c in w.capabilities if c != PYTHON_PAYLOAD],  # shown: every Python worker offers that one
         "since_ms": track.since_ms if track is not None else None,
         "reason": departed.reason if departed is not None else "",
         "departed_ms": departed.time_ms if departed is not None else None,
@@ -131,7 +133,12 @@ SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
     },
     "held_back_ms": lambda r: r["held_back_ms"],
     "heartbeat_age_ms": lambda r: r["heartbeat_age_ms"],
+    "capabilities": lambda r: ", ".join(r["offers"]),
 }
+
+
+def _matches(r: dict[str, Any], contains: str) -> bool:
+    return contains in r["name"] or any(contains in c for c in r["capabilities"])
 
 
 class Fleet:
@@ -185,10 +192,11 @@ class Fleet:
 
     def table(self, sort: str, descending: bool, offset: int, limit: int, contains: str = "") -> dict[str, Any]:
         """One page of the workers table: sorted by `sort` (a SORT_KEYS name; the name breaks ties), the rows whose
-        name contains `contains`, `limit` of them from `offset`, each with its cpu and memory sparklines."""
+        name or one of whose capabilities contains `contains`, `limit` of them from `offset`, each with its cpu and
+        memory sparklines."""
         rows = self.rows()
         if contains:
-            rows = [r for r in rows if contains in r["name"]]
+            rows = [r for r in rows if _matches(r, contains)]
         rows.sort(key=lambda r: r["name"])
         rows.sort(key=SORT_KEYS[sort], reverse=descending)
         page = rows[offset : offset + limit]

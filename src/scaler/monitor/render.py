@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from scaler.core.capabilities import PYTHON_PAYLOAD
 from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
 
 
@@ -81,7 +82,7 @@ CAPABILITIES_WIDTH = 30  # longer lists of capabilities are cut in the middle
 
 def _capabilities(w: WorkerStatus) -> str:
     """What the worker offers beyond the Python payload convention every Python worker offers ("-": nothing)."""
-    extra = [c for c in w.capabilities if c != "payload=python"]
+    extra = [c for c in w.capabilities if c != PYTHON_PAYLOAD]
     return cut(printable(",".join(extra)), CAPABILITIES_WIDTH) if extra else "-"
 
 

@@ -343,6 +343,7 @@ const WORKER_COLUMNS = [
   ["completed", "completed", r => num(r.completed)],
   ["held_back_ms", "held back", r => (r.held_back_ms ? (r.held_back_ms / 1000).toFixed(0) + " s" : "")],
   ["heartbeat_age_ms", "heartbeat", r => (r.heartbeat_age_ms / 1000).toFixed(1) + " s ago"],
+  ["capabilities", "capabilities", r => r.offers.join(", ")],  // beyond payload=python, as scaler_top's caps
 ];
 
 const workers = {
@@ -435,6 +436,7 @@ const workers = {
       } else {
         td.textContent = show(r);
         if (key === "name") td.title = r.name;
+        if (key === "capabilities") td.title = r.capabilities.join(", ");
       }
     });
   },
