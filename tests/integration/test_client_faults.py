@@ -380,10 +380,12 @@ class Proxy:
 
 @pytest.mark.timeout(60)
 @pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler ends a client's session as soon as its connection closes (scheduler/server.py probes the "
-    "peer at once; SchedulerCore._client_gone cancels its tasks), so the client, reconnected, is told it is no longer "
-    "known. Remove this mark when the scheduler keeps a session across a reconnect.",
+    strict=False,  # usually fails; passes when the client reconnects before the probe (see the reason)
+    reason="the scheduler usually ends a client's session when its connection closes (scheduler/server.py probes the "
+    "peer; SchedulerCore._client_gone cancels its tasks), so the client, reconnected, is told it is no longer known. "
+    "If the client has reconnected before the probe, the probe reaches it and the session goes on (this test then "
+    "passes; one full run in two under pytest-xdist) - but a message lost in the reset is then never noticed: "
+    "CHANGELOG 'Known issues'. Remove this mark when a session survives a reset with loss detected.",
 )
 def test_a_connection_reset_to_a_live_scheduler_fails_nothing(cluster: SchedulerClusterCombo, tmp_path: Path) -> None:
     proxy = Proxy(cluster.address)
