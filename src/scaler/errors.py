@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scaler.client.graph import GraphCycleError
 from scaler.payloads import RemoteError
 from scaler.protocol.capabilities import MISSING_PREFIX
@@ -61,9 +63,9 @@ class MissingCapabilityError(TaskFailedError):
     and what the connected workers offer; `required` holds the former. Start a worker that offers them
     (scaler_cluster --capability NAME), or submit without them. See docs/capabilities.md."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, requirement: Sequence[str] | None = None) -> None:
         super().__init__(text)
-        self.required = _required_in(text)
+        self.required = _required_in(text, requirement)
 
     def __str__(self) -> str:
         return (
@@ -72,26 +74,30 @@ class MissingCapabilityError(TaskFailedError):
         )
 
 
-def _required_in(text: str) -> tuple[str, ...]:
-    """The capabilities a "missing capabilities:" text says the task requires (its format: docs/protocol.md)."""
+def _required_in(text: str, requirement: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The capabilities a "missing capabilities:" text says the task requires (its format: docs/protocol.md). The
+    text joins them with ", ", which a capability may contain itself: when it names exactly `requirement` (what the
+    client asked for, sorted), that is the answer; else (a dependent failing with the task it needed) the text split."""
     start = text.find(" the task requires ")
     end = text.find("; no connected worker", start)
     if start < 0 or end < 0:
         return ()
     listed = text[start + len(" the task requires ") : end]
+    if requirement is not None and ", ".join(requirement) == listed:
+        return tuple(requirement)
     return tuple(listed.split(", ")) if listed else ()
 
 
-def task_failure(status: int, payload: Payload) -> TaskFailedError:
+def task_failure(status: int, payload: Payload, requirement: Sequence[str] | None = None) -> TaskFailedError:
     """The error for a task that ended failed, timed out or over memory: the text the system sent, as the error of
-    that kind."""
+    that kind. `requirement`: the capabilities the task required (sorted), if known."""
     text = bytes(payload).decode(errors="replace")  # type: ignore[call-overload]
     if status == TaskStatus.TIMED_OUT:
         return TaskTimeoutError(text)
     if status == TaskStatus.OVER_MEMORY:
         return TaskMemoryError(text)
     if status == TaskStatus.FAILED and text.startswith(MISSING_PREFIX):
-        return MissingCapabilityError(text)
+        return MissingCapabilityError(text, requirement)
     return TaskFailedError(text)
 
 

@@ -168,6 +168,18 @@ def test_a_task_no_worker_can_run_fails_at_once_with_missing_capability_error(tw
         for group in (None, 3):  # a graph's dependents fail with the task they need; a grouped block too
             with pytest.raises(MissingCapabilityError):
                 licence.get(graph, ["c"], timeout=10, group=group)
+        # A capability holding the text's separator: required is still exact, on each path the client builds it
+        region = client.options(capabilities={"region": "eu, us"})
+        exact = ("payload=python", "region=eu, us")
+        with pytest.raises(MissingCapabilityError) as error:
+            region.submit(where).result(timeout=TIMEOUT)
+        assert error.value.required == exact
+        with pytest.raises(MissingCapabilityError) as error:
+            region.map(where_after, [0.01] * 2, timeout=10)
+        assert error.value.required == exact
+        with pytest.raises(MissingCapabilityError) as error:
+            region.get(graph, ["c"], timeout=10)
+        assert error.value.required == exact
         # The other tasks of the client are unaffected.
         assert client.options(capabilities=["gpu"]).submit(where).result(timeout=TIMEOUT) == "gpu"
 

@@ -194,6 +194,29 @@ def test_a_failed_task_missing_capabilities_raises_missing_capability_error() ->
     assert "MissingCapabilityError" in scaler.__all__
 
 
+def test_required_is_exact_when_a_capability_holds_the_separator() -> None:
+    """The text joins capabilities with ", ", which a capability may hold itself (region=eu, us): the task's own
+    requirement, when the text names exactly it, is the answer; another requirement (a dependent failing with the
+    task it needed) or none falls back to splitting the text."""
+    own = requirement({"region": "eu, us"})
+    assert own == ("payload=python", "region=eu, us")
+    text = (
+        b"missing capabilities: the task requires payload=python, region=eu, us; no connected worker offers them all "
+        b"(connected workers offer: [payload=python])"
+    )
+
+    def required(known: tuple[str, ...] | None) -> tuple[str, ...]:
+        error = task_failure(TaskStatus.FAILED, text, known)
+        assert isinstance(error, MissingCapabilityError)
+        return error.required
+
+    assert required(own) == own
+    assert required(None) == ("payload=python", "region=eu", "us")  # best effort without the task's requirement
+    assert required(PYTHON_REQUIREMENT) == ("payload=python", "region=eu", "us")
+    error = task_failure(TaskStatus.FAILED, text, own)
+    assert isinstance(pickle.loads(pickle.dumps(error)), MissingCapabilityError)
+
+
 def test_other_failures_stay_task_failed_errors() -> None:
     assert type(task_failure(TaskStatus.FAILED, b"the task's worker died 3 times")) is TaskFailedError
     # The text alone does not make it: only a task the scheduler failed (status failed).

@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
@@ -247,7 +247,7 @@ class Client:
         future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
         task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement)
-        sink: ResultSink = FutureSink(future, self._serializer, profiling)
+        sink: ResultSink = FutureSink(future, self._serializer, profiling, options.requirement)
         if self._shared is not None and self._shared.wanted(payloads):
             task, sink = self._share(connection, task, sink, fn, functools.partial(_retarget_future, future))
         try:
@@ -334,7 +334,7 @@ class Client:
                 f"map({label})", len(items), lambda: len(items) - collector.remaining, collector.done, timeout
             )
         try:
-            return self._map_outcome(connection, collector, ids, label, left, timeout, progress)
+            return self._map_outcome(connection, collector, ids, label, left, timeout, progress, options.requirement)
         finally:
             if self._renamed:
                 for task_id in ids:
@@ -349,6 +349,7 @@ class Client:
         left: float | None,
         timeout: float | None,
         progress: Callable[[], str],
+        requirement: Sequence[str],
     ) -> list[Any]:
         if not self._wait(collector.done, left, progress):
             self._cancel_many([i for i in map(self._current_id, ids) if i in connection.sinks])
@@ -363,7 +364,7 @@ class Client:
             assert collector.failed is not None
             failed_payload = collector.payloads[collector.failed]
             assert failed_payload is not None
-            raise _outcome_error(collector.statuses[collector.failed], failed_payload)
+            raise _outcome_error(collector.statuses[collector.failed], failed_payload, requirement)
         deserialize = self._serializer.deserialize
         return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
 
@@ -524,7 +525,7 @@ class Client:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread)
                 future.set_running_or_notify_cancel()
                 futures[node.key] = future
-                sinks.append((task_id, FutureSink(future, self._serializer, profiled)))
+                sinks.append((task_id, FutureSink(future, self._serializer, profiled, required)))
         connection.register(sinks)
         _print_graph_output(connection, options, plan.tasks, task_ids, list(futures.values()))
         connection.submit(requests + tasks)
@@ -933,12 +934,12 @@ def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _outcome_error(status: int, payload: Payload) -> BaseException:
+def _outcome_error(status: int, payload: Payload, requirement: Sequence[str] | None = None) -> BaseException:
     if status == TaskStatus.ERROR:
         return unpack_exception(bytes(payload))  # type: ignore[call-overload]
     if status == TaskStatus.CANCELED:
         return concurrent.futures.CancelledError()
-    return task_failure(status, payload)
+    return task_failure(status, payload, requirement)
 
 
 # ----------------------------------------------------------------------------------------------- nested clients

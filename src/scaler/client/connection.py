@@ -17,7 +17,7 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import zmq
@@ -82,12 +82,15 @@ class ResultSink(Protocol):
 
 
 class FutureSink:
-    __slots__ = ("future", "profiled", "serializer")
+    __slots__ = ("future", "profiled", "requirement", "serializer")
 
-    def __init__(self, future: ScalerFuture, serializer: Serializer, profiled: bool) -> None:
+    def __init__(
+        self, future: ScalerFuture, serializer: Serializer, profiled: bool, requirement: Sequence[str] | None = None
+    ) -> None:
         self.future = future
         self.serializer = serializer
         self.profiled = profiled
+        self.requirement = requirement  # the capabilities the task required: MissingCapabilityError.required
 
     def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None:
         info = profiling if self.profiled else None
@@ -98,7 +101,7 @@ class FutureSink:
         elif status == TaskStatus.CANCELED:
             self.future._cancel_quietly()
         else:
-            self.future._fail(failure(status, payload))
+            self.future._fail(failure(status, payload, self.requirement))
 
     def fail(self, exc: BaseException) -> None:
         self.future._fail(exc)
