@@ -218,10 +218,16 @@ def test_a_scheduler_restarted_on_the_same_address_no_longer_knows_the_client(
 class StandIn:
     """A stand-in scheduler on real sockets, in a thread of this process: it welcomes clients, echoes their
     heartbeats, notes the tasks they submit and cancel, sends a result when told to, and can close its connections
-    and listen again on its address a moment later, as the same scheduler (sessions kept): a connection reset."""
+    and listen again on its address a moment later, as the same scheduler (sessions kept): a connection reset. It
+    counts messages as docs/protocol.md "Connection resets" says and answers a resumed heartbeat with its count plus
+    `lost` (a test sets it to play a scheduler whose messages were lost in the reset)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
+        self.lost = 0
+        self.sent = 0  # messages sent to the (one) client, echoes excluded
+        self.received = 0  # messages from it, heartbeats excluded
+        self.resumes: list[tuple[int, int]] = []  # (what a resumed heartbeat said it sent, what came)
         self.submitted: list[int] = []
         self.cancelled: list[int] = []
         self.heartbeats: list[float] = []  # when each came (monotonic)
@@ -256,12 +262,18 @@ class StandIn:
         self._ctx.term()
 
     def _on_message(self, peer: bytes, message: object) -> None:
+        if not isinstance(message, (Hello, Heartbeat)):
+            self.received += 1
         if isinstance(message, Hello):
             self.peers.append(peer)
             self._send(peer, Welcome(len(self.peers), "stand-in", protected=True, peer_timeout_ms=600_000))
         elif isinstance(message, Heartbeat):
             self.heartbeats.append(time.monotonic())
-            self._send(peer, HeartbeatEcho())
+            if message.resumed:
+                self.resumes.append((message.sent, self.received))
+                self._send(peer, HeartbeatEcho(resumed=True, sent=self.sent + self.lost))
+            else:
+                self._send(peer, HeartbeatEcho())
         elif isinstance(message, SubmitTasks):
             self.submitted.extend(message.task_ids)
         elif isinstance(message, CancelTasks):
@@ -269,6 +281,8 @@ class StandIn:
 
     def _send(self, peer: bytes, message: Any) -> None:
         self._sock.send_multipart([peer, *encode(message)])
+        if not isinstance(message, HeartbeatEcho):
+            self.sent += 1
 
     def _do(self, command: Callable[[], None]) -> None:
         with self._lock:
@@ -328,6 +342,28 @@ def test_a_connection_reset_to_a_scheduler_that_keeps_the_session_fails_nothing(
         assert future.result(timeout=TIMEOUT) == 32
         assert later.result(timeout=TIMEOUT) == 27
         assert len(stand_in.peers) == 1, "the client said hello again"
+        assert stand_in.resumes and all(said == came for said, came in stand_in.resumes), stand_in.resumes
+    finally:
+        client.disconnect()
+
+
+@pytest.mark.timeout(60)
+def test_a_reset_that_lost_a_message_from_the_scheduler_fails_the_pending_futures_at_once(stand_in: StandIn) -> None:
+    """The session goes on across the reset, but the echo of the resumed heartbeat says the scheduler sent one
+    message more than came (a result lost in the reset, say): the client ends the session, and the future that
+    result was for fails at once with why, instead of waiting for ever."""
+    client = Client(stand_in.address, timeout_seconds=60, heartbeat_interval_seconds=20)
+    try:
+        future = client.submit(pow, 2, 5)
+        wait_until(lambda: future.task_id in stand_in.submitted, timeout=TIMEOUT, what="the task to reach the stand-in")
+        stand_in.lost = 1
+        started = time.monotonic()
+        stand_in.reset(down_seconds=0.5)
+        with pytest.raises(ConnectionError, match=r"messages from it were lost \(it sent \d+, \d+ came\)") as error:
+            future.result(timeout=TIMEOUT)
+        assert time.monotonic() - started < 10, "not at once"
+        assert stand_in.resumes and stand_in.resumes[0][0] == stand_in.resumes[0][1]  # the client's own count held
+        assert "results may be missing, so the session ends" in str(error.value)
     finally:
         client.disconnect()
 
@@ -379,22 +415,26 @@ class Proxy:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=False,  # usually fails; passes when the client reconnects before the probe (see the reason)
-    reason="the scheduler usually ends a client's session when its connection closes (scheduler/server.py probes the "
-    "peer; SchedulerCore._client_gone cancels its tasks), so the client, reconnected, is told it is no longer known. "
-    "If the client has reconnected before the probe, the probe reaches it and the session goes on (this test then "
-    "passes; one full run in two under pytest-xdist) - but a message lost in the reset is then never noticed: "
-    "CHANGELOG 'Known issues'. Remove this mark when a session survives a reset with loss detected.",
-)
-def test_a_connection_reset_to_a_live_scheduler_fails_nothing(cluster: SchedulerClusterCombo, tmp_path: Path) -> None:
+def test_a_connection_reset_to_a_live_scheduler_never_leaves_a_future_waiting(
+    cluster: SchedulerClusterCombo, tmp_path: Path
+) -> None:
+    """The scheduler usually ends a client's session when its connection closes (scheduler/server.py probes the
+    peer), and the client, connected again, is told so. If the client's connection is made again before the probe,
+    the probe reaches it and the session goes on; both sides then check that no message was lost in the reset
+    (docs/protocol.md "Connection resets"). Either way the future ends: with its result, or at once with why."""
     proxy = Proxy(cluster.address)
     client = Client(proxy.address, timeout_seconds=30)
     try:
         future = client.submit(mark_and_sleep, str(tmp_path), 2, 7)
         wait_until(lambda: count_started(tmp_path) == 1, timeout=TIMEOUT, what="the task to start")
+        cut = time.monotonic()
         proxy.cut()  # while the task runs on a worker
-        assert future.result(timeout=TIMEOUT) == 7
+        try:
+            assert future.result(timeout=TIMEOUT) == 7  # the session went on, nothing lost
+        except ConnectionError as exc:
+            said = str(exc)
+            assert "no longer knows this client" in said or "were lost" in said, said
+            assert time.monotonic() - cut < 10, "the session's end was not noticed at once"
     finally:
         client.disconnect()
         proxy.close()

@@ -119,7 +119,8 @@ def test_a_connection_made_again_within_the_grace_keeps_the_session_and_heartbea
     assert core.link_up(0.05) == []  # the first connection: nothing was closed
     core.received(0.1, Welcome(1))
     core.link_down(2.0)
-    assert core.link_up(6.5) == [Send(Heartbeat())]  # a scheduler that restarted says at once it does not know us
+    # a scheduler that restarted says at once it does not know us; one that kept the session checks the count
+    assert core.link_up(6.5) == [Send(Heartbeat(resumed=True, sent=0))]
     assert core.tick(7.2) == []  # the heartbeat just went: the next one is due a whole interval later
     assert core.tick(7.6) == [Send(Heartbeat())]
     assert core.tick(30.0) == [Send(Heartbeat())]  # no grace runs any more
@@ -127,6 +128,44 @@ def test_a_connection_made_again_within_the_grace_keeps_the_session_and_heartbea
     core.link_down(40.0)  # a later reset has a grace of its own
     assert core.tick(45.0) == [Send(Heartbeat())]
     assert isinstance(core.tick(45.1)[0], Closed)
+
+
+def test_after_a_reset_the_echo_tells_whether_messages_from_the_scheduler_were_lost() -> None:
+    """docs/protocol.md "Connection resets": the session counts the messages each way (not heartbeats, echoes or the
+    hello; the welcome is the first one received); on a connection made again its heartbeat says how many it sent,
+    and the scheduler's echo how many it sent: fewer came, so something was lost, and the session ends saying so."""
+    core = connected()
+    assert core.messages_received == 1  # the welcome
+    sent = [Hello(PeerKind.CLIENT, "me"), Heartbeat(), PutObjects([1], [b"f"]), CancelTasks([7])]
+    for message in sent:
+        core.count_sent(message)
+    assert core.messages_sent == 2
+    core.received(0.5, TaskResults([7], b"\x00", [b"r"]))
+    assert core.received(0.6, HeartbeatEcho()) == []  # an echo (or the scheduler's probe) is not counted
+    assert core.messages_received == 2
+    core.link_down(1.0)
+    assert core.link_up(1.5) == [Send(Heartbeat(resumed=True, sent=2))]
+    assert core.received(1.6, HeartbeatEcho(resumed=True, sent=2)) == []  # nothing lost: the session goes on
+    assert core.state == SessionState.CONNECTED
+    core.link_down(2.0)
+    assert core.link_up(2.5) == [Send(Heartbeat(resumed=True, sent=2))]
+    commands = core.received(2.6, HeartbeatEcho(resumed=True, sent=3))  # it sent one more than came
+    assert commands[0] == Send(Disconnect("messages were lost in a connection reset"))
+    assert isinstance(commands[1], Closed) and commands[1].kind == CloseKind.UNREACHABLE
+    assert "messages from it were lost (it sent 3, 2 came): results may be missing" in commands[1].reason
+    assert core.state == SessionState.CLOSED
+
+
+def test_a_scheduler_that_found_messages_lost_says_so_in_its_not_connected_error() -> None:
+    core = connected()
+    said = "session ended: its connection was reset and messages were lost (it sent 4, 3 came)"
+    [closed] = core.received(1.0, Error(ErrorCode.NOT_CONNECTED, said))
+    assert isinstance(closed, Closed) and closed.kind == CloseKind.UNREACHABLE
+    assert closed.reason == (
+        "the scheduler ended this client's session: its connection was reset and messages were lost (it sent 4, 3 came)"
+    )
+    [closed] = connected().received(1.0, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
+    assert isinstance(closed, Closed) and "no longer knows this client" in closed.reason
 
 
 def test_a_client_still_connecting_waits_timeout_seconds_whatever_its_connections_do() -> None:

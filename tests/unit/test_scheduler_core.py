@@ -157,6 +157,27 @@ def test_heartbeats_are_echoed_and_the_worker_one_is_kept_for_status() -> None:
     assert (worker.agent_cpu_percent, worker.agent_rss_bytes, worker.queued, worker.processors) == (12.5, 1000, 3, 2)
 
 
+def test_a_resumed_heartbeat_that_counts_what_came_is_answered_with_what_was_sent() -> None:
+    """docs/protocol.md "Connection resets": after its connection was made again, a client says how many messages
+    it sent (heartbeats excluded); all came, so the echo says how many the scheduler sent it (echoes excluded, the
+    welcome and results included), for the client to check."""
+    d = with_tasks(3, capacity=2)  # C sent a putObjects and a submitTasks
+    d.recv(W1, results((t(1), TaskStatus.SUCCESS, b"one")))  # C was sent its welcome, then this result
+    assert sends(d.recv(C, Heartbeat())) == [(C, HeartbeatEcho())]  # neither counted
+    assert sends(d.recv(C, Heartbeat(resumed=True, sent=2))) == [(C, HeartbeatEcho(resumed=True, sent=2))]
+    assert C in d.core.clients and len(d.core.tasks) == 2
+
+
+def test_a_resumed_heartbeat_counting_more_than_came_ends_the_session_saying_why() -> None:
+    d = with_tasks(3, capacity=2)
+    commands = d.recv(C, Heartbeat(resumed=True, sent=3))  # one of its messages was lost in the reset
+    reason = "its connection was reset and messages were lost (it sent 3, 2 came)"
+    assert (C, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}")) in sends(commands)
+    assert (W1, CancelTasks([t(1), t(2)])) in sends(commands)  # its running tasks are stopped
+    assert C not in d.core.clients and d.core.tasks.keys() <= {t(1), t(2)}  # (until the worker confirms)
+    assert any(f"client c1 left ({reason})" in log.text for log in logs(commands))
+
+
 def test_a_worker_heartbeat_is_echoed_at_most_once_per_quarter_of_the_worker_timeout() -> None:
     """The echo is most of an idle fleet's cost; a worker beats every quarter of the timeout at most (Welcome), so it
     still hears from the scheduler at least every half of it. Clients' heartbeats are all answered."""

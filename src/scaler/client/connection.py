@@ -57,6 +57,7 @@ from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
     ACCEPTED_BY_CLIENT,
     ErrorCode,
+    Message,
     Payload,
     TaskResults,
     TaskStatus,
@@ -261,7 +262,7 @@ class Connection:
                 self._requests.append(task)
             else:
                 for message in self.core.batch((task,)):
-                    send_message(sock, message)
+                    self._send(sock, message)
                 # Sending made ZeroMQ read the socket's FD: input that came meanwhile no longer wakes the I/O
                 # thread's poll, so it is woken here to read it.
                 if not has_input(sock):
@@ -352,6 +353,7 @@ class Connection:
                 sink = self.sinks.pop(task_id, None)
                 if commands and sink is not None:
                     return sink, message.statuses[0], message.payloads[0]
+                continue  # read by the session already (counted): nothing is left to deliver
             self._inbox.append(parts)
             self._wake()
         return None
@@ -517,7 +519,12 @@ class Connection:
         requests = self._requests
         batch = [requests.popleft() for _ in range(len(requests))]
         for message in self.core.batch(batch):
-            send_message(sock, message)
+            self._send(sock, message)
+
+    def _send(self, sock: zmq.Socket[Any], message: Message) -> None:
+        """Every message to the scheduler goes here, with the socket's lock held: the session counts them."""
+        send_message(sock, message)
+        self.core.count_sent(message)
 
     def _take_inbox(self, sock: zmq.Socket[Any]) -> None:
         """Messages a thread in wait_alone read and left to this thread, in the order they came."""
@@ -556,7 +563,7 @@ class Connection:
                 if self._receiver_active:
                     self._wake_receiver()
             elif isinstance(command, Send):
-                send_message(sock, command.message)
+                self._send(sock, command.message)
             elif isinstance(command, Connected):
                 self.protected = command.protected
                 self.scheduler_name = command.scheduler_name

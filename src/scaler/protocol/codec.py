@@ -302,11 +302,17 @@ def _enc_heartbeat(b: Any, m: Heartbeat) -> list[Payload]:
     b.processors = m.processors
     b.blockedProcessors = m.blocked_processors
     b.waitingTasks = m.waiting_tasks
+    if m.resumed:
+        b.resumed = True
+        b.sent = m.sent
     return []
 
 
 def _enc_echo(b: Any, m: HeartbeatEcho) -> list[Payload]:
     b.sentAtUs = m.sent_at_us
+    if m.resumed:
+        b.resumed = True
+        b.sent = m.sent
     return []
 
 
@@ -593,12 +599,14 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
         processors=b.processors,
         blocked_processors=b.blockedProcessors,
         waiting_tasks=b.waitingTasks,
+        resumed=b.resumed,
+        sent=b.sent,
     )
 
 
 def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
     _no_payloads(p, "heartbeatEcho")
-    return HeartbeatEcho(sent_at_us=b.sentAtUs)
+    return HeartbeatEcho(sent_at_us=b.sentAtUs, resumed=b.resumed, sent=b.sent)
 
 
 def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:

@@ -53,7 +53,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
         ),
     ),
     "Heartbeat": (
-        7,
+        8,
         0,
         (
             ("cpuPercent", "f32", 0),
@@ -66,9 +66,11 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("processors", "u32", 10),
             ("blockedProcessors", "u32", 11),
             ("waitingTasks", "u32", 12),
+            ("resumed", "bool", 416),
+            ("sent", "u64", 7),
         ),
     ),
-    "HeartbeatEcho": (1, 0, (("sentAtUs", "u64", 0),)),
+    "HeartbeatEcho": (3, 0, (("sentAtUs", "u64", 0), ("resumed", "bool", 64), ("sent", "u64", 2))),
     "Hello": (
         3,
         3,

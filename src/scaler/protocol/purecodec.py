@@ -224,8 +224,10 @@ _HEARTBEAT = {
     "processors": "processors",
     "blocked_processors": "blockedProcessors",
     "waiting_tasks": "waitingTasks",
+    "resumed": "resumed",
+    "sent": "sent",
 }
-_ECHO = {"sent_at_us": "sentAtUs"}
+_ECHO = {"sent_at_us": "sentAtUs", "resumed": "resumed", "sent": "sent"}
 _STATUS_HEAD = {
     "scheduler_name": "schedulerName",
     "time_us": "timeUs",

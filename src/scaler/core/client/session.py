@@ -158,6 +158,10 @@ class ClientCore:
         self._last_heartbeat = 0.0
         self._counter = 0
         self._closed_since: float | None = None  # when the connection closed, while it has not been made again
+        # Messages of this session each way, heartbeats, echoes and the hello excluded (the welcome included): after
+        # a connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
+        self.messages_sent = 0  # counted by the shell as it sends (count_sent), the core's and the batches alike
+        self.messages_received = 0
 
     # ------------------------------------------------------------------------------------------- events
     def start(self, now: float, hostname: str = "", pid: int = 0) -> list[ClientCommand]:
@@ -165,23 +169,25 @@ class ClientCore:
         hello = Hello(PeerKind.CLIENT, self.name, hostname, pid, int(self.heartbeat_interval * 1000))
         return [Send(hello)]
 
+    def count_sent(self, message: Message) -> None:
+        """The shell hands `message` to the socket now."""
+        if type(message) is not Heartbeat and type(message) is not Hello:
+            self.messages_sent += 1
+
     def received(self, now: float, message: Message) -> list[ClientCommand]:
         if self.state == SessionState.CLOSED:
             return []
         self._last_heard = now
+        if type(message) is not HeartbeatEcho:
+            self.messages_received += 1
         if isinstance(message, TaskResults):
             return [Completed(message)]
         if isinstance(message, HeartbeatEcho):
-            return []
+            return self._on_echo(message) if message.resumed else []
         if isinstance(message, TaskOutput):
             return [Output(message)]
         if isinstance(message, Welcome):
-            self.state = SessionState.CONNECTED
-            self.id_prefix = message.id_prefix
-            self.max_payload_bytes = message.max_payload_bytes
-            if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
-                self.heartbeat_interval = min(self.heartbeat_interval, message.peer_timeout_ms / 4000)
-            return [Connected(message.id_prefix, message.scheduler_name, message.protected)]
+            return self._on_welcome(message)
         if isinstance(message, Refused):
             if message.key_problem:
                 text = f"authentication failed: the scheduler refused this client's key: {message.reason}"
@@ -191,10 +197,27 @@ class ClientCore:
             return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
         if isinstance(message, Error):
             if message.code == ErrorCode.NOT_CONNECTED:
-                text = "the scheduler no longer knows this client (it restarted, or timed the client out)"
-                return self._close(CloseKind.UNREACHABLE, text)
+                return self._close(CloseKind.UNREACHABLE, _not_connected_text(message.message))
             return [Rejected(message.code, message.message, message.ids)]
         return []
+
+    def _on_welcome(self, welcome: Welcome) -> list[ClientCommand]:
+        self.state = SessionState.CONNECTED
+        self.id_prefix = welcome.id_prefix
+        self.max_payload_bytes = welcome.max_payload_bytes
+        if welcome.peer_timeout_ms:  # beat often enough for the scheduler's patience
+            self.heartbeat_interval = min(self.heartbeat_interval, welcome.peer_timeout_ms / 4000)
+        return [Connected(welcome.id_prefix, welcome.scheduler_name, welcome.protected)]
+
+    def _on_echo(self, echo: HeartbeatEcho) -> list[ClientCommand]:
+        """The answer to the heartbeat sent on a connection made again: did everything the scheduler sent come?"""
+        if echo.sent == self.messages_received:
+            return []
+        text = (
+            f"the connection to the scheduler was reset and messages from it were lost (it sent {echo.sent}, "
+            f"{self.messages_received} came): results may be missing, so the session ends"
+        )
+        return [Send(Disconnect("messages were lost in a connection reset")), *self._close(CloseKind.UNREACHABLE, text)]
 
     def link_down(self, now: float) -> list[ClientCommand]:
         """The connection to the scheduler closed (ZeroMQ tries to make it again by itself)."""
@@ -204,14 +227,16 @@ class ClientCore:
 
     def link_up(self, now: float) -> list[ClientCommand]:
         """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a
-        heartbeat goes at once: a scheduler that restarted there answers that it does not know this client."""
+        heartbeat goes at once: a scheduler that restarted there answers that it does not know this client; one that
+        kept the session checks that every message this client sent since its hello came (`sent`), and answers with
+        how many it sent, for this client to check in turn (docs/protocol.md "Connection resets")."""
         if self._closed_since is None:
             return []
         self._closed_since = None
         if self.state != SessionState.CONNECTED:
             return []
         self._last_heartbeat = now
-        return [Send(Heartbeat())]
+        return [Send(Heartbeat(resumed=True, sent=self.messages_sent))]
 
     def tick(self, now: float) -> list[ClientCommand]:
         if self.state == SessionState.CLOSED:
@@ -335,3 +360,11 @@ def _message_for(run: list[Request]) -> Message:
     if isinstance(first, CancelRequest):
         return CancelTasks([r.task_id for r in cast(list[CancelRequest], run)])
     return FreeObjects([r.object_id for r in cast(list[FreeRequest], run)])
+
+
+def _not_connected_text(said: str) -> str:
+    """Why the session is over, from the scheduler's notConnected error: its reason when it gives one (a loss found
+    after a connection reset), else the usual causes."""
+    if said.startswith("session ended: "):
+        return f"the scheduler ended this client's session: {said.removeprefix('session ended: ')}"
+    return "the scheduler no longer knows this client (it restarted, or timed the client out)"

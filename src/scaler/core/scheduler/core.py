@@ -234,6 +234,7 @@ class SchedulerCore:
         need.since = None  # as placement leaves it
         self.now = max(self.now, now)
         client.last_seen = self.now
+        client.messages_received += 1
         self.received["submitTasks"] += 1
         record = Task(task_id, client, task.function_id, task.flags, (0,) * len(payloads), None, payloads, need)
         need.tasks += 1
@@ -285,6 +286,7 @@ class SchedulerCore:
         if not worker.assigned:
             self._balance_due = True
         self.sent["taskResults"] += 1
+        client.messages_sent += 1
         return client.identity
 
     def _split_ready(self) -> bool:
@@ -344,11 +346,16 @@ class SchedulerCore:
                 self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
 
     def _on_client_message(self, client: ClientSession, message: Message) -> None:
+        if type(message) is not Heartbeat:
+            client.messages_received += 1
         # the common ones first
         if isinstance(message, SubmitTasks):
             self._on_submit(client, message)
         elif isinstance(message, Heartbeat):
-            self._send(client.identity, HeartbeatEcho())
+            if message.resumed:
+                self._on_resumed(client, message)
+            else:
+                self._send(client.identity, HeartbeatEcho())
         elif isinstance(message, PutObjects):
             self._on_put_objects(client, message)
         elif isinstance(message, CancelTasks):
@@ -361,6 +368,21 @@ class SchedulerCore:
             self._on_shutdown_request(client, message)
         else:
             self._bad_request(client.identity, f"a client may not send {MESSAGE_NAMES[type(message)]}")
+
+    def _on_resumed(self, client: ClientSession, message: Heartbeat) -> None:
+        """The client's connection closed and was made again, and the session went on (its probe reached the new
+        connection). Messages in flight at the reset may be lost: what the client says it sent must be what came,
+        and the echo says what was sent to it, for the client to check. A loss ends the session at once: its futures
+        fail (the client is told) instead of waiting for ever on something lost."""
+        if message.sent != client.messages_received:
+            reason = (
+                f"its connection was reset and messages were lost (it sent {message.sent}, "
+                f"{client.messages_received} came)"
+            )
+            self._client_gone(client, reason)
+            self._send(client.identity, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}"))
+            return
+        self._send(client.identity, HeartbeatEcho(resumed=True, sent=client.messages_sent))
 
     def _on_worker_message(self, worker: WorkerSession, message: Message) -> None:
         if isinstance(message, TaskResults):
@@ -387,6 +409,10 @@ class SchedulerCore:
 
     def _send(self, peer: bytes, message: Message) -> None:
         self._out.append(Send(peer, message))
+        if type(message) is not HeartbeatEcho:
+            client = self.clients.get(peer)
+            if client is not None:
+                client.messages_sent += 1
 
     def _warn(self, kind: str, peer: bytes, text: str) -> None:
         """A warning about `peer`, rate-limited per peer and kind (LogLimiter)."""

@@ -84,6 +84,8 @@ class ClientSession:
         "identity",
         "key",
         "last_seen",
+        "messages_received",
+        "messages_sent",
         "name",
         "objects",
         "outbox",
@@ -104,6 +106,10 @@ class ClientSession:
         self.objects: set[int] = set()  # ids of objects it owns
         self.outbox = ResultBuffer()
         self.output = OutputBuffer()
+        # Messages of this session each way, heartbeats and echoes excluded: compared when the client's connection is
+        # made again after a reset, so a message lost in it ends the session (docs/protocol.md "Connection resets").
+        self.messages_received = 0
+        self.messages_sent = 0  # the welcome included
 
     def __repr__(self) -> str:
         return f"<Client {self.name} prefix={self.prefix} tasks={self.task_count}>"
