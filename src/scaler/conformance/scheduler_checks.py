@@ -335,6 +335,7 @@ class SchedulerKit:
         names = [
             "hello_welcome",
             "heartbeat_echo",
+            "resumed_heartbeat",
             "refused_wrong_version",
             "refused_zero_capacity",
             "refused_invalid_capability",
@@ -407,6 +408,24 @@ class SchedulerKit:
         worker = self.worker()
         worker.heartbeat(cpuPercent=1.0, rssBytes=1 << 20, queued=0, running=0, processors=1)
         worker.expect("heartbeatEcho", ignore=())
+
+    def check_resumed_heartbeat(self) -> None:
+        """heartbeat(resumed, sent=what came) → heartbeatEcho(resumed, sent=what the scheduler sent: the welcome, not
+        echoes); a resumed heartbeat counting more than came → error notConnected "session ended: ..." (section 10)."""
+        client = self.client()
+        client.heartbeat()
+        client.expect("heartbeatEcho", ignore=())
+        client.function()  # one message (putObjects): heartbeats do not count
+        client.heartbeat(resumed=True, sent=1)
+        echo = client.expect("heartbeatEcho", ignore=())
+        resumed, sent = echo.fields.get("resumed"), echo.fields.get("sent")
+        expect(resumed is True and sent == 1, f"expected heartbeatEcho(resumed, sent=1: the welcome), got {echo}")
+        client.heartbeat(resumed=True, sent=3)  # two of its messages were lost
+        error = client.error("notConnected", ignore=())
+        said = str(error.fields.get("message", ""))
+        expect(said.startswith("session ended: "), f"notConnected should start 'session ended: ', got {said!r}")
+        client.heartbeat()
+        client.error("notConnected", ignore=())  # the session is gone
 
     def check_refused_wrong_version(self) -> None:
         """hello with protocolVersion 2 → refused(schedulerProtocolVersion 1), and no session opens."""
