@@ -792,6 +792,35 @@ def test_a_connection_closed_past_the_grace_ends_the_session_stops_its_work_and_
     assert beatless(a, Tick(7.0)) == []  # one hello, then one every 10 s (HELLO_RETRY_SECONDS)
 
 
+def test_after_a_reset_the_heartbeat_says_what_was_sent_and_the_echo_what_came() -> None:
+    """docs/protocol.md "Connection resets": the agent counts its session's messages (not heartbeats, echoes or the
+    hello; the welcome is the first received). A connection made again within the grace: the next tick's heartbeat
+    is resumed with its count; the echo carries the scheduler's. Equal: the session goes on. The scheduler sent more
+    than came (a dispatch lost, say): the session cannot be trusted, so the agent starts a new one."""
+    a = warmed(3)  # received: welcome, putObjects, dispatchTasks; sent: taskResults (and tasksStarted)
+    a(Tick(0.9))  # what is due goes now (a heartbeat, the late tasksStarted)
+    sent, came = a.core.messages_sent, a.core.messages_received
+    assert came == 3 and sent >= 1
+    a(SchedulerLink(1.0, up=False))
+    a(SchedulerLink(1.5, up=True))
+    [beat] = [c.message for c in a(Tick(1.6)) if isinstance(c, ToScheduler) and isinstance(c.message, Heartbeat)]
+    assert beat.resumed and beat.sent == sent
+    a.now = 1.7
+    assert a.sched(HeartbeatEcho(resumed=True, sent=came)) == []
+    assert a.core.connected
+    [beat] = [c.message for c in a(Tick(3.7)) if isinstance(c, ToScheduler) and isinstance(c.message, Heartbeat)]
+    assert not beat.resumed  # only the first heartbeat after the reset
+    a(SchedulerLink(4.0, up=False))
+    a(SchedulerLink(4.5, up=True))
+    a(Tick(4.6))
+    a.now = 4.7
+    commands = a.sched(HeartbeatEcho(resumed=True, sent=came + 1))
+    warning = "messages from the scheduler were lost in a connection reset (it sent 4, 3 came); saying hello again"
+    assert Log(logging.WARNING, warning) in commands
+    assert commands[-1] == ToScheduler(HELLO) and not a.core.connected and not a.core.tasks
+    assert a.core.messages_sent == 0  # the new session counts from its hello
+
+
 def test_a_scheduler_silent_past_its_worker_timeout_ends_the_session() -> None:
     a = Agent()
     a(Started(0.0))

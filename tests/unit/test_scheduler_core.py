@@ -178,6 +178,20 @@ def test_a_resumed_heartbeat_counting_more_than_came_ends_the_session_saying_why
     assert any(f"client c1 left ({reason})" in log.text for log in logs(commands))
 
 
+def test_a_workers_resumed_heartbeat_is_always_answered_or_ends_its_session_if_something_was_lost() -> None:
+    """As for clients: the counts of a worker's session are checked on its resumed heartbeat (answered even within
+    the echo's rate limit); a count over what came means a result or an answer was lost: the worker is lost (its
+    tasks go back to the queue, an attempt counted) and told so."""
+    d = with_tasks(3, capacity=2)  # W1 was sent putObjects and dispatchTasks (after its welcome)
+    assert sends(d.recv(W1, Heartbeat())) == [(W1, HeartbeatEcho())]
+    assert sends(d.recv(W1, Heartbeat())) == []  # within a quarter of the worker timeout: not echoed
+    assert sends(d.recv(W1, Heartbeat(resumed=True, sent=0))) == [(W1, HeartbeatEcho(resumed=True, sent=3))]
+    commands = d.recv(W1, Heartbeat(resumed=True, sent=1))  # a taskResults it sent never came
+    reason = "its connection was reset and messages were lost (it sent 1, 0 came)"
+    assert (W1, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}")) in sends(commands)
+    assert W1 not in d.core.workers and len(d.core.tasks) == 3  # the tasks wait for another worker
+
+
 def test_a_worker_heartbeat_is_echoed_at_most_once_per_quarter_of_the_worker_timeout() -> None:
     """The echo is most of an idle fleet's cost; a worker beats every quarter of the timeout at most (Welcome), so it
     still hears from the scheduler at least every half of it. Clients' heartbeats are all answered."""

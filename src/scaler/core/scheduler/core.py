@@ -247,6 +247,7 @@ class SchedulerCore:
         self._move(record, TaskEvent.ASSIGN)
         record.worker = worker
         worker.assigned[task_id] = record
+        worker.messages_sent += 1
         self.sent["dispatchTasks"] += 1
         return worker.identity
 
@@ -279,6 +280,7 @@ class SchedulerCore:
         self.now = max(self.now, now)
         worker.last_seen = self.now
         self.received["taskResults"] += 1
+        worker.messages_received += 1
         del worker.assigned[result.task_id]
         task.worker = None
         worker.completed += 1
@@ -385,6 +387,8 @@ class SchedulerCore:
         self._send(client.identity, HeartbeatEcho(resumed=True, sent=client.messages_sent))
 
     def _on_worker_message(self, worker: WorkerSession, message: Message) -> None:
+        if type(message) is not Heartbeat:
+            worker.messages_received += 1
         if isinstance(message, TaskResults):
             self._on_results(worker, message)
         elif isinstance(message, Heartbeat):
@@ -410,9 +414,9 @@ class SchedulerCore:
     def _send(self, peer: bytes, message: Message) -> None:
         self._out.append(Send(peer, message))
         if type(message) is not HeartbeatEcho:
-            client = self.clients.get(peer)
-            if client is not None:
-                client.messages_sent += 1
+            session = self.clients.get(peer) or self.workers.get(peer)
+            if session is not None:
+                session.messages_sent += 1
 
     def _warn(self, kind: str, peer: bytes, text: str) -> None:
         """A warning about `peer`, rate-limited per peer and kind (LogLimiter)."""
@@ -567,6 +571,18 @@ class SchedulerCore:
             client.prefix = 0
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
+        if message.resumed:  # its connection closed and was made again: was anything lost? (as _on_resumed)
+            if message.sent != worker.messages_received:
+                reason = (
+                    f"its connection was reset and messages were lost (it sent {message.sent}, "
+                    f"{worker.messages_received} came)"
+                )
+                identity = worker.identity
+                self._worker_lost(worker, reason, count_attempt=True)
+                self._send(identity, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}"))
+                return
+            worker.echoed_at = self.now
+            self._send(worker.identity, HeartbeatEcho(resumed=True, sent=worker.messages_sent))
         worker.heartbeat = message
         worker.heartbeat_sent = len(worker.assigned)  # what the scheduler had sent it, at the heartbeat's moment
         worker.heartbeat_at = self.now

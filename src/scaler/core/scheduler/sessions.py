@@ -133,6 +133,8 @@ class WorkerSession:
         "identity",
         "key",
         "last_seen",
+        "messages_received",
+        "messages_sent",
         "name",
         "objects",
         "prefix",
@@ -167,6 +169,8 @@ class WorkerSession:
         self.free_outbox: list[int] = []
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)
         self.held_until = 0.0  # lost repeatedly: no new tasks before this time
+        self.messages_received = 0  # as ClientSession's: checked after a connection reset (heartbeat.resumed)
+        self.messages_sent = 0
 
     @property
     def limit(self) -> int:

@@ -235,6 +235,11 @@ class AgentCore:
         self._output_texts: list[str] = []
         self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
         self._started_late: list[int] = []  # those of the flush before, told at this flush if still running
+        # Messages of this session each way, heartbeats, echoes and the hello excluded (the welcome included): after a
+        # connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
+        self.messages_sent = 0
+        self.messages_received = 0
+        self._resume_due = False  # the connection closed and was made again: the next heartbeat says resumed
         self._link_down_since: float | None = None  # when the connection to the scheduler closed, while it is
         self._peer_timeout = 0.0  # the scheduler declares us lost after this much silence (its welcome says)
         self._now = 0.0  # the time of the latest event: when a timed task handed to a processor now started
@@ -253,6 +258,8 @@ class AgentCore:
                 self._on_processor(event.processor, event.message)
             case FromScheduler():
                 self._last_heard = event.now
+                if type(event.message) is not HeartbeatEcho:
+                    self.messages_received += 1  # (a welcome starts the count again)
                 self._on_scheduler(event.now, event.message)
             case Tick():
                 self._on_tick(event)
@@ -263,9 +270,12 @@ class AgentCore:
                 self._send_hello(event.now)
                 self._start_processor()
             case StopRequested():
-                self._out.append(ToScheduler(Disconnect(event.reason)))
+                self._to_scheduler(Disconnect(event.reason))
                 self._stop(event.reason)
             case SchedulerLink():
+                if event.up and self._link_down_since is not None and self.connected:
+                    self._resume_due = True
+                    self._last_heartbeat = -1e18  # at the next tick
                 self._link_down_since = None if event.up else (self._link_down_since or event.now)
             case _:
                 unreachable(event)
@@ -277,7 +287,7 @@ class AgentCore:
             self._tell_started()
         if self._output_ids:  # before the results: a task's output reaches its client before its result
             output = TaskOutput(self._output_ids, bytes(self._output_streams), self._output_texts)
-            self._out.append(ToScheduler(output))
+            self._to_scheduler(output)
             self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
         if self._results_ids:
             durations = self._results_durations if self._results_profiled else None
@@ -286,7 +296,7 @@ class AgentCore:
             results = TaskResults(
                 self._results_ids, bytes(self._results_statuses), self._results_payloads, durations, peaks, cpu
             )
-            self._out.append(ToScheduler(results))
+            self._to_scheduler(results)
             self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
             self._results_durations, self._results_peaks, self._results_profiled = [], [], False
             self._results_cpu = []
@@ -305,7 +315,7 @@ class AgentCore:
             self._started_late = []
         self._started = []
         if due:
-            self._out.append(ToScheduler(TasksStarted(due)))
+            self._to_scheduler(TasksStarted(due))
 
     # ------------------------------------------------------------------------------------------- scheduler
     def _hello(self) -> Hello:
@@ -334,7 +344,7 @@ class AgentCore:
             case BalanceRequest():
                 self._on_balance_request(message.ids)
             case HeartbeatEcho():
-                self._on_echo(now)
+                self._on_echo(now, message)
             case Welcome():
                 self._on_welcome(message)
             case Shutdown():
@@ -347,13 +357,25 @@ class AgentCore:
             case _:
                 pass  # nothing else reaches a worker (decode refuses what workers never accept)
 
-    def _on_echo(self, now: float) -> None:
+    def _on_echo(self, now: float, echo: HeartbeatEcho) -> None:
         if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
             self._echo_awaited = False
             self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
+        if echo.resumed and echo.sent != self.messages_received and self.connected:
+            # Something the scheduler sent was lost in the reset (a dispatch, say): this session cannot be trusted.
+            self.connected = False
+            self._out.append(
+                Log.warning(
+                    f"messages from the scheduler were lost in a connection reset (it sent {echo.sent}, "
+                    f"{self.messages_received} came); saying hello again"
+                )
+            )
+            self._forget_session()
+            self._send_hello(now)
 
     def _on_welcome(self, message: Welcome) -> None:
         self._forget_session()
+        self.messages_received = 1  # a new session: the welcome is its first message
         self.connected = True
         self._peer_timeout = message.peer_timeout_ms / 1000
         self.max_payload_bytes = message.max_payload_bytes
@@ -411,7 +433,15 @@ class AgentCore:
 
     def _send_hello(self, now: float) -> None:
         self._hello_sent_at = now
-        self._out.append(ToScheduler(self._hello()))
+        self.messages_sent = 0  # a new session counts from here
+        self._resume_due = False
+        self._to_scheduler(self._hello())
+
+    def _to_scheduler(self, message: Message) -> None:
+        """Every message to the scheduler goes here: the session counts them (not heartbeats or the hello)."""
+        if type(message) is not Heartbeat and type(message) is not Hello:
+            self.messages_sent += 1
+        self._out.append(ToScheduler(message))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
         timeouts = batch.timeouts_ms
@@ -448,7 +478,7 @@ class AgentCore:
 
     def _on_balance_request(self, ids: list[int]) -> None:
         """Queued tasks go back at once; those handed to a processor but not started follow once it confirms."""
-        self._out.append(ToScheduler(BalanceResponse(self._take_queued(ids))))
+        self._to_scheduler(BalanceResponse(self._take_queued(ids)))
         in_processors = []
         for task_id in ids:
             task = self.tasks.get(task_id)
@@ -487,7 +517,7 @@ class AgentCore:
                 else:
                     self._canceling.discard(task_id)
         if given_back:
-            self._out.append(ToScheduler(BalanceResponse(given_back)))
+            self._to_scheduler(BalanceResponse(given_back))
 
     def _take_queued(self, ids: list[int]) -> list[int]:
         given = []
@@ -534,7 +564,7 @@ class AgentCore:
         self.queued += len(again)
         self.queue.extendleft(again)
         if given_back:
-            self._out.append(ToScheduler(BalanceResponse(given_back)))
+            self._to_scheduler(BalanceResponse(given_back))
 
     def _drop_all_queued(self) -> None:
         for task in self.queue:
@@ -591,8 +621,11 @@ class AgentCore:
                 processors=len(self.processors),
                 blocked_processors=sum(1 for s in self.processors.values() if s.state == BLOCKED),
                 waiting_tasks=waiting,
+                resumed=self._resume_due,
+                sent=self.messages_sent if self._resume_due else 0,
             )
-            self._out.append(ToScheduler(heartbeat))
+            self._resume_due = False
+            self._to_scheduler(heartbeat)
             self._echo_awaited = True
 
     def reachable(self) -> bool:
