@@ -141,15 +141,15 @@ class Heartbeat:
     processors: int = 0
     blocked_processors: int = 0
     waiting_tasks: int = 0
-    resumed: bool = False  # clients: the first heartbeat on a connection made again (docs/protocol.md)
-    sent: int = 0  # with resumed: the client's messages since its hello, heartbeats excluded
+    resumed: bool = False  # the first heartbeat on a connection made again (docs/protocol.md section 10)
+    sent: int = 0  # with resumed: the peer's messages since its hello, heartbeats excluded
 
 
 @slotted
 class HeartbeatEcho:
     sent_at_us: int = 0
-    resumed: bool = False  # the answer to a client's resumed heartbeat
-    sent: int = 0  # with resumed: the scheduler's messages to that client since its welcome, echoes excluded
+    resumed: bool = False  # the answer to a resumed heartbeat
+    sent: int = 0  # with resumed: the scheduler's messages to that peer since its welcome, echoes excluded
 
 
 @slotted

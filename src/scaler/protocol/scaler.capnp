@@ -101,16 +101,16 @@ struct Heartbeat {
   blockedProcessors @8 :UInt32; # processors suspended waiting on nested tasks
   waitingTasks @9 :UInt32;      # tasks started and now waiting on nested tasks: the scheduler does not count
                                 # them against the worker's queueCapacity (a recursion must not run out of room)
-  # clients only (docs/protocol.md "Connection resets"):
-  resumed @10 :Bool;            # the first heartbeat on a connection made again after the client's closed
-  sent @11 :UInt64;             # with resumed: the messages this client sent since its hello, heartbeats excluded
+  # clients and workers (docs/protocol.md section 10, "Connection resets"):
+  resumed @10 :Bool;            # the first heartbeat on a connection made again after the peer's closed
+  sent @11 :UInt64;             # with resumed: the messages this peer sent since its hello, heartbeats excluded
 }
 
 struct HeartbeatEcho {
   sentAtUs @0 :UInt64;          # always 0: the peer measures its own round trip (the scheduler also sends
                                 # echoes unasked, to probe a connection that closed: do not count those)
-  resumed @1 :Bool;             # the answer to a client's resumed heartbeat
-  sent @2 :UInt64;              # with resumed: the messages the scheduler sent that client since its welcome (the
+  resumed @1 :Bool;             # the answer to a resumed heartbeat
+  sent @2 :UInt64;              # with resumed: the messages the scheduler sent that peer since its welcome (the
                                 # welcome included, echoes excluded)
 }
 
