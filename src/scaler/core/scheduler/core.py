@@ -354,10 +354,10 @@ class SchedulerCore:
         if isinstance(message, SubmitTasks):
             self._on_submit(client, message)
         elif isinstance(message, Heartbeat):
-            if message.resumed:
-                self._on_resumed(client, message)
-            else:
+            if not message.resumed:
                 self._send(client.identity, HeartbeatEcho())
+            else:
+                self._resumed(client, message)
         elif isinstance(message, PutObjects):
             self._on_put_objects(client, message)
         elif isinstance(message, CancelTasks):
@@ -371,20 +371,25 @@ class SchedulerCore:
         else:
             self._bad_request(client.identity, f"a client may not send {MESSAGE_NAMES[type(message)]}")
 
-    def _on_resumed(self, client: ClientSession, message: Heartbeat) -> None:
-        """The client's connection closed and was made again, and the session went on (its probe reached the new
-        connection). Messages in flight at the reset may be lost: what the client says it sent must be what came,
-        and the echo says what was sent to it, for the client to check. A loss ends the session at once: its futures
-        fail (the client is told) instead of waiting for ever on something lost."""
-        if message.sent != client.messages_received:
-            reason = (
-                f"its connection was reset and messages were lost (it sent {message.sent}, "
-                f"{client.messages_received} came)"
-            )
-            self._client_gone(client, reason)
-            self._send(client.identity, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}"))
-            return
-        self._send(client.identity, HeartbeatEcho(resumed=True, sent=client.messages_sent))
+    def _resumed(self, session: ClientSession | WorkerSession, message: Heartbeat) -> bool:
+        """A peer's connection closed and was made again, and its session went on (the probe reached the new
+        connection). Messages in flight at the reset may be lost: what the peer says it sent must be what came, and
+        the echo says what was sent to it, for the peer to check (docs/protocol.md section 10). False: something was
+        lost, so the session must end at once (the caller ends it; the peer is told here) instead of leaving a
+        future, or a task, waiting for ever on it."""
+        if message.sent == session.messages_received:
+            self._send(session.identity, HeartbeatEcho(resumed=True, sent=session.messages_sent))
+            return True
+        reason = (
+            f"its connection was reset and messages were lost (it sent {message.sent}, "
+            f"{session.messages_received} came)"
+        )
+        if isinstance(session, ClientSession):
+            self._client_gone(session, reason)
+        else:
+            self._worker_lost(session, reason, count_attempt=True)
+        self._send(session.identity, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}"))
+        return False
 
     def _on_worker_message(self, worker: WorkerSession, message: Message) -> None:
         if type(message) is not Heartbeat:
@@ -571,18 +576,10 @@ class SchedulerCore:
             client.prefix = 0
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
-        if message.resumed:  # its connection closed and was made again: was anything lost? (as _on_resumed)
-            if message.sent != worker.messages_received:
-                reason = (
-                    f"its connection was reset and messages were lost (it sent {message.sent}, "
-                    f"{worker.messages_received} came)"
-                )
-                identity = worker.identity
-                self._worker_lost(worker, reason, count_attempt=True)
-                self._send(identity, Error(ErrorCode.NOT_CONNECTED, f"session ended: {reason}"))
+        if message.resumed:  # answered always (outside the echo's rate limit), or the session ends
+            if not self._resumed(worker, message):
                 return
             worker.echoed_at = self.now
-            self._send(worker.identity, HeartbeatEcho(resumed=True, sent=worker.messages_sent))
         worker.heartbeat = message
         worker.heartbeat_sent = len(worker.assigned)  # what the scheduler had sent it, at the heartbeat's moment
         worker.heartbeat_at = self.now
