@@ -32,7 +32,6 @@ from scaler.conformance.wire import (
     Report,
     Task,
     expect,
-    refuse_unknown,
     tasks_of,
     u64,
     unpack_u16,
@@ -359,10 +358,8 @@ class ClientKit:
     def run(self, report: Report, only: Sequence[str]) -> bool:
         """Serve one client, then report the checks; False if no client said hello."""
         names = [name for name, _ in CHECKS]
-        refuse_unknown(names, only)
-        hello = self.fake.wait_hello(self.connect_timeout)
+        hello = self.fake.first_hello("client", names, only, report, self.connect_timeout)
         if hello is None:
-            report.line(f"no client said hello on {self.fake.address} within {self.connect_timeout:g}s")
             return False
         self.fake.served.hello = hello.fields
         self.fake.send(

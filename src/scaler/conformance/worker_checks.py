@@ -248,6 +248,17 @@ class FakeScheduler:
         self.send("dispatchTasks", payloads, **fields, **extra)
 
     # -------------------------------------------------------------------------------------------- receiving
+    def first_hello(
+        self, who: str, names: Sequence[str], only: Sequence[str], report: Report, timeout: float
+    ) -> Msg | None:
+        """The one peer's hello, once the names in `only` are known to be check names (SystemExit otherwise); None,
+        said on the report, if no `who` said hello within `timeout`. The start of the worker and client modes."""
+        refuse_unknown(names, only)
+        hello = self.wait_hello(timeout)
+        if hello is None:
+            report.line(f"no {who} said hello on {self.address} within {timeout:g}s")
+        return hello
+
     def wait_hello(self, timeout: float) -> Msg | None:
         deadline = Deadline(timeout)
         while not deadline.passed():
@@ -443,10 +454,8 @@ class WorkerKit:
     def run(self, report: Report, only: Sequence[str]) -> bool:
         """Run the checks; False if no worker said hello."""
         names = [name for name, _ in CHECKS]
-        refuse_unknown(names, only)
-        hello = self.fake.wait_hello(self.connect_timeout)
+        hello = self.fake.first_hello("worker", names, only, report, self.connect_timeout)
         if hello is None:
-            report.line(f"no worker said hello on {self.fake.address} within {self.connect_timeout:.0f}s")
             return False
         self.fake.welcome()
         selected = [n for n in names if not only or n in only]
