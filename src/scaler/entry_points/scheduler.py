@@ -78,6 +78,21 @@ def parser() -> argparse.ArgumentParser:
         "this long for one to join, then fails (missing capabilities); default 0: at once",
     )
     p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="open connections (clients, workers, monitors, and connections that have not said anything yet) at "
+        "most; default: what the file descriptor limit allows once the scheduler raised it to its hard limit, less "
+        "an eighth (at least 64) kept for other uses, and 65,536 at most",
+    )
+    p.add_argument(
+        "--max-silent-connections",
+        type=int,
+        default=None,
+        help="connections that have not sent a message yet (a handshake under way, or a peer that says nothing) at "
+        "most; past it the oldest of them are ended. Default: a quarter of --max-connections, 256 at most",
+    )
+    p.add_argument(
         "--cpu",
         default="auto",
         help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use), none "
@@ -100,6 +115,12 @@ def main(argv: list[str] | None = None) -> None:
         parser().error("timeouts must be positive and --max-task-retries at least 0")
     if not args.capability_grace_seconds >= 0:  # not NaN, not negative
         parser().error("--capability-grace-seconds must be 0 or more")
+    for flag, value in (
+        ("--max-connections", args.max_connections),
+        ("--max-silent-connections", args.max_silent_connections),
+    ):
+        if value is not None and value < 1:
+            parser().error(f"{flag} must be at least 1")
     keys: ServerKeys | None = None
     directory = resolve(args.keys)
     if directory is not None:
@@ -124,7 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     monitor = args.monitor_address or default_monitor_address(args.address)
     try:
-        run_scheduler(args.address, monitor, config, args.event_loop, cpu=cpu, keys=keys)
+        run_scheduler(
+            args.address,
+            monitor,
+            config,
+            args.event_loop,
+            cpu=cpu,
+            keys=keys,
+            max_connections=args.max_connections,
+            max_silent_connections=args.max_silent_connections,
+        )
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)
         sys.exit(1)

@@ -33,6 +33,8 @@ ROUTER_BACKLOG = 4096
 # A frame carries one payload, a pack of small ones (about 1 MiB) or a header: ZeroMQ drops a connection that sends a
 # bigger frame than the largest payload allowed plus this, before it is read.
 FRAME_SLACK = 64 << 20
+# A connection that has not completed its handshake this long after it was accepted is closed (libzmq's default: 30 s).
+HANDSHAKE_MS = 10_000
 _raw_send = zmq.backend.Socket.send
 _raw_recv = zmq.backend.Socket.recv
 _raw_get = zmq.backend.Socket.get
@@ -77,6 +79,7 @@ def bind_router(
     sock.setsockopt(zmq.RCVHWM, ROUTER_RECEIVE_QUEUE)
     sock.setsockopt(zmq.SNDHWM, ROUTER_SEND_QUEUE)
     sock.setsockopt(zmq.BACKLOG, ROUTER_BACKLOG)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
     if max_payload_bytes is not None:
         sock.setsockopt(zmq.MAXMSGSIZE, max_payload_bytes + FRAME_SLACK)
     if curve_secret is not None:

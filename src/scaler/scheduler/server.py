@@ -69,6 +69,16 @@ from scaler.protocol.messages import (
     encode,
     read_lone,
 )
+from scaler.scheduler.connections import (
+    AUDIT_EVERY,
+    ConnectionLimits,
+    ConnectionTable,
+    audit,
+    default_limits,
+    end_silent,
+    raise_descriptor_limit,
+    socket_inode,
+)
 from scaler.scheduler.gate import KeyGate
 from scaler.security.keys import ServerKeys
 
@@ -82,7 +92,9 @@ PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the
 BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent
 _NOBLOCK = int(zmq.NOBLOCK)
 _CONNECTION_EVENTS = (
-    zmq.EVENT_DISCONNECTED
+    zmq.EVENT_ACCEPTED
+    | zmq.EVENT_ACCEPT_FAILED
+    | zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -99,6 +111,7 @@ class SchedulerServer:
         on_ready: Callable[[], None] | None = None,
         keys: ServerKeys | None = None,
         clock: Callable[[], float] = time.monotonic,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.on_ready = on_ready
         self.address = address
@@ -115,6 +128,10 @@ class SchedulerServer:
         self.driver: Driver[str] = Driver("Scheduler", clock)
         self.trimmer = MemoryTrimmer(lambda: int(self.process.memory_info().rss), malloc_trim(), before=self._let_go)
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
+        # Open connections, and those that have sent nothing yet: a flood of them is ended oldest first (_shed).
+        self.connections = ConnectionTable(limits or default_limits(_descriptor_limit()))
+        self.ended_connections = 0  # silent connections ended for being too many
+        self._audited = 0.0
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
         self.subscribers = 0  # monitors subscribed: while there is one, the core records task events (monitored)
@@ -187,11 +204,15 @@ class SchedulerServer:
         clock = self.driver.clock
         now = clock()
         fd_of = self._fd_of
+        silent = self.connections.silent
         deadline = now + SLICE_SECONDS
         key: PeerKey | None = None
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
-            fd_of[frame_get(frames[0], zmq.SRCFD)] = peer
+            fd = frame_get(frames[0], zmq.SRCFD)
+            fd_of[fd] = peer
+            if silent:
+                silent.pop(fd, None)  # it has spoken (ConnectionTable.spoke, inline)
             if gate is not None:  # which key this connection authenticated with, and is it still authorized?
                 user = _user_id(frames[0])
                 key = gate.key_of(user)
@@ -270,23 +291,75 @@ class SchedulerServer:
             self.driver.soon("reading messages", self._on_readable)
 
     def _on_disconnect_events(self) -> None:
-        """A connection closed (a peer died or left): probe its peer now instead of waiting for its timeout. A
-        connection failed its handshake: count it (the key gate logs those it refused itself)."""
+        """A connection was accepted: count it (ConnectionTable). A connection closed (a peer died or left): probe
+        its peer now instead of waiting for its timeout. A connection failed its handshake: count it (the key gate
+        logs those it refused itself). Then end silent connections past the limits (_shed)."""
         sock = self.disconnects
+        refused_accept = 0
         while sock is not None:
             try:
                 event = parse_monitor_message(sock.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
-            if event["event"] != zmq.EVENT_DISCONNECTED:
-                self._on_failed_handshake(int(event["event"]), int(event["value"]))
-                continue
-            peer = self._fd_of.pop(int(event["value"]), None)
-            logger.debug("Scheduler: connection %s closed (peer %r)", event["value"], peer)
-            if peer is not None:
-                self._probe(peer)
-                for delay in PROBE_DELAYS:
-                    self.driver.later(delay, "probing a peer", self._probe, peer)
+            kind, value = int(event["event"]), int(event["value"])
+            if kind == zmq.EVENT_ACCEPTED:
+                inode = socket_inode(value)
+                if inode is not None:
+                    self.connections.accepted(value, inode, self.driver.clock())
+            elif kind == zmq.EVENT_DISCONNECTED:
+                self.connections.closed(value)
+                self._on_closed(value)
+            elif kind == zmq.EVENT_ACCEPT_FAILED:
+                refused_accept = value
+            else:
+                self._on_failed_handshake(kind, value)
+        if refused_accept or self._over_limits():
+            self._shed(refused_accept)
+
+    def _on_closed(self, fd: int) -> None:
+        peer = self._fd_of.pop(fd, None)
+        logger.debug("Scheduler: connection %s closed (peer %r)", fd, peer)
+        if peer is not None:
+            self._probe(peer)
+            for delay in PROBE_DELAYS:
+                self.driver.later(delay, "probing a peer", self._probe, peer)
+
+    def _over_limits(self) -> bool:
+        table = self.connections
+        return len(table.open) > table.limits.connections or len(table.silent) > table.limits.silent
+
+    def _shed(self, accept_error: int = 0) -> None:
+        """End the oldest silent connections past the limits; after a failed accept (descriptors used up by something
+        else), a tenth of the silent ones at least. Messages waiting are read first: their connections have spoken."""
+        table = self.connections
+        for _ in range(BACKLOG_ROUNDS):
+            if self.router is None or not has_input(self.router):
+                break
+            self._burst = True
+            self._on_readable()
+        chosen = table.excess()
+        if accept_error and len(chosen) < 16:
+            chosen += table.take_oldest(max(16, len(table.silent) // 10) - len(chosen))
+        ended = end_silent(chosen)
+        self.ended_connections += ended
+        now = self.driver.clock()
+        if accept_error and self._limiter.allow(now, "accept failed", accept_error):
+            logger.warning(
+                "Scheduler: could not accept a connection (%s); ended %d connections that had sent nothing",
+                os.strerror(accept_error),
+                ended,
+            )
+        if ended and self._limiter.allow(now, "too many connections", 0):
+            limits = table.limits
+            logger.warning(
+                "Scheduler: too many connections: ended the %d oldest that had sent nothing (now %d open, %d silent; "
+                "limits %d and %d: --max-connections, --max-silent-connections)",
+                ended,
+                len(table.open),
+                len(table.silent),
+                limits.connections,
+                limits.silent,
+            )
 
     def _on_failed_handshake(self, kind: int, code: int) -> None:
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -383,9 +456,15 @@ class SchedulerServer:
         self._count_subscribers()
         cpu_percent = self.process.cpu_percent()  # each period, so that a status reports the last one's
         rss_bytes = int(self.process.memory_info().rss)
+        now = self.driver.clock()
+        if now - self._audited >= AUDIT_EVERY:
+            self._audited = now
+            audit(self.connections)
         if self.subscribers:
             status = self.core.status()
-            status.refused_peers += self.failed_handshakes + (self.gate.denied if self.gate else 0)
+            status.refused_peers += (
+                self.failed_handshakes + self.ended_connections + (self.gate.denied if self.gate else 0)
+            )
             status.handler_errors = self.driver.errors
             status.cpu_percent = cpu_percent
             status.rss_bytes = rss_bytes
@@ -431,6 +510,12 @@ def _bind(
     except zmq.ZMQError as exc:
         hint = " (is that host one of this machine's addresses?)" if exc.errno == errno.ENODEV else ""
         raise OSError(f"cannot {what} {address}: {exc.strerror}{hint}") from exc
+
+
+def _descriptor_limit() -> int:
+    import resource
+
+    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def _user_id(frame: zmq.Frame) -> str:
@@ -486,12 +571,24 @@ def run_scheduler(
     on_ready: Callable[[], None] | None = None,
     cpu: str | int | None = "auto",
     keys: ServerKeys | None = None,
+    max_connections: int | None = None,
+    max_silent_connections: int | None = None,
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
-    scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number."""
+    scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:
+    see scheduler.connections.default_limits (None: from the file descriptor limit, raised to its hard limit)."""
     from scaler.io.loop import run
 
     pinned = pin_to_cpu(cpu)  # before ZeroMQ starts its I/O thread, which inherits it
+    before, descriptors = raise_descriptor_limit()
+    limits = default_limits(descriptors, max_connections, max_silent_connections)
+    logger.info(
+        "Scheduler: at most %d connections, %d of them before their first message (file descriptor limit %d%s)",
+        limits.connections,
+        limits.silent,
+        descriptors,
+        f", raised from {before}" if descriptors != before else "",
+    )
     logger.info(
         "Scheduler: starting, pid %d, event loop %s, %s",
         os.getpid(),
@@ -500,5 +597,5 @@ def run_scheduler(
     )
     if config.name == SchedulerConfig.name:
         config = dataclasses.replace(config, name=f"scheduler@{address}")
-    server = SchedulerServer(address, monitor_address, config, on_ready, keys)
+    server = SchedulerServer(address, monitor_address, config, on_ready, keys, limits=limits)
     return run(server.run(), event_loop)

@@ -1,0 +1,125 @@
+"""Connections that never authenticate, against a keyed scheduler whose file descriptor limit is the usual 1,024
+(real processes, real TCP): the scheduler ends the oldest silent ones, keeps its descriptors, and every client and
+worker keeps its session during the flood and after it."""
+
+from __future__ import annotations
+
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from scaler import Client
+from scaler.security.keys import generate
+from tests.helpers import free_port, wait_until
+
+BIN = Path(sys.executable).parent
+DESCRIPTORS = 1024  # the scheduler's soft and hard limit: it cannot raise it
+STALLED = 1100
+
+
+@dataclass
+class KeyedCluster:
+    address: str
+    keys: Path
+    log: Path
+    scheduler: subprocess.Popen[bytes]
+    cluster: subprocess.Popen[bytes]
+
+    def round_trip(self) -> int:
+        with Client(self.address, keys=str(self.keys), timeout_seconds=20) as client:
+            return int(client.submit(pow, 2, 10).result(timeout=20))
+
+
+def _low_descriptor_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, DESCRIPTORS))
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Iterator[KeyedCluster]:
+    keys = tmp_path / "keys"
+    generate(keys)
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    log = tmp_path / "cluster.log"
+    with log.open("wb") as out:
+        scheduler = subprocess.Popen(
+            [str(BIN / "scaler_scheduler"), address, "--keys", str(keys), "--monitor-address", f"ipc://{tmp_path}/m"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_low_descriptor_limit,
+        )
+        cluster = subprocess.Popen(
+            [str(BIN / "scaler_cluster"), address, "--keys", str(keys), "-n", "1"], stdout=out, stderr=subprocess.STDOUT
+        )
+    started = KeyedCluster(address, keys, log, scheduler, cluster)
+    try:
+        yield started
+    finally:
+        for process in (cluster, scheduler):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (cluster, scheduler):
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+@pytest.fixture
+def descriptors_for_the_attacker() -> Iterator[None]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = STALLED + 500
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"this process may open {hard} files, the flood needs {wanted}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def stalled_connections(port: int, count: int) -> list[socket.socket]:
+    """`count` TCP connections that send nothing, ever."""
+    opened = []
+    for _ in range(count):
+        opened.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    return opened
+
+
+@pytest.mark.timeout(180)
+def test_stalled_connections_do_not_take_a_keyed_cluster_down(
+    keyed: KeyedCluster, descriptors_for_the_attacker: None
+) -> None:
+    assert keyed.round_trip() == 1024
+    scheduler = psutil.Process(keyed.scheduler.pid)
+    port = int(keyed.address.rsplit(":", 1)[1])
+    flood = stalled_connections(port, STALLED)
+    try:
+        # Either the scheduler ends the connections past its limits, or (as before) it runs out of descriptors.
+        wait_until(
+            lambda: "too many connections: ended" in keyed.log.read_text() or scheduler.num_fds() >= DESCRIPTORS - 8,
+            20,
+            what="the flood to be handled",
+        )
+        assert scheduler.num_fds() < DESCRIPTORS - 64  # what the key folders and new peers need stays free
+        assert keyed.round_trip() == 1024  # during the flood
+        assert keyed.cluster.poll() is None, keyed.log.read_text()[-3000:]
+    finally:
+        for sock in flood:
+            sock.close()
+    assert keyed.round_trip() == 1024  # after it
+    text = keyed.log.read_text()
+    assert keyed.cluster.poll() is None and keyed.scheduler.poll() is None, text[-3000:]
+    for ended in ("no longer authorized", "session ended", "Too many open files", "cannot be listed"):
+        assert ended not in text, text[-3000:]
+    assert re.search(r"Scheduler: worker \S+ left", text) is None, text[-3000:]  # no worker lost meanwhile
