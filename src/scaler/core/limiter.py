@@ -2,15 +2,36 @@
 sums them up in one line per kind when the window ends. A peer that floods the scheduler with bad messages costs a
 handful of lines every window, not one line per message; memory stays bounded however many peers there are.
 
+peer_label says who a peer is in a log line without its routing id's secret part: the core and the limiter's summary
+name peers only through it.
+
 Pure: time arrives as an argument; no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 WINDOW_SECONDS = 10.0
 BURST = 10  # events of one kind from one peer let through per window
+MAX_ID_LABEL = 100  # characters of a routing id's kind|host|pid shown at most
+
+
+def peer_label(peer: Hashable, session: str = "") -> str:
+    """Who `peer` is, for a log line, never with its routing id's secret. Routing ids are secrets (with one, a peer
+    could take over another's route: docs/security.md): a routing id in the form Scaler's peers use,
+    `kind|host|pid|<random>`, shows as `kind|host|pid` only (cut, and unprintable characters replaced, since the
+    peer chose them); one in any other form is not shown at all. `session`, when the peer has one (`client alice`),
+    comes first. A peer that is not a routing id (an address, a kind of event) shows as its repr."""
+    if not isinstance(peer, bytes):
+        return session or repr(peer)
+    fields = peer.split(b"|", 3)
+    if len(fields) == 4:
+        text = b"|".join(fields[:3]).decode("utf-8", "replace")
+        shown = "".join(c if c.isprintable() else "?" for c in text[:MAX_ID_LABEL])
+        return f"{session} ({shown})" if session else f"peer {shown}"
+    return session or "a peer whose routing id is not shown"
 
 
 class LogLimiter:
@@ -48,9 +69,9 @@ class LogLimiter:
         self.total_suppressed += 1
         return False
 
-    def summary(self, now: float) -> list[str]:
+    def summary(self, now: float, label: Callable[[Any], str] = peer_label) -> list[str]:
         """Lines summing up what was suppressed, once the current window is over (then a new one starts); [] before
-        that, or when nothing was suppressed."""
+        that, or when nothing was suppressed. The peers that sent the most are named by `label`."""
         if self._started is None or now - self._started < self.window:
             return []
         lines = []
@@ -59,7 +80,7 @@ class LogLimiter:
             overflow = self._overflow.get(kind, 0)
             total = sum(by_peer.values()) + overflow
             top = sorted(by_peer.items(), key=lambda item: -item[1])[:3]
-            worst = ", ".join(f"{peer!r}: {count:,}" for peer, count in top)
+            worst = ", ".join(f"{label(peer)}: {count:,}" for peer, count in top)
             peers = f"{len(by_peer):,} peers" + (f" and others beyond the first {self.max_peers:,}" if overflow else "")
             lines.append(
                 f"{total:,} more '{kind}' events in the last {now - self._started:.0f}s were not logged ({peers}"

@@ -12,7 +12,7 @@ from collections import Counter, deque
 
 from scaler.core.exhaustive import unreachable
 from scaler.core.fair import FairQueue
-from scaler.core.limiter import LogLimiter
+from scaler.core.limiter import LogLimiter, peer_label
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.events import (
     Command,
@@ -44,7 +44,7 @@ from scaler.core.scheduler.monitoring import (
 from scaler.core.scheduler.needs import Need, Offers, ready_queue
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
-from scaler.core.scheduler.sessions import ClientSession, WorkerSession
+from scaler.core.scheduler.sessions import ClientSession, WorkerName, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, InvariantError, Task, TaskEvent, TaskState
 from scaler.protocol.capabilities import MAX_OFFERED, MAX_REQUIRED, capabilities_problem, missing_text
 from scaler.protocol.records import (
@@ -101,6 +101,11 @@ _PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 MAX_PENDING_OUTPUT = 4 << 20
 _WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
 _MAX_U32 = 2**32 - 1
+# The refusal of a worker hello whose name is bound to another key (SchedulerCore._worker_problem).
+NAME_TAKEN = (
+    "the worker name {name!r} belongs to another key; choose another name (scaler_cluster --worker-name-prefix, or "
+    "Cluster(worker_names=...))"
+)
 # Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
 # are forgotten at the next tick.
 KEEP_NEEDS = 16
@@ -145,10 +150,11 @@ class SchedulerCore:
         # timeout, since no session can be before (the same subtraction as the walk's, so exactly).
         self._oldest_seen = (-math.inf, -math.inf)
         self._stopped = False
-        # Workers lost repeatedly, by name: when they were lost (within the window), and until when they are held
-        # back (no new tasks). Pruned at every tick.
-        self._losses: dict[str, list[float]] = {}
-        self._held_until: dict[str, float] = {}
+        # Worker names: the key each is bound to (its first session's), its sessions, when it was lost (within the
+        # window) and until when it is held back (no new tasks). A name is remembered while a session has it or a loss
+        # or hold of it is; _lost_names holds the latter, which every tick prunes (only them).
+        self._names: dict[str, WorkerName] = {}
+        self._lost_names: dict[str, WorkerName] = {}
         # For monitors: counters by function, always; the status period's records only while `monitored` (the shell
         # sets it while a monitor subscribes). status() takes the period's records.
         self.functions = FunctionTable()
@@ -189,7 +195,7 @@ class SchedulerCore:
         if self._limiter.allow(self.now, "malformed message", event.peer):
             code = ErrorCode.BAD_REQUEST if event.unexpected else ErrorCode.MALFORMED
             self._send(event.peer, Error(code, event.reason))
-            self._out.append(Log.warning(f"dropped a message from {event.peer!r}: {event.reason}"))
+            self._out.append(Log.warning(f"dropped a message from {self._label(event.peer)}: {event.reason}"))
 
     # ------------------------------------------------------------------------------------------- forwarding
     # The one shortcut beside the normal path (ADR 0008). A single task with inline arguments, submitted while the
@@ -328,7 +334,7 @@ class SchedulerCore:
         client = self.clients.get(peer)
         if client is not None:
             if client.key != public:
-                self._wrong_key(peer, key, f"client {client.name}")
+                self._wrong_key(peer, key)
                 return
             client.last_seen = self.now
             self._on_client_message(client, message)
@@ -336,7 +342,7 @@ class SchedulerCore:
         worker = self.workers.get(peer)
         if worker is not None:
             if worker.key != public:
-                self._wrong_key(peer, key, f"worker {worker.name}")
+                self._wrong_key(peer, key)
                 return
             worker.last_seen = self.now
             self._on_worker_message(worker, message)
@@ -423,6 +429,15 @@ class SchedulerCore:
             if session is not None:
                 session.messages_sent += 1
 
+    def _label(self, peer: bytes) -> str:
+        """Who `peer` is, for a log line: its session, if it has one, and its routing id's kind|host|pid, never the
+        id's secret part (scaler.core.limiter.peer_label)."""
+        client = self.clients.get(peer)
+        if client is not None:
+            return peer_label(peer, f"client {client.name}")
+        worker = self.workers.get(peer)
+        return peer_label(peer, f"worker {worker.name}" if worker is not None else "")
+
     def _warn(self, kind: str, peer: bytes, text: str) -> None:
         """A warning about `peer`, rate-limited per peer and kind (LogLimiter)."""
         if self._limiter.allow(self.now, kind, peer):
@@ -435,7 +450,7 @@ class SchedulerCore:
     def _bad_request(self, peer: bytes, text: str, ids: list[int] | None = None) -> None:
         self.dropped += 1
         self._send(peer, Error(ErrorCode.BAD_REQUEST, text, ids or []))  # its ids fail futures: always answered
-        self._warn("refused request", peer, f"refused a request from {peer!r}: {text}")
+        self._warn("refused request", peer, f"refused a request from {self._label(peer)}: {text}")
 
     def _too_large(self, peer: bytes, what: str, ids: list[int]) -> None:
         self.dropped += 1
@@ -445,10 +460,10 @@ class SchedulerCore:
             "(scaler_scheduler --max-payload-bytes)"
         )
         self._send(peer, Error(ErrorCode.TOO_LARGE, text, ids))
-        self._warn("payload too large", peer, f"refused {what} from {peer!r}: {text}")
+        self._warn("payload too large", peer, f"refused {what} from {self._label(peer)}: {text}")
 
     # ------------------------------------------------------------------------------------------- keys
-    def _wrong_key(self, peer: bytes, key: PeerKey | None, session: str) -> None:
+    def _wrong_key(self, peer: bytes, key: PeerKey | None) -> None:
         """A message for a session that was opened with another key (or none): its connection is not that session's.
         Dropped without an answer (the answer would go to whoever holds the routing id now)."""
         self.refused += 1
@@ -456,19 +471,20 @@ class SchedulerCore:
         self._warn(
             "message with another key",
             peer,
-            f"dropped a message for {session} from {peer!r}: it came with {key!r}, not the key of that session",
+            f"dropped a message for {self._label(peer)}: it came with {key!r}, not the key of that session",
         )
 
     def _on_forbidden(self, peer: bytes, public: bytes, reason: str) -> None:
         self.refused += 1
         self.dropped += 1
+        who = self._label(peer)  # before its session ends
         for sessions in (self.clients, self.workers):
             session = sessions.get(peer)
             if session is not None and session.key == public:
                 self._end_session(session, reason)
         if self._limiter.allow(self.now, "refused key", peer):
             self._send(peer, Refused(reason, key_problem=True))
-            self._out.append(Log.warning(f"refused a message from {peer!r}: {reason}"))
+            self._out.append(Log.warning(f"refused a message from {who}: {reason}"))
 
     def _on_revoked(self, keys: frozenset[bytes]) -> None:
         sessions: list[ClientSession | WorkerSession] = [*self.clients.values(), *self.workers.values()]
@@ -477,6 +493,10 @@ class SchedulerCore:
                 reason = "its key was removed from the authorized keys"
                 self._send(session.identity, Refused(reason, key_problem=True))
                 self._end_session(session, reason)
+        for name, record in list(self._names.items()):  # their names are free: those keys cannot come back
+            if record.key is not None and record.key in keys and not record.sessions:
+                del self._names[name]
+                self._lost_names.pop(name, None)
 
     def _end_session(self, session: ClientSession | WorkerSession, reason: str) -> None:
         if isinstance(session, ClientSession):
@@ -492,6 +512,10 @@ class SchedulerCore:
             )
             self._refuse_hello(peer, hello, reason)
             return
+        if hello.kind not in _PEER_KIND_NAMES:
+            reason = "a monitor says hello on the scheduler's monitor address (it logs it at start), not on this one"
+            self._refuse_hello(peer, hello, reason)
+            return
         kind = _PEER_KIND_NAMES[hello.kind]
         if key is not None and key.role != hello.kind:
             self.refused += 1
@@ -500,22 +524,19 @@ class SchedulerCore:
                 f"the key {key.name!r} is authorized for {role}s only, and a {role} key cannot be used as a {kind}: "
                 f"give this {kind} a {kind} key (scaler_keygen makes them)"
             )
-            self._refuse_hello(peer, hello, reason, key_problem=True)
+            self._refuse_hello(peer, hello, reason, key_problem=True, key=key)
             return
         public = key.public if key is not None else None
         current = self.clients.get(peer) or self.workers.get(peer)
         if current is not None and current.key != public:
             self.refused += 1
             reason = "this connection's routing id belongs to a session of another key"
-            self._refuse_hello(peer, hello, reason, key_problem=True)
-            return
-        if hello.kind == PeerKind.WORKER and hello.queue_capacity < 1:
-            self._refuse_hello(peer, hello, "a worker must accept at least one task (queueCapacity >= 1)")
+            self._refuse_hello(peer, hello, reason, key_problem=True, key=key)
             return
         if hello.kind == PeerKind.WORKER:
-            problem = capabilities_problem(hello.capabilities, MAX_OFFERED, "the worker's capabilities")
+            problem = self._worker_problem(hello, public)
             if problem is not None:
-                self._refuse_hello(peer, hello, problem)
+                self._refuse_hello(peer, hello, problem, key=key)
                 return
         if peer in self.clients:
             self._client_gone(self.clients[peer], "it said hello again")
@@ -539,7 +560,7 @@ class SchedulerCore:
             worker = self.workers[peer] = WorkerSession(
                 peer, name, hello.queue_capacity, self.now, prefix, public, caps
             )
-            worker.held_until = self._held_until.get(name, 0.0)
+            worker.held_until = self._join_name(worker)
             held = f"; held back for {worker.held_until - self.now:.0f}s" if worker.held_until > self.now else ""
             offers = f"; capabilities: {', '.join(sorted(caps))}" if caps else ""
             self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity}{offers}){held}")
@@ -550,10 +571,43 @@ class SchedulerCore:
             peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000), max_payload_bytes=limit)
         )
 
-    def _refuse_hello(self, peer: bytes, hello: Hello, reason: str, key_problem: bool = False) -> None:
+    def _refuse_hello(
+        self, peer: bytes, hello: Hello, reason: str, key_problem: bool = False, key: PeerKey | None = None
+    ) -> None:
         if self._limiter.allow(self.now, "refused hello", peer):
             self._send(peer, Refused(reason, key_problem=key_problem))
-            self._out.append(Log.warning(f"refused {_PEER_KIND_NAMES[hello.kind]} {hello.name!r}: {reason}"))
+            kind = _PEER_KIND_NAMES.get(hello.kind, hello.kind.name.lower())
+            who = f"{kind} {hello.name!r}" + (f" (key {key.name})" if key is not None else "")
+            self._out.append(Log.warning(f"refused {who}: {reason}"))
+
+    def _worker_problem(self, hello: Hello, public: bytes | None) -> str | None:
+        """Why a worker's hello is refused; None if it is not. A name is bound to the key it first joined with for as
+        long as the scheduler remembers it (WorkerName): a hello with it from another key is refused, so that it can
+        neither add losses to the name nor hold its worker back (counted in `refused`, as hellos refused for their key
+        are). Without keys every key is None: never refused."""
+        if hello.queue_capacity < 1:
+            return "a worker must accept at least one task (queueCapacity >= 1)"
+        problem = capabilities_problem(hello.capabilities, MAX_OFFERED, "the worker's capabilities")
+        if problem is not None:
+            return problem
+        record = self._names.get(hello.name) if hello.name else None
+        if record is not None and record.key != public:
+            self.refused += 1
+            return NAME_TAKEN.format(name=hello.name)
+        return None
+
+    def _join_name(self, worker: WorkerSession) -> float:
+        """Count a new worker session in its name's record (made now, bound to its key, if the name is not
+        remembered); returns until when the name is held back. A generated name (its hello had none) that another
+        key holds gets no record: the session shares nothing with that key's name (no losses, no hold)."""
+        record = self._names.get(worker.name)
+        if record is None:
+            record = self._names[worker.name] = WorkerName(worker.key)
+        elif record.key != worker.key:
+            return 0.0
+        record.sessions += 1
+        worker.record = record
+        return record.held_until
 
     def _take_prefix(self) -> int | None:
         """An id prefix for a new session: a fresh one, or the oldest one of an ended session of which nothing
@@ -605,11 +659,11 @@ class SchedulerCore:
             self._time_out_silent(now)
         if now - self._last_balance >= self.config.balance_interval_seconds:
             self._balance_due = True
-        if self._losses:
+        if self._lost_names:
             self._prune_losses()
         if len(self.needs) > KEEP_NEEDS:
             self._prune_needs()
-        for line in self._limiter.summary(now):
+        for line in self._limiter.summary(now, self._label):
             self._out.append(Log.warning(line))
 
     def _time_out_silent(self, now: float) -> None:
@@ -682,22 +736,33 @@ class SchedulerCore:
             f"worker {worker.name} left ({reason}); {len(tasks)} of its tasks go back to the queue",
         )
         self._balance_due = True
-        if count_attempt:
-            self._count_loss(worker.name)
+        self._leave_name(worker, count_attempt)
 
-    def _count_loss(self, name: str) -> None:
+    def _leave_name(self, worker: WorkerSession, count_attempt: bool) -> None:
+        """A worker session ended: it no longer counts in its name's record; a loss (not a goodbye) is counted there.
+        The name is forgotten once nothing keeps it."""
+        record = worker.record
+        if record is None:
+            return
+        worker.record = None
+        record.sessions -= 1
+        if count_attempt:
+            self._count_loss(worker.name, record)
+        self._forget_if_unused(worker.name, record)
+
+    def _count_loss(self, name: str, record: WorkerName) -> None:
         """A worker of this name was lost (not a goodbye): once it happens often, hold the name back, longer each
         time, so that a crash-looping worker does not keep taking tasks it will lose."""
         config = self.config
-        losses = self._losses.setdefault(name, [])
-        losses.append(self.now)
-        recent = [t for t in losses if self.now - t <= config.loss_window_seconds]
-        self._losses[name] = recent
+        recent = [t for t in record.losses if self.now - t <= config.loss_window_seconds]
+        recent.append(self.now)
+        record.losses = recent
+        self._lost_names[name] = record
         if len(recent) < config.losses_before_hold_back:
             return
         extra = len(recent) - config.losses_before_hold_back
         hold = min(config.hold_back_seconds * 2 ** min(extra, 30), config.max_hold_back_seconds)
-        self._held_until[name] = self.now + hold
+        record.held_until = self.now + hold
         minutes = config.loss_window_seconds / 60
         self._out.append(
             Log.warning(
@@ -706,8 +771,13 @@ class SchedulerCore:
             )
         )
         for worker in self.workers.values():  # another session of the same name, already back
-            if worker.name == name:
-                worker.held_until = self._held_until[name]
+            if worker.record is record:
+                worker.held_until = record.held_until
+
+    def _forget_if_unused(self, name: str, record: WorkerName) -> None:
+        """Forget a name, and so the key it is bound to, once no session has it and no loss or hold is remembered."""
+        if not record.sessions and name not in self._lost_names and self._names.get(name) is record:
+            del self._names[name]
 
     def _prune_needs(self) -> None:
         """Forget the needs no task has any more (but the empty one, the default)."""
@@ -717,11 +787,14 @@ class SchedulerCore:
             self._split.pop(need, None)
 
     def _prune_losses(self) -> None:
+        """Forget the losses out of the window and the holds that are over; then the names nothing else keeps."""
         window, now = self.config.loss_window_seconds, self.now
-        for name in [n for n, times in self._losses.items() if now - times[-1] > window]:
-            del self._losses[name]
-        for name in [n for n, until in self._held_until.items() if until <= now]:
-            del self._held_until[name]
+        for name, record in list(self._lost_names.items()):
+            if now - record.losses[-1] > window and record.held_until <= now:
+                record.losses = []
+                record.held_until = 0.0
+                del self._lost_names[name]
+                self._forget_if_unused(name, record)
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
@@ -1594,6 +1667,7 @@ class SchedulerCore:
             _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
         self._validate_prefixes()
         self._validate_functions()
+        self._validate_names()
 
     def _validate_needs(self) -> None:
         """Each need counts its tasks and its queued ones; its tasks wait in its own queue; a task held by a worker
@@ -1625,6 +1699,24 @@ class SchedulerCore:
         )
         for worker in self.workers.values():
             _check(self.offers._keys[worker.capabilities] is worker.capabilities, "{!r}: not interned", worker)
+
+    def _validate_names(self) -> None:
+        """A name record counts the sessions that point to it, each of its key and name; it is kept only for them or
+        for a remembered loss or hold (those, and only those, are in _lost_names)."""
+        sessions: Counter[int] = Counter()
+        for worker in self.workers.values():
+            record = worker.record
+            if record is not None:
+                sessions[id(record)] += 1
+                _check(self._names.get(worker.name) is record, "{!r} counted under another name", worker)
+                _check(record.key == worker.key, "{!r} counted in a name of another key", worker)
+        for name, record in self._names.items():
+            _check(record.sessions == sessions[id(record)], "{!r} of {!r}: sessions miscounted", record, name)
+            lost = self._lost_names.get(name)
+            _check(lost is record or (lost is None and not record.losses), "{!r} of {!r}: losses unfiled", record, name)
+            _check(record.sessions > 0 or lost is record, "{!r} of {!r} is kept for nothing", record, name)
+        for name, record in self._lost_names.items():
+            _check(self._names.get(name) is record, "{!r} of {!r} is lost but not remembered", record, name)
 
     def _validate_functions(self) -> None:
         """Each function's tasks submitted = ended + in flight; its cache by id follows the objects."""

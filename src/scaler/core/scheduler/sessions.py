@@ -138,6 +138,7 @@ class WorkerSession:
         "name",
         "objects",
         "prefix",
+        "record",
     )
 
     def __init__(
@@ -169,6 +170,7 @@ class WorkerSession:
         self.free_outbox: list[int] = []
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)
         self.held_until = 0.0  # lost repeatedly: no new tasks before this time
+        self.record: WorkerName | None = None  # its name's, which counts it; None: it shares another key's name
         self.messages_received = 0  # as ClientSession's: checked after a connection reset (heartbeat.resumed)
         self.messages_sent = 0
 
@@ -180,3 +182,22 @@ class WorkerSession:
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} assigned={len(self.assigned)}/{self.capacity}>"
+
+
+class WorkerName:
+    """What the scheduler remembers of one worker name: the key it is bound to (the public key of the first session
+    that joined with it; None without keys), how many sessions have it now, when it was lost lately (within the loss
+    window) and until when it is held back. Kept while a session has the name or a loss or a hold is remembered, then
+    forgotten, binding and all (SchedulerCore._forget_if_unused): as many records as live sessions and remembered
+    losses, no more."""
+
+    __slots__ = ("held_until", "key", "losses", "sessions")
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self.sessions = 0
+        self.losses: list[float] = []
+        self.held_until = 0.0
+
+    def __repr__(self) -> str:
+        return f"<WorkerName sessions={self.sessions} losses={len(self.losses)} held_until={self.held_until}>"
