@@ -19,32 +19,41 @@ def keygen(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_keygen_creates_the_directory_and_reports_each_file(tmp_path: Path) -> None:
     root = tmp_path / "keys"
-    done = keygen(str(root), "--client", "alice", "--worker", "gpu1", "--worker", "gpu2")
+    done = keygen(str(root), "--client", "alice", "--worker", "gpu1", "--worker", "gpu2", "--monitor", "ops")
     assert done.returncode == 0, done.stderr
     created = [
         "scheduler.key",
         "scheduler.key_secret",
         "client.key_secret",
         "worker.key_secret",
+        "monitor.key_secret",
         "authorized_clients/client.key",
         "authorized_workers/worker.key",
+        "authorized_monitors/monitor.key",
         "authorized_clients/alice.key",
         "alice/scheduler.key",
         "alice/client.key_secret",
         "authorized_workers/gpu1.key",
         "gpu1/worker.key_secret",
         "authorized_workers/gpu2.key",
+        "authorized_monitors/ops.key",
+        "ops/scheduler.key",
+        "ops/monitor.key_secret",
     ]
     first_line = done.stdout.splitlines()[0]
     assert first_line.startswith(f"Created in {root}: ")
     for name in created:
         assert name in first_line.split(": ", 1)[1].split(", ")
         assert (root / name).is_file()
-    for name in ("scheduler.key_secret", "worker.key_secret", "client.key_secret", "alice", "gpu1", "gpu2"):
+    names = ("scheduler.key_secret", "worker.key_secret", "client.key_secret", "monitor.key_secret", "alice", "ops")
+    for name in (*names, "gpu1", "gpu2", "authorized_monitors"):
         assert str(root / name) in done.stdout
+    assert "every monitor machine:" in done.stdout and "scaler_top or scaler_ui" in done.stdout, done.stdout
     assert stat.S_IMODE(os.stat(root / "alice" / "client.key_secret").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(root / "ops" / "monitor.key_secret").st_mode) == 0o600
     assert load_peer_keys(root / "gpu2", "worker").server_public == load_server_keys(root).pair.public
-    assert len(read_authorized(root)[0]) == 5
+    assert load_peer_keys(root / "ops", "monitor").server_public == load_server_keys(root).pair.public
+    assert len(read_authorized(root)[0]) == 7
 
 
 def test_keygen_again_keeps_everything(tmp_path: Path) -> None:
@@ -61,7 +70,8 @@ def test_help_shows_loopback_examples() -> None:
     assert done.returncode == 0
     text = " ".join(done.stdout.split())  # argparse wraps lines at the terminal's width
     assert "127.0.0.1" in text
-    assert "--client NAME" in text and "--worker NAME" in text
+    assert "--client NAME" in text and "--worker NAME" in text and "--monitor NAME" in text
+    assert "authorized_monitors" in text and "scaler_top" in text
     assert "scaler_scheduler --keys DIR tcp://127.0.0.1:8516" in text
 
 

@@ -3,6 +3,7 @@ on real key files made by scaler.security.keys.generate."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import zmq.utils.z85
 
 from scaler.io.curve import MAIN_DOMAIN, MONITOR_DOMAIN
 from scaler.protocol.messages import PeerKind
+from scaler.scheduler import gate as gate_module
 from scaler.scheduler.gate import KeyGate
 from scaler.security.keys import generate, load_peer_keys, load_server_keys
 
@@ -46,13 +48,65 @@ def test_authorized_keys_get_in_with_their_public_key_as_user_id(gate: KeyGate, 
     assert gate.denied == 0
 
 
-def test_the_monitor_admits_client_keys_only(gate: KeyGate, keys: Path) -> None:
+def test_the_monitor_admits_monitor_keys_only(gate: KeyGate, keys: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The monitor carries every client's task data: a client or worker key does not open it any more."""
+    caplog.set_level(logging.WARNING, logger=gate_module.__name__)
     client = load_peer_keys(keys, "client").pair.public
     worker = load_peer_keys(keys, "worker").pair.public
-    assert gate.answer(request(client, MONITOR_DOMAIN))[4] == b"200"  # type: ignore[index]
+    monitor = load_peer_keys(keys, "monitor").pair.public
+    admitted = [b"envelope", b"", b"1.0", b"7", b"200", b"OK", monitor, b""]
+    assert gate.answer(request(monitor, MONITOR_DOMAIN)) == admitted
+    assert gate.answer(request(client, MONITOR_DOMAIN))[4:6] == [b"400", b"key not authorized"]  # type: ignore[index]
     assert gate.answer(request(worker, MONITOR_DOMAIN))[4] == b"400"  # type: ignore[index]
-    assert gate.answer(request(client, b"another-domain"))[4] == b"400"  # type: ignore[index]
-    assert gate.denied == 2
+    assert gate.answer(request(monitor, b"another-domain"))[4] == b"400"  # type: ignore[index]
+    assert gate.denied == 3
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines[0] == (
+        "Scheduler: refused a connection to the monitor address from 10.0.0.1: its key 'client' is a client key; "
+        f"the monitor address admits monitor keys only (scaler_keygen {keys} makes monitor.key_secret, for "
+        "scaler_top and scaler_ui)"
+    )
+    assert "its key 'worker' is a worker key; the monitor address admits monitor keys only" in lines[1]
+
+
+def test_a_monitor_key_is_refused_on_the_scheduler_address(
+    gate: KeyGate, keys: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=gate_module.__name__)
+    monitor = load_peer_keys(keys, "monitor").pair.public
+    assert gate.answer(request(monitor, MAIN_DOMAIN))[4] == b"400"  # type: ignore[index]
+    assert gate.denied == 1
+    assert caplog.records[0].getMessage() == (
+        "Scheduler: refused a connection to the scheduler from 10.0.0.1: its key 'monitor' is a monitor key, which "
+        "only the monitor address admits"
+    )
+
+
+def test_the_core_never_sees_monitor_keys(gate: KeyGate, keys: Path) -> None:
+    monitor = load_peer_keys(keys, "monitor").pair.public.decode()
+    client = load_peer_keys(keys, "client").pair.public.decode()
+    assert gate.key_of(monitor) is None and monitor not in gate.by_user
+    assert gate.monitor_name(monitor) == "monitor"
+    assert gate.monitor_name(client) is None and gate.monitor_name("unknown") is None
+    assert {key.role for key in gate.by_user.values()} == {PeerKind.CLIENT, PeerKind.WORKER}
+
+
+def test_removing_a_monitor_key_revokes_it_without_telling_the_core(gate: KeyGate, keys: Path) -> None:
+    monitor = load_peer_keys(keys, "monitor").pair.public
+    os.remove(keys / "authorized_monitors" / "monitor.key")
+    assert gate.reload() == frozenset()  # no session of the core was opened with it
+    assert gate.monitor_name(monitor.decode()) is None
+    assert gate.answer(request(monitor, MONITOR_DOMAIN))[4] == b"400"  # type: ignore[index]
+
+
+def test_a_client_key_moved_to_the_monitors_ends_its_sessions(gate: KeyGate, keys: Path) -> None:
+    client = load_peer_keys(keys, "client").pair.public
+    shutil.move(keys / "authorized_clients" / "client.key", keys / "authorized_monitors" / "dashboard.key")
+    assert gate.reload() == frozenset({client})
+    assert gate.key_of(client.decode()) is None
+    assert gate.monitor_name(client.decode()) == "dashboard"
+    assert gate.answer(request(client, MONITOR_DOMAIN))[4] == b"200"  # type: ignore[index]
+    assert gate.answer(request(client, MAIN_DOMAIN))[4] == b"400"  # type: ignore[index]
 
 
 def test_unknown_keys_and_other_mechanisms_are_denied(gate: KeyGate) -> None:
@@ -87,3 +141,15 @@ def test_adding_a_key_admits_it_without_revoking_anyone(gate: KeyGate, keys: Pat
     assert gate.answer(request(bob))[4] == b"400"  # type: ignore[index]
     assert gate.reload() == frozenset()
     assert gate.answer(request(bob))[4] == b"200"  # type: ignore[index]
+
+
+def test_an_unknown_key_is_told_which_folder_it_belongs_in(
+    gate: KeyGate, keys: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=gate_module.__name__)
+    stranger, _ = zmq.curve_keypair()
+    gate.answer(request(stranger, MONITOR_DOMAIN))
+    gate.answer(request(stranger, MAIN_DOMAIN))
+    monitor_line, main_line = (record.getMessage() for record in caplog.records)
+    assert monitor_line.endswith(f"its public key file belongs in {keys}/authorized_monitors/)"), monitor_line
+    assert main_line.endswith(f"belongs in {keys}/authorized_clients/ or authorized_workers/)"), main_line

@@ -23,8 +23,10 @@ DEFAULT_FILES = {
     "scheduler.key_secret": 0o600,
     "client.key_secret": 0o600,
     "worker.key_secret": 0o600,
+    "monitor.key_secret": 0o600,
     "authorized_clients/client.key": 0o644,
     "authorized_workers/worker.key": 0o644,
+    "authorized_monitors/monitor.key": 0o644,
 }
 
 
@@ -77,10 +79,12 @@ def test_public_files_match_their_secrets_and_every_key_differs(root: Path) -> N
     scheduler = public_of(root / "scheduler.key_secret")
     client = public_of(root / "client.key_secret")
     worker = public_of(root / "worker.key_secret")
+    monitor = public_of(root / "monitor.key_secret")
     assert public_of(root / "scheduler.key") == scheduler
     assert public_of(root / "authorized_clients" / "client.key") == client
     assert public_of(root / "authorized_workers" / "worker.key") == worker
-    assert len({scheduler, client, worker}) == 3
+    assert public_of(root / "authorized_monitors" / "monitor.key") == monitor
+    assert len({scheduler, client, worker, monitor}) == 4
 
 
 def test_files_say_their_role_and_name(tmp_path: Path) -> None:
@@ -130,6 +134,40 @@ def test_a_named_worker_folder_holds_the_scheduler_key_and_its_secret(root: Path
     assert load_peer_keys(root / "gpu2", "worker").pair.public == public_of(root / "authorized_workers" / "gpu2.key")
 
 
+def test_a_named_monitor_folder_holds_the_scheduler_key_and_its_secret(root: Path) -> None:
+    before = snapshot(root)
+    generate(root, monitors=["ops"])
+    after = snapshot(root)
+    assert set(after) - set(before) == {"authorized_monitors/ops.key", "ops/scheduler.key", "ops/monitor.key_secret"}
+    assert after["ops/monitor.key_secret"][2] == 0o600
+    ops = load_peer_keys(root / "ops", "monitor")
+    assert ops.role == "monitor" and ops.server_public == public_of(root / "scheduler.key")
+    assert ops.pair.public == public_of(root / "authorized_monitors" / "ops.key")
+    assert 'role = "monitor"' in (root / "ops" / "monitor.key_secret").read_text()
+
+
+def test_a_directory_made_before_monitor_keys_gets_them_on_the_next_run(root: Path) -> None:
+    (root / "monitor.key_secret").unlink()
+    (root / "authorized_monitors" / "monitor.key").unlink()
+    (root / "authorized_monitors").rmdir()
+    before = snapshot(root)
+    report = generate(root)
+    after = snapshot(root)
+    assert {name: after[name] for name in before} == before
+    assert set(after) - set(before) == {"monitor.key_secret", "authorized_monitors/monitor.key"}
+    assert report[0] == f"Created in {root}: monitor.key_secret, authorized_monitors/monitor.key"
+    assert stat.S_IMODE(os.stat(root / "authorized_monitors").st_mode) == 0o755
+
+
+@pytest.mark.parametrize(("first", "then"), [("client", "monitor"), ("monitor", "worker"), ("worker", "monitor")])
+def test_a_name_is_one_role_only_monitors_included(root: Path, first: str, then: str) -> None:
+    generate(root, **{first + "s": ["ops"]})
+    before = snapshot(root)
+    with pytest.raises(KeysError, match=f"'ops' is already a {first}'s name"):
+        generate(root, **{then + "s": ["ops"]})
+    assert snapshot(root) == before
+
+
 def test_asking_again_for_a_name_keeps_it_and_the_other_role_is_refused(root: Path) -> None:
     generate(root, clients=["alice"])
     before = snapshot(root)
@@ -141,14 +179,25 @@ def test_asking_again_for_a_name_keeps_it_and_the_other_role_is_refused(root: Pa
 
 
 def test_the_report_says_where_each_file_goes(tmp_path: Path) -> None:
-    report = "\n".join(generate(tmp_path / "keys", clients=["alice"], workers=["gpu1"]))
+    lines = generate(tmp_path / "keys", clients=["alice"], workers=["gpu1"], monitors=["ops"])
+    report = "\n".join(lines)
     root = tmp_path / "keys"
-    for name in [*DEFAULT_FILES, "alice/client.key_secret", "gpu1/worker.key_secret"]:
+    for name in [*DEFAULT_FILES, "alice/client.key_secret", "gpu1/worker.key_secret", "ops/monitor.key_secret"]:
         assert name in report
     for path in ["scheduler.key_secret", "authorized_clients", "scheduler.key", "worker.key_secret"]:
         assert str(root / path) in report
+    at = root.as_posix()
+    assert (
+        f"  the scheduler's machine:  {at}/scheduler.key_secret, {at}/authorized_clients/, {at}/authorized_workers/, "
+        f"{at}/authorized_monitors/"
+    ) in lines
+    assert (
+        f"  every monitor machine:    {at}/scheduler.key, {at}/monitor.key_secret (to run scaler_top or scaler_ui "
+        "on a tcp:// monitor address)"
+    ) in lines
     assert f"client alice's machine:   the folder {root / 'alice'}" in report
     assert f"worker gpu1's machine:    the folder {root / 'gpu1'}" in report
+    assert f"monitor ops's machine:    the folder {root / 'ops'}" in report
     assert f"--keys {root}" in report and f"SCALER_KEYS={root}" in report
 
 
@@ -198,13 +247,15 @@ def test_a_file_where_the_directory_should_be_is_refused(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "name",
     ["", "-x", ".hidden", "_x", "a/b", "a b", "a\n", "x" * 65, "é", "client", "Worker", "scheduler",
-     "authorized_clients", "authorized_workers"],
+     "authorized_clients", "authorized_workers", "monitor", "authorized_monitors"],
 )  # fmt: skip
 def test_bad_names_create_nothing(tmp_path: Path, name: str) -> None:
     with pytest.raises(KeysError):
         generate(tmp_path / "keys", clients=["fine", name])
     with pytest.raises(KeysError):
         generate(tmp_path / "keys", workers=[name])
+    with pytest.raises(KeysError):
+        generate(tmp_path / "keys", monitors=[name])
     assert not (tmp_path / "keys").exists()
 
 
@@ -222,7 +273,7 @@ def test_one_name_for_both_roles_creates_nothing(tmp_path: Path) -> None:
 # ---- loading ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["client", "worker"])
+@pytest.mark.parametrize("role", ["client", "worker", "monitor"])
 def test_load_peer_keys(root: Path, role: str) -> None:
     peer = load_peer_keys(root, role)
     public, secret = zmq.auth.load_certificate(root / f"{role}.key_secret")
@@ -357,11 +408,19 @@ def test_repr_hides_the_secret(root: Path) -> None:
 
 
 def test_read_authorized_finds_default_and_named_keys(root: Path) -> None:
-    generate(root, clients=["alice"], workers=["gpu1"])
+    generate(root, clients=["alice"], workers=["gpu1"], monitors=["ops"])
     admitted, problems = read_authorized(root)
     assert problems == []
     found = {(key.role, key.name): key for key in admitted.values()}
-    assert set(found) == {("client", "client"), ("client", "alice"), ("worker", "worker"), ("worker", "gpu1")}
+    assert set(found) == {
+        ("client", "client"),
+        ("client", "alice"),
+        ("worker", "worker"),
+        ("worker", "gpu1"),
+        ("monitor", "monitor"),
+        ("monitor", "ops"),
+    }
+    assert found[("monitor", "ops")].public == load_peer_keys(root / "ops", "monitor").pair.public
     alice = found[("client", "alice")]
     assert alice.path == str(root / "authorized_clients" / "alice.key")
     assert admitted[alice.public] is alice
@@ -376,7 +435,7 @@ def test_a_malformed_key_is_skipped_and_reported_and_other_files_ignored(root: P
     shutil.copy(root / "worker.key_secret", folder / "spare.key_secret")
     shutil.copy(root / "authorized_workers" / "worker.key", folder / "worker.key.bak")
     admitted, problems = read_authorized(root)
-    assert sorted(key.name for key in admitted.values()) == ["client", "worker"]
+    assert sorted(key.name for key in admitted.values()) == ["client", "monitor", "worker"]
     assert len(problems) == 2
     assert str(folder / "broken.key") in problems[0] and str(folder / "short.key") in problems[1]
 
@@ -385,9 +444,27 @@ def test_a_key_in_both_folders_is_reported_and_admitted_as_neither(root: Path) -
     shutil.copy(root / "authorized_clients" / "client.key", root / "authorized_workers" / "sneaky.key")
     admitted, problems = read_authorized(root)
     assert public_of(root / "client.key_secret") not in admitted
-    assert [key.name for key in admitted.values()] == ["worker"]
+    assert sorted(key.name for key in admitted.values()) == ["monitor", "worker"]
     assert len(problems) == 1
-    assert "sneaky.key" in problems[0] and "client.key" in problems[0] and "neither" in problems[0]
+    assert "sneaky.key" in problems[0] and "client.key" in problems[0] and "none of them" in problems[0]
+
+
+@pytest.mark.parametrize(("holder", "other"), [("client", "monitor"), ("worker", "monitor"), ("monitor", "client")])
+def test_a_monitor_key_in_another_role_folder_is_admitted_as_none(root: Path, holder: str, other: str) -> None:
+    """A client key copied to authorized_monitors/ (or the reverse) would let one key do both: it does neither."""
+    shutil.copy(root / f"authorized_{holder}s" / f"{holder}.key", root / f"authorized_{other}s" / "copied.key")
+    admitted, problems = read_authorized(root)
+    assert public_of(root / f"{holder}.key_secret") not in admitted
+    assert len(admitted) == 2
+    paths = {
+        holder: root / f"authorized_{holder}s" / f"{holder}.key",
+        other: root / f"authorized_{other}s" / "copied.key",
+    }
+    first, second = (paths[role] for role in keys.ROLES if role in paths)  # listed in the order of the roles
+    assert problems == [
+        f"{first} and {second} hold the same public key; a key has one role (client, worker or monitor), so it is "
+        "admitted as none of them"
+    ]
 
 
 def test_missing_folders_admit_nobody(tmp_path: Path) -> None:

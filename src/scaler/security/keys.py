@@ -1,20 +1,22 @@
 """CurveZMQ key files: the directory layout scaler_keygen writes, and reading it back for each role.
 
-The scheduler needs its key pair and the public keys it admits; a client or a worker needs the scheduler's public
-key and its own key pair. This module reads and writes key files; no sockets (the I/O shells turn what it returns
-into socket options).
+The scheduler needs its key pair and the public keys it admits; a client, a worker or a monitor viewer needs the
+scheduler's public key and its own key pair. Keys another user could change are refused (as OpenSSH's StrictModes
+does), and a key that cannot be read now is told apart from one that was removed (`_unless_gone`). This module reads
+and writes key files; no sockets (the I/O shells turn what it returns into socket options).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import logging
 import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,21 +29,28 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 ENV_VAR = "SCALER_KEYS"
-ROLES = ("client", "worker")
+ROLES = ("client", "worker", "monitor")
 
 SCHEDULER_PUBLIC = "scheduler.key"
 SCHEDULER_SECRET = "scheduler.key_secret"
-AUTHORIZED = {"client": "authorized_clients", "worker": "authorized_workers"}
+AUTHORIZED = {"client": "authorized_clients", "worker": "authorized_workers", "monitor": "authorized_monitors"}
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_RESERVED = frozenset({"client", "worker", "scheduler", *AUTHORIZED.values()})
+_RESERVED = frozenset({"scheduler", *ROLES, *AUTHORIZED.values()})
 _Z85 = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
 _PUBLIC_MODE = 0o644
 _SECRET_MODE = 0o600
 _SECRET_FOLDER_MODE = 0o700  # DIR and DIR/NAME hold secrets
 _PUBLIC_FOLDER_MODE = 0o755  # authorized_* hold public keys only
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR})  # the errors that mean "not there": a real removal
+_OWNERS = hasattr(os, "geteuid")  # POSIX owners and modes: what the ownership checks look at
+_HOLDERS = {
+    "client": "machines that run clients",
+    "worker": "machines that run workers",
+    "monitor": "machines that run scaler_top or scaler_ui on a tcp:// monitor address",
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,19 @@ class ServerKeys:
     directory: str
 
 
+class KeysUnreadable(OSError):
+    """Key files or folders that cannot be read now, for a reason other than their removal: descriptors used up
+    (EMFILE, ENFILE), no permission, an I/O error... Who is admitted must not change on it: the scheduler keeps the
+    keys it has and tries again. str() names the path, what could not be done and why."""
+
+    def __init__(self, path: str, doing: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), path)
+        self.doing = doing
+
+    def __str__(self) -> str:
+        return f"{self.filename} cannot be {self.doing} ({self.strerror})"
+
+
 class _BadKeyFile(Exception):
     """A key file that is missing or unusable; str() says why, to follow the file's path."""
 
@@ -95,7 +117,7 @@ def resolve(keys: str | os.PathLike[str] | None) -> str | None:
 
 
 def load_peer_keys(directory: str | os.PathLike[str], role: str) -> PeerKeys:
-    """scheduler.key and <role>.key_secret from `directory` (role: "client" or "worker")."""
+    """scheduler.key and <role>.key_secret from `directory` (role: "client", "worker" or "monitor")."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
     root = _existing_directory(directory)
@@ -118,66 +140,105 @@ def load_peer_keys(directory: str | os.PathLike[str], role: str) -> PeerKeys:
 
 
 def load_server_keys(directory: str | os.PathLike[str]) -> ServerKeys:
-    """scheduler.key_secret from `directory`, for the scheduler."""
+    """scheduler.key_secret from `directory`, for the scheduler. Its authorized_* folders are read too, so that what
+    the scheduler would refuse at start (a key file another user could change, a folder that cannot be read) is a
+    KeysError here."""
     root = _existing_directory(directory)
     path = os.path.join(root, SCHEDULER_SECRET)
+    folders = ", ".join(f"{AUTHORIZED[role]}/" for role in ROLES)
     pair = _load(
         path,
         _read_pair,
-        f"create keys with: scaler_keygen {root} (or copy {SCHEDULER_SECRET} and the {AUTHORIZED['client']}/ and "
-        f"{AUTHORIZED['worker']}/ folders from the keys directory it made)",
+        f"create keys with: scaler_keygen {root} (or copy {SCHEDULER_SECRET} and the {folders} folders from the "
+        "keys directory it made)",
     )
     _warn_if_open(path)
+    try:
+        read_authorized(root)
+    except KeysUnreadable as exc:
+        raise KeysError(f"cannot read the authorized keys: {exc}") from None
     return ServerKeys(pair=pair, directory=root)
 
 
 def read_authorized(directory: str | os.PathLike[str]) -> tuple[dict[bytes, AuthorizedKey], list[str]]:
-    """Every key now in DIR/authorized_clients and DIR/authorized_workers, keyed by public key, and the problems
-    found (unusable *.key files are skipped; other files are ignored; a missing folder admits nobody)."""
+    """Every key now in DIR/authorized_clients, authorized_workers and authorized_monitors, keyed by public key, and
+    the problems found: a *.key file that is not a key file is skipped (other files are ignored); a folder that is
+    not there admits nobody; a key in two folders is admitted as none of them.
+
+    Raises KeysUnreadable when a folder or a key file cannot be read now (the caller keeps the keys it has), and
+    KeysError when another user could change the keys directory, a folder or a key file (see _check_private)."""
     root = os.path.abspath(os.fspath(directory))
     problems: list[str] = []
-    found = {role: _read_folder(os.path.join(root, AUTHORIZED[role]), role, problems) for role in ROLES}
-    both = found["client"].keys() & found["worker"].keys()
-    for public in sorted(both):
-        problems.append(
-            f"{found['client'][public].path} and {found['worker'][public].path} hold the same public key; a key "
-            "is a client's or a worker's, not both, so it is admitted as neither"
-        )
-    admitted = {public: key for role in ROLES for public, key in found[role].items() if public not in both}
-    return admitted, problems
+    if _checked_keys_directory(root) is None:
+        return {}, problems
+    holders: dict[bytes, list[AuthorizedKey]] = {}
+    for role in ROLES:
+        for public, key in _read_folder(os.path.join(root, AUTHORIZED[role]), role, problems).items():
+            holders.setdefault(public, []).append(key)
+    for _public, keys in sorted(holders.items()):
+        if len(keys) > 1:
+            problems.append(
+                f"{_and(key.path for key in keys)} hold the same public key; a key has one role (client, worker or "
+                "monitor), so it is admitted as none of them"
+            )
+    return {public: keys[0] for public, keys in holders.items() if len(keys) == 1}, problems
 
 
 def authorized_fingerprint(directory: str | os.PathLike[str]) -> tuple[object, ...]:
-    """Changes whenever read_authorized's answer may change (stats only: cheap enough to poll every second)."""
+    """Changes whenever read_authorized's answer may change: names, sizes, times, inodes, owners and modes of the
+    *.key files, their folders, the keys directory and the directories above it (stats only: cheap enough to poll
+    every second). Raises KeysUnreadable when one cannot be looked at now: that is not a change."""
     root = os.path.abspath(os.fspath(directory))
-    return tuple(_folder_fingerprint(os.path.join(root, AUTHORIZED[role])) for role in ROLES)
+    places = tuple(_stat_print(path) for path in (*_parents(root), root))
+    return (places, *(_folder_fingerprint(os.path.join(root, AUTHORIZED[role])) for role in ROLES))
+
+
+def _stat_print(path: str) -> tuple[object, ...]:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        _unless_gone(exc, path, "reached")
+        return (path, None)
+    return (path, st.st_ino, st.st_uid, st.st_mode)
 
 
 def _folder_fingerprint(folder: str) -> tuple[object, ...]:
     try:
         folder_stat = os.stat(folder)
+    except OSError as exc:
+        _unless_gone(exc, folder, "reached")
+        return (folder, None)
+    try:
         with os.scandir(folder) as entries:
             names = sorted(entry.name for entry in entries if entry.name.endswith(PUBLIC_SUFFIX))
-    except OSError:
+    except OSError as exc:
+        _unless_gone(exc, folder, "listed")
         return (folder, None)
     files: list[tuple[object, ...]] = []
     for name in names:
+        path = os.path.join(folder, name)
         try:
-            st = os.stat(os.path.join(folder, name))
-        except OSError:
+            st = os.stat(path)
+        except OSError as exc:
+            _unless_gone(exc, path, "reached")
             files.append((name, None))
         else:
-            files.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
-    return (folder, folder_stat.st_mtime_ns, folder_stat.st_ino, tuple(files))
+            files.append((name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_uid, st.st_mode))
+    meta = (folder_stat.st_mtime_ns, folder_stat.st_ino, folder_stat.st_uid, folder_stat.st_mode)
+    return (folder, *meta, tuple(files))
 
 
 def _read_folder(folder: str, role: str, problems: list[str]) -> dict[bytes, AuthorizedKey]:
+    folder_stat = _checked(folder, f"the folder {folder}")
+    if folder_stat is None:
+        return {}
+    if not stat.S_ISDIR(folder_stat.st_mode):
+        problems.append(f"{folder} is not a folder: no {role} is admitted from it")
+        return {}
     try:
         names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return {}
     except OSError as exc:
-        problems.append(f"{folder} cannot be listed ({exc.strerror or exc}): no {role} is admitted from it")
+        _unless_gone(exc, folder, "listed")
         return {}
     keys: dict[bytes, AuthorizedKey] = {}
     for file_name in names:
@@ -203,6 +264,10 @@ def _existing_directory(directory: str | os.PathLike[str]) -> str:
             f"the keys directory {root} does not exist: create keys with: scaler_keygen {root}, "
             f"or point --keys (or {ENV_VAR}) at the directory that holds them"
         )
+    try:
+        _checked_keys_directory(root)
+    except KeysUnreadable as exc:
+        raise KeysError(str(exc)) from None
     return root
 
 
@@ -213,19 +278,28 @@ def _load(path: str, read: Callable[[str], _T], fix: str) -> _T:
         reason = str(exc)
         hint = fix if reason == "is missing" else "make it again with scaler_keygen, or copy it again"
         raise KeysError(f"{path} {reason}: {hint}") from None
+    except KeysUnreadable as exc:
+        raise KeysError(str(exc)) from None
 
 
 def _parse(path: str) -> tuple[bytes, bytes | None]:
-    if not os.path.lexists(path):
-        raise _BadKeyFile("is missing")
-    if not os.path.isfile(path):
+    """The public and secret key of a key file. _BadKeyFile if it is not there or not a key file, KeysError if
+    another user could change it, KeysUnreadable if it cannot be read now."""
+    try:
+        file_stat = os.stat(path)
+    except OSError as exc:
+        _unless_gone(exc, path, "read")
+        raise _BadKeyFile("is not a file" if os.path.islink(path) else "is missing") from None
+    if not stat.S_ISREG(file_stat.st_mode):
         raise _BadKeyFile("is not a file")
+    _check_private(path, file_stat, f"the key file {path}")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except ValueError:
         raise _BadKeyFile("holds no public-key: it is not a key file") from None
     except OSError as exc:
-        raise _BadKeyFile(f"cannot be read ({exc.strerror or exc})") from None
+        _unless_gone(exc, path, "read")
+        raise _BadKeyFile("is missing") from None
     if not _is_z85_key(public):
         raise _BadKeyFile("holds a public-key that is not 40 Z85 characters")
     return public, secret
@@ -257,6 +331,101 @@ def _warn_if_open(path: str) -> None:
             logger.warning("%s is open to other users (mode %04o): run chmod 600 %s", path, mode, path)
 
 
+def _and(items: Iterable[str]) -> str:
+    listed = list(items)
+    return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+
+
+# ---- what may fail, and who may change the keys ----------------------------------------------------------------------
+
+
+def _unless_gone(exc: OSError, path: str, doing: str) -> None:
+    """The one place that tells a removal from a read that failed. Returns when `path` is not there (ENOENT,
+    ENOTDIR): it was removed, and what it held no longer counts. Raises KeysUnreadable for any other error (EMFILE,
+    ENFILE, EINTR, EAGAIN, ENOMEM, ENOBUFS, EACCES, EIO, ELOOP...): the keys may well be there, so nothing changes."""
+    if exc.errno in _GONE:
+        return
+    raise KeysUnreadable(path, doing, exc) from exc
+
+
+def _checked(path: str, subject: str) -> os.stat_result | None:
+    """The stat of a folder (or the keys directory), None if it is not there; KeysError if another user could
+    change it (_check_private); KeysUnreadable if it cannot be looked at now."""
+    try:
+        found = os.stat(path)
+    except OSError as exc:
+        _unless_gone(exc, path, "reached")
+        return None
+    _check_private(path, found, subject)
+    return found
+
+
+def _checked_keys_directory(root: str) -> os.stat_result | None:
+    """The keys directory's stat (None if it is not there), once it and every directory above it up to / (as given
+    and as its symlinks resolve) are checked: each must be this user's or root's and not writable by group or
+    others, except root's sticky directories such as /tmp, where others may add files but not replace ours."""
+    found = _checked(root, f"the keys directory {root}")
+    for parent in _parents(root):
+        try:
+            parent_stat = os.stat(parent)
+        except OSError as exc:
+            _unless_gone(exc, parent, "reached")
+            continue
+        if parent_stat.st_uid == 0 and parent_stat.st_mode & stat.S_ISVTX:
+            continue
+        _check_private(parent, parent_stat, f"the directory {parent} above the keys directory {root}")
+    return found
+
+
+def _parents(root: str) -> list[str]:
+    """The directories above `root` up to /, as given and as resolved through symlinks, each once."""
+    found: dict[str, None] = {}
+    for path in (root, os.path.realpath(root)):
+        parent = os.path.dirname(path)
+        while parent not in found:
+            found[parent] = None
+            parent = os.path.dirname(parent)
+    return list(found)
+
+
+def _check_private(path: str, found: os.stat_result, subject: str) -> None:
+    """KeysError unless `path` belongs to this user or root and neither its group nor others may write to it (as
+    OpenSSH's StrictModes): otherwise another user could put their own key in, or change ours. The message names the
+    path (`subject` says what it is), its owner and mode, and the fix."""
+    if not _OWNERS:
+        return
+    mode = stat.S_IMODE(found.st_mode)
+    me = os.geteuid()
+    if found.st_uid not in (me, 0):
+        owners = "root" if me == 0 else f"you ({_user(me)}) or root"
+        why = f"belongs to {_owner(found.st_uid)}, not to {owners} (mode {mode:04o})"
+        fix = f"chown {_user(me)} {path}"
+    elif mode & 0o022:
+        whom = {0o022: "its group and others", 0o020: "its group", 0o002: "others"}[mode & 0o022]
+        why = f"is writable by {whom} (owner {_owner(found.st_uid)}, mode {mode:04o})"
+        fix = f"chmod go-w {path}"
+    else:
+        return
+    raise KeysError(
+        f"{subject} {why}: another user could change the keys Scaler trusts. Fix: {fix}, or make the keys elsewhere "
+        "with scaler_keygen, in a directory only you can write to"
+    )
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd  # POSIX only, as are the owners checked
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def _owner(uid: int) -> str:
+    name = _user(uid)
+    return f"uid {uid}" if name == str(uid) else f"{name} (uid {uid})"
+
+
 # ---- writing -------------------------------------------------------------------------------------------------------
 
 
@@ -269,13 +438,22 @@ class _Write:
     mode: int
 
 
-def generate(directory: str | os.PathLike[str], clients: Sequence[str] = (), workers: Sequence[str] = ()) -> list[str]:
-    """Create what is missing of the key directory layout, plus a named key for each client and worker name given;
-    never overwrite a key. Returns the lines of a report: what was created, which file goes to which machine."""
+def generate(
+    directory: str | os.PathLike[str],
+    clients: Sequence[str] = (),
+    workers: Sequence[str] = (),
+    monitors: Sequence[str] = (),
+) -> list[str]:
+    """Create what is missing of the key directory layout, plus a named key for each client, worker and monitor name
+    given; never overwrite a key. Returns the lines of a report: what was created, which file goes to which machine.
+    KeysError if another user could change the directory, its folders or its key files (nothing is written then)."""
     root = os.path.abspath(os.path.expanduser(os.fspath(directory)))
-    named = _check_names(clients, workers)
+    named = _check_names({"client": clients, "worker": workers, "monitor": monitors})
     if os.path.lexists(root) and not os.path.isdir(root):
         raise KeysError(f"{root} exists and is not a directory: choose another keys directory")
+    _checked_keys_directory(root)
+    for folder in dict.fromkeys([*AUTHORIZED.values(), *(name for _, name in named)]):
+        _checked(os.path.join(root, folder), f"the folder {os.path.join(root, folder)}")
     planned = _plan_pair(root, "scheduler", "scheduler", SCHEDULER_SECRET, SCHEDULER_PUBLIC)
     if planned is None:
         raise KeysError(
@@ -294,13 +472,13 @@ def generate(directory: str | os.PathLike[str], clients: Sequence[str] = (), wor
     return _report(root, writes, notes, named)
 
 
-def _check_names(clients: Sequence[str], workers: Sequence[str]) -> list[tuple[str, str]]:
+def _check_names(by_role: dict[str, Sequence[str]]) -> list[tuple[str, str]]:
     roles: dict[str, str] = {}
-    for role, names in (("client", clients), ("worker", workers)):
+    for role, names in by_role.items():
         for name in [names] if isinstance(names, str) else names:
             _check_name(name)
             if roles.setdefault(name, role) != role:
-                raise KeysError(f"{name!r} is asked for as both a client and a worker: a name is one or the other")
+                raise KeysError(f"{name!r} is asked for as both a {roles[name]} and a {role}: a name has one role")
     return [(role, name) for name, role in roles.items()]
 
 
@@ -315,11 +493,12 @@ def _check_name(name: object) -> None:
 
 
 def _plan_named(root: str, role: str, name: str, server_public: bytes, notes: list[str]) -> list[_Write]:
-    other = "worker" if role == "client" else "client"
-    if os.path.lexists(os.path.join(root, _authorized_path(other, name))) or os.path.lexists(
-        os.path.join(root, name, other + SECRET_SUFFIX)
-    ):
-        raise KeysError(f"{name!r} is already a {other}'s name in {root}: choose another name for the {role}")
+    for other in ROLES:
+        if other != role and (
+            os.path.lexists(os.path.join(root, _authorized_path(other, name)))
+            or os.path.lexists(os.path.join(root, name, other + SECRET_SUFFIX))
+        ):
+            raise KeysError(f"{name!r} is already a {other}'s name in {root}: choose another name for the {role}")
     folder = os.path.join(root, name)
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise KeysError(f"{folder} exists and is not a folder: choose another name for the {role}")
@@ -339,7 +518,8 @@ def _plan_named(root: str, role: str, name: str, server_public: bytes, notes: li
 
 
 def _plan_key(root: str, role: str, name: str, secret_rel: str, notes: list[str]) -> list[_Write]:
-    """A client's or a worker's key pair: its secret in secret_rel, its public key in authorized_*/NAME.key."""
+    """A client's, a worker's or a monitor's key pair: its secret in secret_rel, its public key in
+    authorized_*/NAME.key."""
     public_rel = _authorized_path(role, name)
     planned = _plan_pair(root, role, name, secret_rel, public_rel)
     if planned is None:
@@ -399,7 +579,7 @@ def _secret_file(rel: str, role: str, name: str, pair: KeyPair) -> _Write:
     if role == "scheduler":
         holder = "the scheduler's machine"
     elif name == role:
-        holder = f"machines that run {role}s" + (" (and scaler_top/scaler_ui)" if role == "client" else "")
+        holder = _HOLDERS[role]
     else:
         holder = f"{role} {name}'s machine"
     who = f"SECRET: keep it on {holder} only, mode 0600."
@@ -461,20 +641,21 @@ def _report(root: str, writes: list[_Write], notes: list[str], named: list[tuple
         lines = [f"Nothing to create in {root}: every key asked for is there already (kept as is)."]
     lines += notes
     rows = [
-        (
-            "the scheduler's machine:",
-            f"{at(SCHEDULER_SECRET)}, {at(AUTHORIZED['client'], '')}, {at(AUTHORIZED['worker'], '')}",
-        )
+        ("the scheduler's machine:", ", ".join([at(SCHEDULER_SECRET), *(at(AUTHORIZED[role], "") for role in ROLES)]))
     ]
-    for role, who in (("worker", "every worker machine:"), ("client", "every client machine:")):
+    for role in ("worker", "client", "monitor"):
         if os.path.lexists(at(role + SECRET_SUFFIX)):
-            rows.append((who, f"{at(SCHEDULER_PUBLIC)}, {at(role + SECRET_SUFFIX)}"))
+            why = " (to run scaler_top or scaler_ui on a tcp:// monitor address)" if role == "monitor" else ""
+            rows.append((f"every {role} machine:", f"{at(SCHEDULER_PUBLIC)}, {at(role + SECRET_SUFFIX)}{why}"))
     for role, name in named:
         if os.path.lexists(at(name, role + SECRET_SUFFIX)):
             rows.append((f"{role} {name}'s machine:", f"the folder {at(name)} (use it as its keys directory)"))
     width = max(len(label) for label, _ in rows)
     lines.append("Which file goes where:")
     lines += [f"  {label:<{width}}  {place}" for label, place in rows]
-    lines.append(f'On one machine, pass --keys {root} (or keys="{root}", or set {ENV_VAR}={root}) to every program.')
+    lines.append(
+        f'To try keys out on one machine, pass --keys {root} (or keys="{root}", or set {ENV_VAR}={root}) to every '
+        'program; tasks can then read every secret here: for real use, see docs/security.md, "On one machine".'
+    )
     lines.append("Secret files (*.key_secret) must never leave the machines listed; keep them mode 0600.")
     return lines
