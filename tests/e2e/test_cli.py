@@ -21,6 +21,7 @@ import pytest
 
 import scaler
 from scaler import Client
+from scaler.io.processes import default_monitor_address
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
 from tests.helpers import free_address, free_port, kill_if_alive, session_members, wait_until
 
@@ -260,7 +261,8 @@ def test_the_seed_003_command_names_exist(program: str) -> None:
 def test_scheduler_logs_its_monitor_address_at_start(programs: list[Program]) -> None:
     port = free_port()
     scheduler = start(programs, cli("scaler_scheduler"), f"tcp://127.0.0.1:{port}")
-    scheduler.wait_for_output(rf"Scheduler: monitor address is ipc:///tmp/127\.0\.0\.1_{port}_monitor\b")
+    monitor = default_monitor_address(f"tcp://127.0.0.1:{port}")  # in a folder of this user's only
+    scheduler.wait_for_output(rf"Scheduler: monitor address is {re.escape(monitor)}\b")
     assert "logging to ('/dev/stdout',)" in scheduler.output
     with Client(address=f"tcp://127.0.0.1:{port}", timeout_seconds=TIMEOUT):
         pass  # it serves (and, serving, it handles signals)

@@ -1,5 +1,6 @@
 """scaler_cluster (alias scaler_worker): run N workers on this machine against a scheduler, restarting those that
-die unexpectedly (worker/supervision.py)."""
+die unexpectedly (worker/supervision.py). Warns at start when the keys directory holds secrets the workers' tasks
+could read."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import hostname, parse_address, parse_size, setup_logging
-from scaler.security.keys import PeerKeys, load_peer_keys, resolve
+from scaler.security.keys import SECRET_SUFFIX, PeerKeys, load_peer_keys, resolve
 
 DEFAULTS = AgentConfig()
 
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
             p.error(str(exc))
     setup_logging(args.logging_level, tuple(args.logging_paths))
     logging.info("logging to %s", tuple(args.logging_paths))
+    if directory is not None:
+        warn_if_secrets_readable(directory)
     from scaler.worker.cluster import run_cluster
 
     config = AgentConfig(
@@ -148,6 +151,56 @@ def main(argv: list[str] | None = None) -> None:
             keys,
         )
     )
+
+
+_WORKER_SECRET = "worker" + SECRET_SUFFIX
+_SHOWN = 6
+
+
+def readable_secrets(directory: str) -> list[str]:
+    """The secret key files (*.key_secret) in `directory` and in its folders one level down that this process can
+    read, other than the worker.key_secret it uses, as paths relative to `directory`: its tasks can read them too."""
+    found: list[str] = []
+    for rel in _entries(directory):
+        path = os.path.join(directory, rel)
+        if os.path.isdir(path) and not os.path.islink(path):
+            found += [
+                os.path.join(rel, inner) for inner in _entries(path) if _readable_secret(os.path.join(path, inner))
+            ]
+        elif rel != _WORKER_SECRET and _readable_secret(path):
+            found.append(rel)
+    return found
+
+
+def warn_if_secrets_readable(directory: str) -> None:
+    """Log a WARNING when the workers' tasks could read secrets of the keys directory beyond the worker's own."""
+    others = readable_secrets(directory)
+    if not others:
+        return
+    root = os.path.abspath(directory)
+    shown = ", ".join(others[:_SHOWN]) + (f" and {len(others) - _SHOWN} more" if len(others) > _SHOWN else "")
+    logging.warning(
+        "the keys directory %s holds secret keys other than worker.key_secret that this process can read (%s): the "
+        "tasks these workers run can read them too, and act as whoever holds them (the scheduler, its clients). Give "
+        "workers a folder holding only scheduler.key and worker.key_secret (`scaler_keygen %s --worker NAME` makes "
+        "%s/NAME/) and, on one machine, run them as another user so that tasks cannot read the scheduler's files "
+        '(docs/security.md, "On one machine")',
+        root,
+        shown,
+        root,
+        root,
+    )
+
+
+def _entries(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _readable_secret(path: str) -> bool:
+    return path.endswith(SECRET_SUFFIX) and os.path.isfile(path) and os.access(path, os.R_OK)
 
 
 if __name__ == "__main__":

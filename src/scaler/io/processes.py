@@ -11,9 +11,12 @@ import signal
 import socket
 import sys
 
+from scaler.io.ipc import private_dir
+
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
 _PR_SET_PDEATHSIG = 1
+logger = logging.getLogger(__name__)
 
 
 _pid = os.getpid()
@@ -163,10 +166,32 @@ def parse_address(address: str) -> tuple[str, str]:
     return scheme, rest
 
 
-def default_monitor_address(address: str) -> str:
-    """ipc:///tmp/<host>_<port>_monitor for tcp://<host>:<port>, as the documents show."""
+def documented_monitor_address(address: str) -> str:
+    """The monitor address the documents show for a scheduler at `address`: ipc:///tmp/<host>_<port>_monitor for
+    tcp://<host>:<port> (ipc.find_monitor takes it to where the socket is), <address>_monitor for ipc and inproc."""
     scheme, rest = parse_address(address)
     if scheme == "tcp":
         host, _, port = rest.rpartition(":")
         return f"ipc:///tmp/{host}_{port}_monitor"
     return f"{scheme}://{rest}_monitor"
+
+
+def default_monitor_address(address: str) -> str:
+    """Where a scheduler at `address` given no monitor address publishes its monitor. For tcp://<host>:<port>:
+    <host>_<port>_monitor in a folder of this user's only (ipc.private_dir: $XDG_RUNTIME_DIR/scaler or
+    /tmp/scaler-<uid>, made 0700), with a WARNING when /tmp/scaler-<uid> is not this user's and a fresh folder is
+    used instead. For ipc and inproc: <address>_monitor, next to the scheduler's own socket, where its user chose."""
+    documented = documented_monitor_address(address)
+    if parse_address(address)[0] != "tcp":
+        return documented
+    folder, refused = private_dir()
+    monitor = "ipc://" + os.path.join(folder, os.path.basename(documented))
+    if refused is not None:
+        logger.warning(
+            "%s: it is not used for the monitor socket (another user could take the monitor's place there, or serve "
+            "scaler_top a false status); the monitor address is %s, in a fresh private folder, as the scheduler "
+            "logs at start",
+            refused,
+            monitor,
+        )
+    return monitor
