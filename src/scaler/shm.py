@@ -18,6 +18,7 @@ import mmap
 import os
 import pickle
 import re
+import stat
 import struct
 import threading
 import time
@@ -50,6 +51,12 @@ _NAME = re.compile(r"scaler-(\d{1,20})-(\d{1,10})-(\d{1,20})-[0-9a-f]{32}")
 UNREACHABLE_PREFIX = b"scaler: shared memory unreachable: "
 
 _READ_CHUNK = 1 << 30  # os.pread/os.write move at most about 2 GiB per call
+SEGMENT_MODE = 0o600
+# A segment is opened without following a link, without blocking (a FIFO or a device named like a segment must not
+# hold the processor in open() or read()), and checked with fstat before anything is read or mapped.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_KINDS = {"p": "a FIFO", "c": "a character device", "b": "a block device", "s": "a socket", "d": "a directory"}
+_CHECK = "a Scaler client makes only regular files there; check what else writes scaler-* files in that folder"
 
 
 class SharedMemoryUnreachable(Exception):
@@ -323,6 +330,7 @@ class SharedArguments:
         try:
             with self._lock:
                 self._live[name] = size
+            os.fchmod(fd, SEGMENT_MODE)  # whatever the umask: readers accept nothing else
             chunks = payload.chunks if isinstance(payload, Parts) else [payload]
             _write_all(fd, [encode_header(nonce, size), *chunks])
         except OSError:  # ENOSPC: /dev/shm is full
@@ -341,10 +349,18 @@ class SharedArguments:
         return (st.f_bavail * st.f_frsize) - size - DATA_OFFSET >= st.f_blocks * st.f_frsize * KEEP_FREE_FRACTION
 
     def read_back(self, name: str) -> bytes:
-        """The argument's bytes, for a task sent again inline."""
-        with open(os.path.join(self.directory, name), "rb") as file:
-            file.seek(DATA_OFFSET)
-            return file.read()
+        """The argument's bytes, for a task sent again inline (checked as a processor checks a segment: the file may
+        have been replaced since). SharedMemoryUnreachable if it cannot be read."""
+        path = os.path.join(self.directory, name)
+        with self._lock:
+            size = self._live.get(name)
+        if size is None:
+            raise SharedMemoryUnreachable(f"segment {path} was released already")
+        mapping = _map_segment(path, size)
+        try:
+            return mapping[DATA_OFFSET:]
+        finally:
+            mapping.close()
 
     def release(self, names: Sequence[str]) -> None:
         """Unlink the segments of a task that ended."""
@@ -397,25 +413,50 @@ def open_reference(ref: Reference, directory: str = SHM_DIR) -> mmap.mmap:
     token = host_token()
     if not token or token != ref.token:
         raise SharedMemoryUnreachable("the worker is on another host, /dev/shm or user than the client")
-    try:
-        fd = os.open(os.path.join(directory, ref.name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as exc:
-        what = "is gone" if exc.errno == errno.ENOENT else f"cannot be opened ({exc.strerror})"
-        raise SharedMemoryUnreachable(f"segment {ref.name} {what}") from None
-    try:
-        length = os.fstat(fd).st_size
-        if length != DATA_OFFSET + ref.size:
-            raise SharedMemoryUnreachable(f"segment {ref.name} is {length} bytes, not {DATA_OFFSET + ref.size}")
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mapping = mmap.mmap(fd, length, flags=flags, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
+    mapping = _map_segment(os.path.join(directory, ref.name), ref.size)
     try:
         check_header(mapping[:DATA_OFFSET], ref)
     except BaseException:
         mapping.close()
         raise
     return mapping
+
+
+def _map_segment(path: str, size: int) -> mmap.mmap:
+    """The read-only mapping of the segment at `path`, whose data is `size` bytes: opened without blocking or
+    following a link, and mapped only if fstat says it is a regular file of this user, mode 0600, of that size."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise SharedMemoryUnreachable(f"segment {path} is gone") from None
+        if exc.errno == errno.ELOOP:
+            raise SharedMemoryUnreachable(f"segment {path} is a symbolic link, not a regular file; {_CHECK}") from None
+        raise SharedMemoryUnreachable(f"segment {path} cannot be opened ({exc.strerror})") from None
+    try:
+        problem = _segment_problem(os.fstat(fd), DATA_OFFSET + size, os.geteuid())
+        if problem is not None:
+            raise SharedMemoryUnreachable(f"segment {path} {problem}")
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        return mmap.mmap(fd, DATA_OFFSET + size, flags=flags, prot=mmap.PROT_READ)
+    except OSError as exc:  # mmap refused it (out of memory, say)
+        raise SharedMemoryUnreachable(f"segment {path} cannot be mapped ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _segment_problem(st: os.stat_result, length: int, uid: int) -> str | None:
+    """Why a file (its fstat) is not a segment of `length` bytes a client of user `uid` made; None if it may be."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.filemode(st.st_mode)[0], "not a file")
+        return f"is {kind}, not a regular file; {_CHECK}"
+    if st.st_uid != uid:
+        return f"belongs to uid {st.st_uid}, not {uid} (the worker's user); {_CHECK}"
+    if stat.S_IMODE(st.st_mode) != SEGMENT_MODE:
+        return f"has mode {stat.S_IMODE(st.st_mode):04o}, not {SEGMENT_MODE:04o}; {_CHECK}"
+    if st.st_size != length:
+        return f"is {st.st_size} bytes, not {length} as the task's reference says"
+    return None
 
 
 def read_argument(ref: Reference, use: Callable[[memoryview], Any], directory: str = SHM_DIR) -> Any:

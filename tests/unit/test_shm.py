@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,108 @@ def test_no_segment_when_shm_would_be_too_full(tmp_path: Path, monkeypatch: pyte
     assert list(tmp_path.iterdir()) == []
     parts = pickle_parts(os.urandom(200), True, 10)
     assert shm.untag([parts, b"y"]) == (parts.join(), b"y")
+
+
+# ----------------------------------------------------------------------------------------------- hostile files
+# A reference names a file in the shared-memory folder; whoever can write there (or submit a crafted payload) decides
+# what that file is. Only a regular file of this user, mode 0600, of the reference's size is ever read or mapped;
+# anything else fails at once (a FIFO or a device must not block the processor in open() or read()).
+def segment_ref(tmp_path: Path) -> tuple[SharedArguments, Reference, Path]:
+    shared = SharedArguments(10, str(tmp_path))
+    result = shared.share([b"s" * 100])
+    assert result is not None
+    ref = decode_reference(result[0][0])
+    return shared, ref, tmp_path / ref.name
+
+
+def size_of(path: Path) -> int:
+    """The reference size that matches a file's own size (so that only its kind can refuse it)."""
+    return max(0, os.lstat(path).st_size - DATA_OFFSET)
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path, 0o600)
+
+
+def make_directory(path: Path) -> None:
+    path.mkdir(mode=0o600)
+
+
+def make_char_device(path: Path) -> None:
+    """A /dev/null-like character device (1, 3); only root may make one."""
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a character device needs root (CAP_MKNOD)")
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [(make_fifo, "is a FIFO"), (make_directory, "is a directory"), (make_char_device, "is a character device")],
+)
+def test_a_reference_to_a_file_that_is_not_regular_fails_at_once(
+    tmp_path: Path, make: Callable[[Path], None], says: str
+) -> None:
+    path = tmp_path / NAME
+    make(path)
+    ref = reference(size=size_of(path), token=shm.host_token())
+    with pytest.raises(SharedMemoryUnreachable, match=says) as caught:
+        shm.open_reference(ref, str(tmp_path))
+    assert str(path) in str(caught.value) and "regular file" in str(caught.value)
+    with pytest.raises(SharedMemoryUnreachable, match=says):
+        read_argument(ref, bytes, str(tmp_path))
+
+
+@pytest.mark.timeout(10)
+def test_a_symbolic_link_to_a_real_segment_is_refused(tmp_path: Path) -> None:
+    shared, ref, path = segment_ref(tmp_path)
+    link = tmp_path / NAME
+    link.symlink_to(path)
+    with pytest.raises(SharedMemoryUnreachable, match="symbolic link"):
+        read_argument(Reference(NAME, ref.size, ref.nonce, ref.token), bytes, str(tmp_path))
+    shared.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_segment_of_another_mode_or_owner_is_refused(tmp_path: Path) -> None:
+    shared, ref, path = segment_ref(tmp_path)
+    assert read_argument(ref, bytes, str(tmp_path)) == b"s" * 100
+    path.chmod(0o644)
+    with pytest.raises(SharedMemoryUnreachable, match="mode 0644, not 0600"):
+        read_argument(ref, bytes, str(tmp_path))
+    with pytest.raises(SharedMemoryUnreachable, match="mode 0644, not 0600"):
+        shared.read_back(ref.name)
+    path.chmod(0o600)
+    if os.geteuid() == 0:  # only root can give a file away
+        os.chown(path, 65534, -1)
+        with pytest.raises(SharedMemoryUnreachable, match="belongs to uid 65534"):
+            read_argument(ref, bytes, str(tmp_path))
+        os.chown(path, 0, -1)
+    assert read_argument(ref, bytes, str(tmp_path)) == b"s" * 100
+    shared.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_segment_replaced_by_a_fifo_is_refused_on_both_ends(tmp_path: Path) -> None:
+    """The client reads its own segment back to send a task again inline: that read must not block either."""
+    shared, ref, path = segment_ref(tmp_path)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    with pytest.raises(SharedMemoryUnreachable, match="is a FIFO"):
+        read_argument(Reference(ref.name, 0, ref.nonce, ref.token), bytes, str(tmp_path))
+    with pytest.raises(SharedMemoryUnreachable, match="is a FIFO"):
+        shared.read_back(ref.name)
+    shared.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_segment_is_0600_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o277)
+    try:
+        shared, ref, path = segment_ref(tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_argument(ref, bytes, str(tmp_path)) == b"s" * 100
+    shared.close()

@@ -943,8 +943,51 @@ def _outcome_error(status: int, payload: Payload, requirement: Sequence[str] | N
 
 
 # ----------------------------------------------------------------------------------------------- nested clients
+# Clients unpickled in this process (a Client passed to a task): one live client per address, settings and whole key
+# pair (a public key, which is no secret, finds nothing). In a processor (scope_nested_clients) each belongs to the
+# tasks that unpickled it and is closed, forgotten and stripped of its keys when the last of them ends: a later task,
+# whoever sent it, finds nothing of it (docs/security.md). Elsewhere they live as long as the process.
 _nested: dict[tuple[Any, ...], Client] = {}
+_nested_holders: dict[tuple[Any, ...], set[int]] = {}  # in a processor: the ids of the running tasks holding each
 _nested_lock = threading.Lock()
+_current_task: Callable[[], int | None] | None = None  # in a processor: the task running now, None between tasks
+_nested_made = 0  # clients handed out by _reconnect: a processor keeps no function or object that brought one
+
+
+def scope_nested_clients(current_task: Callable[[], int | None] | None) -> None:
+    """A processor's call at start (None at its end): a client unpickled while current_task() names a task belongs
+    to that task (see release_nested_clients); one unpickled between tasks is its own, shared with no one."""
+    global _current_task
+    _current_task = current_task
+
+
+def release_nested_clients(task_id: int) -> None:
+    """A task ended in a processor: the nested clients no other running task holds are closed and forgotten."""
+    if not _nested_holders:
+        return
+    ended = []
+    with _nested_lock:
+        for key, holders in list(_nested_holders.items()):
+            holders.discard(task_id)
+            if not holders:
+                del _nested_holders[key]
+                ended.append(_nested.pop(key))
+    for client in ended:
+        _end_nested(client)
+
+
+def nested_clients_made() -> int:
+    """How many clients unpickling has handed out in this process so far."""
+    return _nested_made
+
+
+def _end_nested(client: Client) -> None:
+    """Close a nested client and drop its keys: whoever still holds the object cannot act as its owner with it."""
+    try:
+        client.disconnect()
+    finally:
+        client._keys = None
+        client._connection.keys = None
 
 
 def _reconnect(
@@ -957,25 +1000,43 @@ def _reconnect(
     options: Options = Options(),  # noqa: B008 (a NamedTuple: immutable)
     shared_memory: bool | int = True,
 ) -> Client:
-    """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key and options."""
-    public = keys.pair.public if keys is not None else None
-    name = type(serializer).__qualname__
-    key = (address, profiling, timeout, heartbeat, name, public, options, os.getpid(), shared_memory)
-    with _nested_lock:
-        client = _nested.get(key)
-        if client is None or client._connection.closed.is_set():
-            client = Client(
-                address,
-                profiling,
-                timeout,
-                heartbeat,
-                serializer,
-                keys=keys if keys is not None else False,
-                shared_memory=shared_memory,
-            )
-            client._options = options
-            _nested[key] = client
+    """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key pair and options
+    (in a processor: shared by the tasks running at once, closed when the last of them ends)."""
+    global _nested_made
+
+    def connect() -> Client:
+        client = Client(
+            address,
+            profiling,
+            timeout,
+            heartbeat,
+            serializer,
+            keys=keys if keys is not None else False,
+            shared_memory=shared_memory,
+        )
+        client._options = options
         return client
+
+    pair = (keys.server_public, keys.pair.public, keys.pair.secret) if keys is not None else None
+    name = type(serializer).__qualname__
+    key = (address, profiling, timeout, heartbeat, name, pair, options, os.getpid(), shared_memory)
+    scope = _current_task
+    task = scope() if scope is not None else None
+    if scope is not None and task is None:  # in a processor, between tasks (a thread a task left running)
+        own = connect()
+        with _nested_lock:
+            _nested_made += 1
+        return own
+    with _nested_lock:
+        cached = _nested.get(key)
+        if cached is None or cached._connection.closed.is_set():
+            if cached is not None:  # its scheduler was lost: a new connection
+                _end_nested(cached)
+            cached = _nested[key] = connect()
+        if task is not None:
+            _nested_holders.setdefault(key, set()).add(task)
+        _nested_made += 1
+        return cached
 
 
 def _print_graph_output(

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from scaler.client import client as client_module
 from scaler.client import future as future_module
 from scaler.core.worker import messages as pm
 from scaler.io.loop import DEFAULT_GC_THRESHOLDS
@@ -112,6 +113,7 @@ class Processor:
     def run(self) -> None:
         self._send(pm.Ready(os.getpid()))
         future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking, self._wait_helping, self.wake.set)
+        client_module.scope_nested_clients(self._current_task)  # a nested client leaves with its task
         threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True).start()
         fresh = False  # tasks were just received: nothing else (a Discard) can be waiting behind them yet
         try:
@@ -143,6 +145,14 @@ class Processor:
         finally:
             self.running = False
             future_module.set_blocking_hook(None, None, None, None)
+            client_module.scope_nested_clients(None)
+
+    def _current_task(self) -> int | None:
+        """The innermost task running now (any thread may ask), None between tasks."""
+        try:
+            return self.stack[-1]
+        except IndexError:
+            return None
 
     def _runnable(self) -> bool:
         with self.pending_lock:
@@ -163,10 +173,18 @@ class Processor:
             self._run_one(task, payloads)
         finally:
             self.stack.pop()
+            self._release_clients(task[0])
             self.user_code_since = outer_since  # None between tasks
             if self.watching:  # the watcher is serving messages: take the socket back
                 os.write(self.wake_write, b"x")
             _RUNNING.pack_into(self.running_task, 0, self.stack[-1] if self.stack else 0)
+
+    def _release_clients(self, task_id: int) -> None:
+        """The task ended: the clients passed to it (docs/security.md) are closed and forgotten, with their keys."""
+        try:
+            client_module.release_nested_clients(task_id)
+        except Exception:  # a bug: say so, and serve the next task
+            logger.exception("processor: closing the clients of task %#x failed", task_id)
 
     def _drain(self) -> None:
         while True:
@@ -336,8 +354,10 @@ class Processor:
             raw = self.raw_objects.get(function_id)
             if raw is None:
                 raise RuntimeError(f"function object {function_id:#x} never reached this worker")
+            made = client_module.nested_clients_made()
             entry = unpack_function(bytes(raw))  # type: ignore[call-overload]
-            self.functions[function_id] = entry
+            if client_module.nested_clients_made() == made:  # one that brought a client is unpickled for every task
+                self.functions[function_id] = entry
         return entry
 
     def _arguments(
@@ -401,7 +421,10 @@ class Processor:
         raw = self.raw_objects.get(object_id)
         if raw is None:
             raise RuntimeError(f"object {object_id:#x} never reached this worker")
+        made = client_module.nested_clients_made()
         value = serializer.deserialize(serializer_input(serializer, raw))
+        if client_module.nested_clients_made() != made:  # it brought a client: unpickled for every task, not kept
+            return value
         if values is None:
             values = self.values[object_id] = {}
         values[key] = value
