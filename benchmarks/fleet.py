@@ -11,8 +11,8 @@ For each point: starts `scaler_scheduler` (its own process, logging to a file), 
 measures, in this order:
 - idle: the scheduler's CPU (share of one core) over --idle seconds with every worker connected and heartbeating,
   and its RSS;
-- status: one `status` from the monitor (a SUB connected only for the snapshot, so that the runs below see no
-  subscriber): its size, and how long encoding it takes here (the scheduler builds and encodes one a second while
+- status: one `status` from the monitor (a monitor connected only for the snapshot, so that the runs below see
+  none): its size, and how long encoding it takes here (the scheduler builds and encodes one a second while
   a monitor subscribes, none otherwise);
 - round trip: the median of --rtt lone `submit(...).result()` from one real Client;
 - map: --tasks no-op tasks split over the clients (real `scaler.Client`s, one thread each), wall time, the
@@ -42,6 +42,7 @@ import psutil
 import zmq
 
 from scaler import Client
+from scaler.io.sockets import connect_subscriber
 from scaler.protocol.messages import Status, decode, encode
 
 BIN = Path(sys.executable).parent
@@ -61,20 +62,20 @@ def free_port() -> int:
 
 
 def snapshot(ctx: zmq.Context[Any], monitor: str, timeout: float = 5.0) -> tuple[Status, int]:
-    """One status from the monitor, and its size in bytes; the SUB is closed afterwards."""
-    sub: zmq.Socket[Any] = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(monitor)
+    """One status from the monitor, and its size in bytes; the monitor's socket is closed afterwards."""
+    sub = connect_subscriber(monitor, ctx, name="fleet-snapshot")
+    deadline = time.monotonic() + timeout
     try:
-        if not sub.poll(int(timeout * 1000)):
-            raise RuntimeError(f"no status from {monitor} within {timeout}s")
-        frames = sub.recv_multipart()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sub.poll(int(left * 1000)):
+                raise RuntimeError(f"no status from {monitor} within {timeout}s")
+            frames = sub.recv_multipart()
+            message = decode(frames)
+            if isinstance(message, Status):
+                return message, sum(len(f) for f in frames)
     finally:
         sub.close(linger=0)
-    message = decode(frames)
-    assert isinstance(message, Status)
-    return message, sum(len(f) for f in frames)
 
 
 def encode_seconds(status: Status, repeat: int = 20) -> float:

@@ -76,7 +76,8 @@ def subscribe(address: str) -> None:
         if not sock.poll(100):
             continue
         status = recv_message(sock, accept=ACCEPTED_BY_MONITOR)
-        assert isinstance(status, Status)
+        if not isinstance(status, Status):
+            continue  # the welcome
         statuses += 1
         events += len(status.events.task_ids)
         dropped += status.events.dropped

@@ -35,8 +35,8 @@ from scaler.client import future as future_module
 from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
 from scaler.client.shipped import run_batch
-from scaler.io.ipc import ipc_path
-from scaler.io.processes import default_monitor_address
+from scaler.io.ipc import find_monitor, ipc_path
+from scaler.io.processes import documented_monitor_address
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[mis
 
     address: the scheduler to connect to; the backend then connects when a Parallel call starts and disconnects
         when it ends. client: an existing Client (or client.options(...)) to use instead; it stays connected.
-    monitor_address: where to read the number of workers that n_jobs=-1 means (default: the scheduler's default
-        monitor address, ipc:///tmp/<host>_<port>_monitor, readable on the scheduler's machine only).
+    monitor_address: where to read the number of workers that n_jobs=-1 means (default: the default monitor address
+        of this user's scheduler at `address`, on this machine; a tcp:// one takes a monitor key from keys=).
     Other keywords go to Client(address, ...): keys=, timeout_seconds=, task_timeout=, ...
     """
 
@@ -223,7 +223,10 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[mis
         """The scheduler's live workers, from its monitor; this machine's CPUs when that cannot be read."""
         address = self._monitor_address
         if address is None and self._address is not None:
-            address = default_monitor_address(self._address)
+            try:  # where this user's scheduler of that address publishes (never another user's socket)
+                address = find_monitor(documented_monitor_address(self._address))
+            except ValueError:
+                address = None
         count = _count_workers(address, self._monitor_keys(address)) if address is not None else None
         if count is not None:
             return count
@@ -239,18 +242,21 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[mis
         return fallback
 
     def _monitor_keys(self, address: str) -> Any:
-        """The client keys to read a tcp:// monitor with (an ipc:// one needs none)."""
+        """The monitor key to read a tcp:// monitor with (an ipc:// one needs none): from the keys directory the client
+        was given (or $SCALER_KEYS). A client machine normally holds no monitor key: None then, and the count falls
+        back to this machine's CPUs."""
         if not address.startswith("tcp://"):
             return None
-        keys = getattr(self._client, "_keys", None)
-        if keys is not None:
-            return keys
         setting = self._client_kwargs.get("keys")
         if setting is False:
             return None
+        from scaler.errors import KeysError
         from scaler.monitor.top import monitor_keys
 
-        return monitor_keys(address, setting)
+        try:
+            return monitor_keys(address, setting)
+        except KeysError:
+            return None
 
 
 def _backend_in_task(

@@ -1,4 +1,5 @@
-"""A fake scheduler for scaler_ui's tests: a real PUB socket publishing real encoded Status messages about a simulated
+"""A fake scheduler for scaler_ui's tests: a real monitor socket (the scheduler's own: scheduler/monitors.py) sending
+real encoded Status messages to the monitors that say hello, about a simulated
 cluster (workers with processors running tasks of several functions, some failing, some printing, a worker lost),
 so that the dashboard can be driven at any size (1,000 workers) without starting one.
 
@@ -13,8 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from scaler.io.sockets import bind_publisher
-from scaler.protocol.codec import encode
+from scaler.io.sockets import context
 from scaler.protocol.messages import (
     ClientStatus,
     DepartedWorker,
@@ -26,6 +26,7 @@ from scaler.protocol.messages import (
     TaskStatus,
     WorkerStatus,
 )
+from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router
 
 # name, mean run time in seconds, one task in how many fails, one in how many prints
 FUNCTIONS = (
@@ -246,7 +247,8 @@ class FakeScheduler:
         self.paused = threading.Event()  # set: publish nothing (a scheduler that stopped)
 
     def __enter__(self) -> FakeScheduler:
-        self._sock = bind_publisher(self.address)
+        self._sock = bind_monitor_router(self.address, context(), None)
+        self._channel = MonitorChannel(self._sock, "fake-scheduler", "", lambda fd: None)
         self._thread.start()
         return self
 
@@ -256,14 +258,17 @@ class FakeScheduler:
         self._sock.close()
 
     def _run(self) -> None:
-        start = time.monotonic()
+        start = next_status = time.monotonic()
         while not self._stop.is_set():
-            if not self.paused.is_set():
-                clock_us = int((time.monotonic() - start) * 1e6) + 10_000_000
-                status = self.cluster.step(clock_us, int(time.time() * 1e6))
-                self._sock.send_multipart(encode(status))  # type: ignore[arg-type]
-                self.sent += 1
-            self._stop.wait(self.interval)
+            now = time.monotonic()
+            self._channel.on_readable(now)  # monitors' hellos, as the real scheduler's monitor socket answers them
+            if now >= next_status:
+                next_status = now + self.interval
+                if not self.paused.is_set():
+                    clock_us = int((now - start) * 1e6) + 10_000_000
+                    self._channel.publish(self.cluster.step(clock_us, int(time.time() * 1e6)))
+                    self.sent += 1
+            self._stop.wait(min(0.05, max(0.0, next_status - time.monotonic())))
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ scaler_ui's /status.json and /metrics read it from a real cluster."""
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import pty
@@ -23,8 +24,8 @@ import pytest
 import zmq
 
 from scaler import Client, SchedulerClusterCombo
-from scaler.io.sockets import bind_publisher, send_message
 from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
+from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router
 from tests.e2e.dashboard_browser import Page, browser
 from tests.e2e.test_cli import ENV, Program, cli, run
 from tests.e2e.test_ui import metrics_of, start_ui, status_of
@@ -130,10 +131,12 @@ class Publisher:
         self._thread.start()
 
     def _run(self) -> None:
-        sock = bind_publisher(self.address, self._ctx)
+        sock = bind_monitor_router(self.address, self._ctx, None)
+        channel = MonitorChannel(sock, "fake", "", lambda fd: None)
         try:
             while not self._stop.wait(0.2):
-                send_message(sock, self.status)
+                channel.on_readable(0.0)
+                channel.publish(copy.deepcopy(self.status))
         finally:
             sock.close(linger=0)
 

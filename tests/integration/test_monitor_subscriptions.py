@@ -1,4 +1,5 @@
-"""The monitor socket on real ZeroMQ sockets: the scheduler counts its subscribers (XPUB) and records task events,
+"""The monitor socket on real ZeroMQ sockets: monitors say hello and get statuses until they leave; the socket stays
+bounded whatever peers send; task data reaches only the monitors allowed it; the scheduler records task events,
 failures and output only while one subscribes; a task's printed output reaches its client before its result.
 
 Peers are raw sockets speaking the protocol (not our client or worker classes).
@@ -16,7 +17,7 @@ import pytest
 import zmq
 
 from scaler.core.scheduler import SchedulerConfig
-from scaler.io.sockets import bind_publisher, read_subscriptions, recv_message, send_message
+from scaler.io.sockets import connect_subscriber, recv_message, send_frames, send_message
 from scaler.protocol.messages import (
     ACCEPTED_BY_MONITOR,
     FLAG_STREAM_OUTPUT,
@@ -24,18 +25,31 @@ from scaler.protocol.messages import (
     OUTPUT_ERROR,
     OUTPUT_STDOUT,
     DispatchTasks,
+    FunctionStatus,
     Hello,
+    Message,
+    OutputRecord,
     PeerKind,
     PutObjects,
+    Refused,
     Status,
     SubmitTasks,
+    TaskFailure,
     TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
     Welcome,
+    encode,
 )
 from scaler.scheduler import server as server_module
+from scaler.scheduler.monitors import (
+    MAX_MONITORS,
+    MONITOR_FRAME_BYTES,
+    MonitorChannel,
+    bind_monitor_router,
+    withheld_because,
+)
 from scaler.scheduler.server import SchedulerServer
 from tests.helpers import free_address
 from tests.integration.test_scheduler_shell import serve_with_peers
@@ -60,71 +74,107 @@ def monitor_address() -> Iterator[str]:
 
 
 def subscriber(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.connect(address)
-    return sock
+    return connect_subscriber(address, ctx, name="test")
+
+
+def messages(sock: zmq.Socket[Any], seconds: float) -> list[Message]:
+    """What the monitor socket sends `sock` within `seconds`."""
+    got: list[Message] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if sock.poll(int(left * 1000)):
+            got.append(recv_message(sock, 0, ACCEPTED_BY_MONITOR))
+    return got
+
+
+class Channel:
+    """A MonitorChannel on a real socket, served by the test's own calls (on_readable, publish)."""
+
+    def __init__(self, ctx: zmq.Context[Any], address: str, withheld: str = "") -> None:
+        self.sock = bind_monitor_router(address, ctx, None)
+        self.spoken: list[int] = []
+        self.channel = MonitorChannel(self.sock, "test-scheduler", withheld, self.spoken.append)
+
+    def serve_until(self, condition: Callable[[], object], what: str) -> None:
+        wait_for(lambda: self.channel.on_readable(time.monotonic()) or condition(), what)
 
 
 # ----------------------------------------------------------------------------------------------- the socket
-def test_the_publisher_counts_every_subscriber_coming_and_going(monitor_address: str) -> None:
-    """Two SUB sockets on the same topic: each subscribe counts, and each one's closing counts as its unsubscribe."""
+def test_monitors_say_hello_and_get_statuses_until_they_leave(monitor_address: str) -> None:
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        publisher = bind_publisher(monitor_address, ctx)
-        count = 0
-
-        def settles_at(expected: int) -> bool:
-            nonlocal count
-            count += read_subscriptions(publisher)
-            return count == expected
-
+        served = Channel(ctx, monitor_address)
         first, second = subscriber(ctx, monitor_address), subscriber(ctx, monitor_address)
-        wait_for(lambda: settles_at(2), "two subscriptions")
+        served.serve_until(lambda: len(served.channel) == 2, "two monitors")
+        assert len(served.spoken) == 2  # each hello marked its connection as one that spoke
+        served.channel.publish(Status(scheduler_name="s", failures=[TaskFailure(1, "f", "w", 1, "boom", 0)]))
+        for sock in (first, second):
+            got = messages(sock, 1.0)
+            assert isinstance(got[0], Welcome) and isinstance(got[1], Status)
+            assert got[1].failures[0].text == "boom" and got[1].withheld == ""
         first.close()
-        wait_for(lambda: settles_at(1), "the first one's end")
-        second.close()
-        wait_for(lambda: settles_at(0), "the second one's end")
-        time.sleep(0.2)
-        assert count + read_subscriptions(publisher) == 0  # nothing more comes
+
+        def first_forgotten() -> bool:
+            served.channel.publish(Status())
+            return len(served.channel) == 1
+
+        wait_for(first_forgotten, "the first monitor to be forgotten")  # a status to it failed: it left
     finally:
         ctx.destroy(linger=0)
 
 
-@pytest.mark.parametrize("option", [None, zmq.XPUB_VERBOSE], ids=["plain", "verbose"])
-def test_without_verboser_a_second_subscriber_on_the_same_topic_is_not_seen(
-    monitor_address: str, option: int | None
-) -> None:
-    """Why bind_publisher sets XPUB_VERBOSER: a plain XPUB passes only the first subscribe of a topic (and VERBOSE
-    only the last unsubscribe), so a count would say 1 with two monitors, and 0 when one of two leaves (or never)."""
+def test_task_data_is_withheld_where_the_operator_does_not_allow_it(monitor_address: str) -> None:
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        xpub = ctx.socket(zmq.XPUB)
-        xpub.setsockopt(zmq.LINGER, 0)
-        if option is not None:
-            xpub.setsockopt(option, 1)
-        xpub.bind(monitor_address)
-        seen: list[bytes] = []
+        reason = withheld_because("auto", "tcp://0.0.0.0:1", keys=False)
+        assert "tcp:// monitor address without keys" in reason
+        assert withheld_because("auto", "tcp://0.0.0.0:1", keys=True) == ""
+        assert withheld_because("auto", monitor_address, keys=False) == ""
+        assert withheld_because("on", "tcp://0.0.0.0:1", keys=False) == ""
+        assert "--monitor-task-data off" in withheld_because("off", monitor_address, keys=True)
+        served = Channel(ctx, monitor_address, withheld=reason)
+        sock = subscriber(ctx, monitor_address)
+        served.serve_until(lambda: len(served.channel) == 1, "a monitor")
+        failure, output = TaskFailure(1, "f", "w", 1, "secret", 0), OutputRecord(1, "f", "w", 1, "secret", 0)
+        served.channel.publish(Status(failures=[failure], outputs=[output], functions=[FunctionStatus("f")]))
+        status = next(m for m in messages(sock, 1.0) if isinstance(m, Status))
+        assert status.failures == [] and status.outputs == [] and status.withheld == reason
+        assert [f.name for f in status.functions] == ["f"]  # function names are not task data
+    finally:
+        ctx.destroy(linger=0)
 
-        def drain() -> None:
-            while True:
-                try:
-                    seen.append(xpub.recv(zmq.NOBLOCK))
-                except zmq.Again:
-                    return
 
-        first, second = subscriber(ctx, monitor_address), subscriber(ctx, monitor_address)
-        wait_for(lambda: drain() or len(seen) >= (1 if option is None else 2), "the subscriptions")
-        time.sleep(0.3)
-        drain()
-        assert seen == ([b"\x01"] if option is None else [b"\x01", b"\x01"])
-        first.close()
-        second.close()
-        wait_for(lambda: drain() or b"\x00" in seen, "the unsubscription")
-        time.sleep(0.3)
-        drain()
-        assert seen.count(b"\x00") == 1  # one unsubscribe for two subscribers leaving
+def test_a_monitor_socket_stays_bounded_whatever_peers_send(monitor_address: str) -> None:
+    """Hellos in a loop, garbage, a client's hello, frames over the limit, more monitors than MAX_MONITORS: each gets
+    at most an answer, the table never holds more than MAX_MONITORS, and a real monitor is still served."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        served = Channel(ctx, monitor_address)
+        loud = ctx.socket(zmq.DEALER)
+        loud.setsockopt(zmq.LINGER, 0)
+        loud.connect(monitor_address)
+        for _ in range(500):  # one socket saying hello over and over (within its queue): one subscriber
+            send_frames(loud, list(encode(Hello(PeerKind.MONITOR, "loud"))), zmq.NOBLOCK)
+        served.serve_until(lambda: len(served.channel) == 1, "the loud monitor")
+        send_frames(loud, [b"garbage"], zmq.NOBLOCK)
+        served.serve_until(lambda: served.channel.refused >= 1, "the garbage refused")
+        assert len(served.channel) == 0  # the refusal ended its subscription
+        wrong = ctx.socket(zmq.DEALER)
+        wrong.setsockopt(zmq.LINGER, 0)
+        wrong.connect(monitor_address)
+        send_frames(wrong, list(encode(Hello(PeerKind.CLIENT, "a client"))))
+        served.serve_until(lambda: served.channel.refused >= 2, "the client refused")
+        refusal = next(m for m in messages(wrong, 1.0) if isinstance(m, Refused))
+        assert "clients and workers connect to its address" in refusal.reason
+        big = ctx.socket(zmq.DEALER)
+        big.setsockopt(zmq.LINGER, 0)
+        big.connect(monitor_address)
+        send_frames(big, [b"x" * (MONITOR_FRAME_BYTES + 1)])  # ZeroMQ drops the connection before reading it
+        many = [subscriber(ctx, monitor_address) for _ in range(MAX_MONITORS + 5)]
+        served.serve_until(lambda: served.channel.refused >= 7, "the monitors past the limit refused")
+        assert len(served.channel) == MAX_MONITORS
+        served.channel.publish(Status(scheduler_name="still serving"))
+        assert any(isinstance(m, Status) for m in messages(many[0], 1.0))
     finally:
         ctx.destroy(linger=0)
 
@@ -170,7 +220,7 @@ def test_the_scheduler_records_for_monitors_only_while_one_subscribes(
         checked.append("stopped")
 
     serve_with_peers(server, peers)
-    assert checked == ["recorded", "stopped"] and server.subscribers == 0
+    assert checked == ["recorded", "stopped"] and server.monitors is not None and len(server.monitors) == 0
 
 
 def connect(ctx: zmq.Context[Any], address: str, kind: PeerKind) -> tuple[zmq.Socket[Any], int]:
@@ -196,6 +246,8 @@ def statuses_until(monitor: zmq.Socket[Any], done: Callable[[Status], bool]) -> 
     while not statuses or not done(statuses[-1]):
         assert monitor.poll(TIMEOUT_MS), "no status came"
         status = recv_message(monitor, accept=ACCEPTED_BY_MONITOR)
+        if isinstance(status, Welcome):
+            continue
         assert isinstance(status, Status)
         statuses.append(status)
     return statuses

@@ -115,7 +115,7 @@ def other_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(keys_dir: Path) -> Iterator[SchedulerClusterCombo]:
-    """A scheduler that requires keys, two workers with the worker key, and a tcp:// monitor for client keys."""
+    """A scheduler that requires keys, two workers with the worker key, and a tcp:// monitor for monitor keys."""
     combo = SchedulerClusterCombo(
         address=free_address(),
         n_workers=2,
@@ -489,7 +489,7 @@ def test_a_result_over_the_limit_fails_its_task(plain_client: Client) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- 8: the monitor
-def test_scaler_top_with_client_keys_reads_the_tcp_monitor(
+def test_scaler_top_with_a_monitor_key_reads_the_tcp_monitor(
     secured: SchedulerClusterCombo, secure_client: Client, keys_dir: Path
 ) -> None:
     secure_client.submit(square, 2).result(timeout=TIMEOUT)  # both workers have had time to join
@@ -506,15 +506,18 @@ def test_scaler_top_without_keys_fails_authentication_at_once(secured: Scheduler
     assert "authentication failed" in done.stdout and "requires keys" in done.stdout, done.stdout
 
 
-def test_the_tcp_monitor_admits_client_keys_only(
-    secured: SchedulerClusterCombo, keys_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("secret", ["client.key_secret", "worker.key_secret"])
+def test_the_tcp_monitor_admits_monitor_keys_only(
+    secured: SchedulerClusterCombo, keys_dir: Path, tmp_path: Path, secret: str
 ) -> None:
-    """The worker's key, passed off as a client key, is authorized on the scheduler's address, not on the monitor."""
-    worker_as_client = key_folder(tmp_path / "worker-as-client", keys_dir, keys_dir / "worker.key_secret")
+    """A client's or a worker's key, passed off as a monitor key, is authorized on the scheduler's address, not on the
+    monitor: the monitor carries other clients' task data."""
+    posing = tmp_path / f"{secret}-as-monitor"
+    posing.mkdir(mode=0o700)
+    shutil.copy(keys_dir / "scheduler.key", posing / "scheduler.key")
+    shutil.copy(keys_dir / secret, posing / "monitor.key_secret")
     start = time.monotonic()
-    done = run_cli(
-        cli("scaler_top"), "--once", "--timeout", "10", "--keys", str(worker_as_client), secured.monitor_address
-    )
+    done = run_cli(cli("scaler_top"), "--once", "--timeout", "10", "--keys", str(posing), secured.monitor_address)
     assert time.monotonic() - start < 5, "scaler_top waited for its --timeout after the handshake failed"
     assert done.returncode == 1, done.stdout + done.stderr
     assert "authentication failed" in done.stdout and "does not accept" in done.stdout, done.stdout
@@ -527,7 +530,7 @@ def test_scaler_top_with_a_worker_keys_directory_is_a_usage_error(
     done = run_cli(cli("scaler_top"), "--once", "--keys", str(worker_only), secured.monitor_address)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "scaler_top: error:" in done.stderr and "Traceback" not in done.stderr, done.stderr
-    assert f"{worker_only / 'client.key_secret'} is missing" in done.stderr, done.stderr
+    assert f"{worker_only / 'monitor.key_secret'} is missing" in done.stderr, done.stderr
 
 
 def test_the_ipc_monitor_of_a_running_combo_is_private(plain: SchedulerClusterCombo) -> None:

@@ -352,6 +352,10 @@ def test_wrong_protocol_version_is_refused(ctx: zmq.Context[Any], scheduler: Sch
     worker.send("hello", protocolVersion=PROTOCOL_VERSION, kind="worker", name="no room", queueCapacity=0)
     assert "queueCapacity" in worker.expect("refused", ignore=()).fields["reason"]
 
+    monitor = Peer(ctx, scheduler, "M")
+    monitor.send("hello", protocolVersion=PROTOCOL_VERSION, kind="monitor", name="lost monitor")
+    assert "monitor address" in monitor.expect("refused", ignore=()).fields["reason"]
+
 
 def test_malformed_messages_get_an_error_and_the_scheduler_keeps_serving(
     ctx: zmq.Context[Any], scheduler: Scheduler
@@ -798,17 +802,21 @@ def test_monitor_publishes_status(ctx: zmq.Context[Any], scheduler: Scheduler) -
     client = RawClient(ctx, scheduler, name="watched-client")
     worker.heartbeat(cpuPercent=1.5, rssBytes=123, queued=2, running=1, processors=1, lagUs=99)
     worker.expect("heartbeatEcho", ignore=())
-    sub = ctx.socket(zmq.SUB)
+    sub = ctx.socket(zmq.DEALER)  # a monitor: a DEALER that says hello (kind monitor) on the monitor address
     sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(scheduler.monitor)
+    sub.send(build("hello", protocolVersion=PROTOCOL_VERSION, kind="monitor", name="raw-monitor"))
     deadline = time.monotonic() + 5
+    seen: list[str] = []
     while True:
-        assert sub.poll(max(1, int((deadline - time.monotonic()) * 1000))), "no status within 5s"
+        assert sub.poll(max(1, int((deadline - time.monotonic()) * 1000))), f"no status within 5s (got {seen})"
         frames = sub.recv_multipart()
         assert len(frames) == 1
         status = parse(frames)
-        assert status.name == "status"
+        seen.append(status.name)
+        if status.name == "welcome":
+            continue
+        assert status.name == "status" and seen[0] == "welcome"
         if status.fields["workers"] and status.fields["clients"]:
             break
     f = status.fields

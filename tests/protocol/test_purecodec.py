@@ -135,7 +135,7 @@ def test_truncated_headers(name: str) -> None:
 @pytest.mark.parametrize(
     "header",
     [
-        *(raw("hello", protocolVersion=1, kind=kind) for kind in (2, 7, 0xFFFF)),
+        *(raw("hello", protocolVersion=1, kind=kind) for kind in (3, 7, 0xFFFF)),
         *(raw("error", code=code, message="x") for code in (5, 9, 0xFFFF)),
     ],
 )

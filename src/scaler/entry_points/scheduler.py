@@ -12,6 +12,7 @@ from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version, byte
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
 from scaler.io.processes import check_cpu, default_monitor_address, parse_address, setup_logging
+from scaler.scheduler.monitors import TASK_DATA_CHOICES
 from scaler.security.keys import ServerKeys, load_server_keys, resolve
 
 DEFAULTS = SchedulerConfig()
@@ -34,7 +35,17 @@ def parser() -> argparse.ArgumentParser:
         "--monitor-address",
         "-ma",
         default=None,
-        help="where scaler_top connects (default: ipc:///tmp/<host>_<port>_monitor)",
+        help="where monitors (scaler_top, scaler_ui) connect (default: ipc://DIR/<host>_<port>_monitor in a folder "
+        "private to this user: $XDG_RUNTIME_DIR/scaler or /tmp/scaler-<uid>; scaler_top also finds it given "
+        "ipc:///tmp/<host>_<port>_monitor)",
+    )
+    p.add_argument(
+        "--monitor-task-data",
+        choices=TASK_DATA_CHOICES,
+        default="auto",
+        help="whether statuses on the monitor address carry task data (the exception texts of failures and what tasks "
+        "print): auto sends it to ipc:// monitors (only this user can connect) and to tcp:// monitors with keys "
+        "(only monitor keys can), not to a tcp:// monitor without keys; on: always; off: never",
     )
     p.add_argument(
         "--protected",
@@ -90,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="connections that have not sent a message yet (a handshake under way, or a peer that says nothing) at "
-        "most; past it the oldest of them are ended. Default: a quarter of --max-connections, 256 at most",
+        "most; past it the oldest of them are ended. By default a quarter of --max-connections, 256 at most",
     )
     p.add_argument(
         "--cpu",
@@ -154,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             keys=keys,
             max_connections=args.max_connections,
             max_silent_connections=args.max_silent_connections,
+            monitor_task_data=args.monitor_task_data,
         )
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)

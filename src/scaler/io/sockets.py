@@ -8,16 +8,17 @@ microseconds per frame (enum flag arithmetic), more than everything else a frame
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import zmq
 
-from scaler.io.curve import MAIN_DOMAIN, MONITOR_DOMAIN, make_client, make_server
+from scaler.io.curve import MAIN_DOMAIN, make_client, make_server
 from scaler.io.frameinfo import cffi_backend, frame_more
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
-from scaler.protocol.messages import Message, Payload, decode, encode
+from scaler.protocol.messages import Hello, Message, Payload, PeerKind, decode, encode
 from scaler.security.keys import PeerKeys
 
 COPY_BELOW = 64 * 1024  # frames smaller than this are copied (sending) or turned into bytes (receiving)
@@ -84,7 +85,7 @@ def bind_router(
         sock.setsockopt(zmq.MAXMSGSIZE, max_payload_bytes + FRAME_SLACK)
     if curve_secret is not None:
         make_server(sock, curve_secret, MAIN_DOMAIN)
-    _bind(sock, address)
+    bind_socket(sock, address)
     return sock
 
 
@@ -100,61 +101,40 @@ def new_dealer(identity: bytes, ctx: zmq.Context[Any] | None = None, keys: PeerK
     return sock
 
 
-def bind_publisher(
-    address: str, ctx: zmq.Context[Any] | None = None, curve_secret: bytes | None = None
-) -> zmq.Socket[Any]:
-    """The monitor socket: an XPUB, which tells who subscribes (read_subscriptions). Over ipc only this user can
-    connect (file permissions); over tcp with `curve_secret`, only the client keys the context's ZAP handler admits."""
-    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.XPUB)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SNDHWM, 16)
-    # Every subscribe and unsubscribe, not only the first subscribe and the last unsubscribe of a topic (what XPUB
-    # passes by default, and XPUB_VERBOSE for unsubscribes): each subscriber counts, and its connection closing counts
-    # as its unsubscribe.
-    sock.setsockopt(zmq.XPUB_VERBOSER, 1)
-    if curve_secret is not None and address.startswith("tcp://"):
-        make_server(sock, curve_secret, MONITOR_DOMAIN)
-    _bind(sock, address)
-    return sock
-
-
-def read_subscriptions(sock: zmq.Socket[Any]) -> int:
-    """Subscriptions made minus subscriptions ended on a publisher (bind_publisher) since the last call; reads what
-    waits without blocking. ZeroMQ passes a subscriber's leaving once its connection's end is processed, which may
-    take a later call."""
-    change = 0
-    while True:
-        try:
-            message = sock.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            return change
-        if message[:1] == b"\x01":
-            change += 1
-        elif message[:1] == b"\x00":
-            change -= 1
-
-
 def new_subscriber(address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None) -> zmq.Socket[Any]:
-    """A subscriber for a monitor address, not connected yet; `keys` are used over tcp only (an ipc monitor is
-    guarded by file permissions)."""
-    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.SUB)
+    """A monitor's socket towards a scheduler's monitor address (a DEALER), not connected yet; `keys` (a monitor key)
+    are used over tcp only (an ipc monitor is guarded by file permissions). connect_subscriber connects it and says
+    hello; the scheduler then sends it a status about once a second (scheduler/monitors.py)."""
+    sock: zmq.Socket[Any] = (ctx or context()).socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 16)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
     if keys is not None and address.startswith("tcp://"):
         make_client(sock, keys)
     return sock
 
 
+def subscribe(sock: zmq.Socket[Any], name: str = "") -> None:
+    """Say hello as a monitor (again: a scheduler that restarted, or dropped us, knows us from then on)."""
+    hello = Hello(PeerKind.MONITOR, name or f"monitor-{os.getpid()}", socket.gethostname(), os.getpid())
+    try:
+        send_frames(sock, list(encode(hello)), zmq.NOBLOCK)
+    except zmq.Again:
+        pass  # the queue towards the scheduler is full: an earlier hello waits there already
+
+
 def connect_subscriber(
-    address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None
+    address: str, ctx: zmq.Context[Any] | None = None, keys: PeerKeys | None = None, name: str = ""
 ) -> zmq.Socket[Any]:
+    """A monitor's socket, connected to `address`, its hello sent (statuses follow)."""
     sock = new_subscriber(address, ctx, keys)
     sock.connect(address)
+    subscribe(sock, name)
     return sock
 
 
-def _bind(sock: zmq.Socket[Any], address: str) -> None:
+def bind_socket(sock: zmq.Socket[Any], address: str) -> None:
     """Bind; an ipc path is claimed first (io.ipc.claim) and created so that only this user can connect."""
     path = ipc_path(address)
     if path is None:

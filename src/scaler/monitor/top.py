@@ -14,14 +14,16 @@ import zmq
 from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.io.curve import HandshakeWatch
+from scaler.io.ipc import find_monitor
 from scaler.io.processes import parse_address
-from scaler.io.sockets import new_subscriber, recv_message
+from scaler.io.sockets import new_subscriber, recv_message, subscribe
 from scaler.monitor.render import SHORTCUTS, function_rows, is_stale, render, screen, waiting
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Status
+from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Message, Refused, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 
 _WATCH_MS = 100  # a status is waited for in slices this long, to see a failed handshake at once
+RESUBSCRIBE_SECONDS = 3.0  # no status this long: say hello again (the scheduler restarted, or forgot this monitor)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,36 +53,49 @@ def checked_monitor(p: argparse.ArgumentParser, args: argparse.Namespace) -> Pee
     """The keys to subscribe with (see monitor_keys), once the address is checked; a usage error otherwise."""
     try:
         parse_address(args.monitor_address)
+        args.monitor_address = find_monitor(args.monitor_address)
         return monitor_keys(args.monitor_address, args.keys)
     except (ValueError, KeysError) as exc:
         p.error(str(exc))
 
 
 class Subscription:
-    """A subscriber to a monitor address, and a watch on its handshakes (a tcp:// monitor of a scheduler with keys
-    takes authorized client keys only)."""
+    """A monitor of a scheduler's monitor address: says hello (again whenever no status came for a while: a scheduler
+    that restarted knows nobody), and watches its handshakes (a tcp:// monitor of a scheduler with keys takes
+    authorized monitor keys only). `failure` says why the scheduler will not serve it, once known."""
 
-    def __init__(self, address: str, keys: PeerKeys | None) -> None:
+    def __init__(self, address: str, keys: PeerKeys | None, name: str = "") -> None:
         self.address = address
+        self.name = name
         self.sock = new_subscriber(address, keys=keys)
         use_keys = keys if address.startswith("tcp://") else None
-        self.watch = HandshakeWatch(self.sock, address, use_keys, "client")
+        self.watch = HandshakeWatch(self.sock, address, use_keys, "monitor")
         self.sock.connect(address)
+        subscribe(self.sock, name)
+        self._said = time.monotonic()
         self.failure: str | None = None
 
     def next(self, timeout_ms: int) -> Status | None:
-        """The next status within `timeout_ms`; None at the deadline, or as soon as a handshake fails for the first
-        time (`failure` then says why; later calls wait their whole timeout again)."""
+        """The next status within `timeout_ms`; None at the deadline, or as soon as a handshake fails or the scheduler
+        refuses this monitor for the first time (`failure` then says why; later calls wait their whole timeout)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            status = next_status(self.sock, min(left_ms, _WATCH_MS))
-            if status is not None:
-                return status
+            now = time.monotonic()
+            left_ms = max(0, int((deadline - now) * 1000))
+            message = next_message(self.sock, min(left_ms, _WATCH_MS))
+            if isinstance(message, Status):
+                self._said = time.monotonic()
+                return message
+            if isinstance(message, Refused) and self.failure is None:
+                self.failure = f"the scheduler at {self.address} refused this monitor: {message.reason}"
+                return None
             if self.failure is None:
                 self.failure = self.watch.failure()
                 if self.failure is not None:
                     return None
+            if now - self._said >= RESUBSCRIBE_SECONDS:
+                subscribe(self.sock, self.name)
+                self._said = now
             if left_ms == 0:
                 return None
 
@@ -90,21 +105,27 @@ class Subscription:
 
 
 def monitor_keys(address: str, keys: str | None) -> PeerKeys | None:
-    """The client keys to subscribe to `address` with: for tcp:// only, from `keys` or $SCALER_KEYS. KeysError if
+    """The monitor keys to subscribe to `address` with: for tcp:// only, from `keys` or $SCALER_KEYS. KeysError if
     the directory lacks them."""
     directory = resolve(keys)
     if directory is None or not address.startswith("tcp://"):
         return None
-    return load_peer_keys(directory, "client")
+    return load_peer_keys(directory, "monitor")
 
 
-def next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
+def next_message(sock: zmq.Socket[Any], timeout_ms: int) -> Message | None:
+    """The next message from the scheduler's monitor address (welcome, refused or status) within `timeout_ms`."""
     if not sock.poll(timeout_ms):
         return None
     try:
-        message = recv_message(sock, 0, ACCEPTED_BY_MONITOR)
+        return recv_message(sock, 0, ACCEPTED_BY_MONITOR)
     except ProtocolError:
         return None
+
+
+def next_status(sock: zmq.Socket[Any], timeout_ms: int) -> Status | None:
+    """The next status within `timeout_ms` (a welcome or anything else that comes first counts as none)."""
+    message = next_message(sock, timeout_ms)
     return message if isinstance(message, Status) else None
 
 

@@ -124,7 +124,8 @@ if _fast is not None:
         _fast = None
 
 
-_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
+_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker", PeerKind.MONITOR: "monitor"}
+_PEER_KINDS = {name: kind for kind, name in _PEER_KIND_NAMES.items()}
 _ERROR_CODE_NAMES = {
     ErrorCode.MALFORMED: "malformed",
     ErrorCode.NOT_CONNECTED: "notConnected",
@@ -394,6 +395,7 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     b.droppedMessages = m.dropped_messages
     b.refusedPeers = m.refused_peers
     b.handlerErrors = m.handler_errors
+    b.withheld = m.withheld
     for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
         out = b.init(column, len(counters))
         for i, (key, value) in enumerate(counters.items()):
@@ -557,8 +559,11 @@ def _no_payloads(payloads: Sequence[Payload], what: str) -> None:
 
 def _dec_hello(b: Any, p: Sequence[Payload]) -> Hello:
     _no_payloads(p, "hello")
+    kind = _PEER_KINDS.get(str(b.kind))
+    if kind is None:
+        raise ProtocolError(f"hello: unknown peer kind {b.kind}")
     return Hello(
-        kind=PeerKind.CLIENT if str(b.kind) == "client" else PeerKind.WORKER,
+        kind=kind,
         name=b.name,
         hostname=b.hostname,
         pid=b.pid,
@@ -793,6 +798,7 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         failures=records(TaskFailure, b.failures, fieldnames.TASK_FAILURE),
         outputs=records(OutputRecord, b.outputs, fieldnames.OUTPUT_RECORD),
         departed=records(DepartedWorker, b.departed, fieldnames.DEPARTED_WORKER),
+        withheld=b.withheld,
     )
 
 

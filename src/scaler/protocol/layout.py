@@ -117,7 +117,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     "ShutdownRequest": (0, 1, (("reason", "text", 0),)),
     "Status": (
         7,
-        11,
+        12,
         (
             ("schedulerName", "text", 0),
             ("timeUs", "u64", 0),
@@ -138,6 +138,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("failures", "list:struct:TaskFailure", 8),
             ("outputs", "list:struct:OutputRecord", 9),
             ("departed", "list:struct:DepartedWorker", 10),
+            ("withheld", "text", 11),
         ),
     ),
     "TaskBatch": (

@@ -237,6 +237,7 @@ _STATUS_HEAD = {
     "dropped_messages": "droppedMessages",
     "refused_peers": "refusedPeers",
     "handler_errors": "handlerErrors",
+    "withheld": "withheld",
 }
 
 
@@ -509,7 +510,7 @@ def _dec_fields(cls: Any, fields: dict[str, str]) -> Callable[[Reader, View, str
 def _dec_hello(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Hello:
     _no_payloads(p, "hello")
     hello: Hello = r.record(v, name, Hello, _HELLO)
-    if hello.kind not in (PeerKind.CLIENT, PeerKind.WORKER):
+    if hello.kind not in (PeerKind.CLIENT, PeerKind.WORKER, PeerKind.MONITOR):
         raise ProtocolError(f"hello: unknown peer kind {hello.kind}")
     hello.kind = PeerKind(hello.kind)
     return hello

@@ -64,7 +64,7 @@ ACCEPTED_BY_WORKER = frozenset(
 ACCEPTED_BY_CLIENT = frozenset(
     {"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error", "taskOutput"}
 )
-ACCEPTED_BY_MONITOR = frozenset({"status"})
+ACCEPTED_BY_MONITOR = frozenset({"welcome", "refused", "status"})
 
 
 class Payload(Protocol):
@@ -76,6 +76,7 @@ class Payload(Protocol):
 class PeerKind(enum.IntEnum):
     CLIENT = 0
     WORKER = 1
+    MONITOR = 2  # on the monitor address only
 
 
 class TaskStatus(enum.IntEnum):
@@ -430,6 +431,7 @@ class Status:
     failures: list[TaskFailure] = field(default_factory=list)
     outputs: list[OutputRecord] = field(default_factory=list)
     departed: list[DepartedWorker] = field(default_factory=list)
+    withheld: str = ""  # why failures and outputs are empty for this monitor ("" if they are not withheld)
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)

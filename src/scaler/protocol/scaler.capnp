@@ -27,9 +27,10 @@
 
 struct Message {
   union {
-    hello @0 :Hello;                  # client|worker -> scheduler, first message of a session
-    welcome @1 :Welcome;              # scheduler -> client|worker, answer to Hello
-    refused @2 :Refused;              # scheduler -> client|worker, Hello not accepted; session is not opened
+    hello @0 :Hello;                  # client|worker -> scheduler, first message of a session; monitor ->
+                                      # scheduler's monitor address: subscribe
+    welcome @1 :Welcome;              # scheduler -> client|worker|monitor, answer to Hello
+    refused @2 :Refused;              # scheduler -> client|worker|monitor, Hello not accepted; no session
     heartbeat @3 :Heartbeat;          # client|worker -> scheduler, every heartbeat interval
     heartbeatEcho @4 :HeartbeatEcho;  # scheduler -> client|worker, answer to Heartbeat
     submitTasks @5 :TaskBatch;        # client -> scheduler
@@ -44,7 +45,8 @@ struct Message {
     shutdownRequest @14 :ShutdownRequest;  # client -> scheduler: stop the whole cluster (refused if protected)
     shutdown @15 :Shutdown;           # scheduler -> client|worker: the scheduler is stopping; end the session
     error @16 :Error;                 # scheduler -> client|worker: a message was not accepted
-    status @17 :Status;               # scheduler -> monitor subscribers (PUB socket), about once a second
+    status @17 :Status;               # scheduler -> each monitor that said hello on the monitor address, about
+                                      # once a second
     tasksStarted @18 :IdList;         # worker -> scheduler: these tasks were handed to a processor and may have
                                       # started (see "Attempts" in docs/protocol.md)
     taskOutput @19 :TaskOutput;       # worker -> scheduler: what tasks printed, and the text of errors they raised;
@@ -55,6 +57,7 @@ struct Message {
 enum PeerKind {
   client @0;
   worker @1;
+  monitor @2;                   # says hello on the monitor address only (docs/protocol.md section 11)
 }
 
 struct Hello {
@@ -224,6 +227,9 @@ struct Status {
   failures @16 :List(TaskFailure);      # since the previous status, at most 100
   outputs @17 :List(OutputRecord);      # since the previous status, at most 256 KiB of text
   departed @18 :List(DepartedWorker);   # since the previous status
+  withheld @19 :Text;           # "" when failures and outputs carry everything they recorded; otherwise why this
+                                # monitor gets none of them (task data reaches only the monitors the operator allows:
+                                # scaler_scheduler --monitor-task-data)
 }
 
 struct TaskOutput {

@@ -1,5 +1,5 @@
-"""The scheduler's shell: a ROUTER socket for clients and workers, an XPUB socket for monitors, an asyncio loop,
-and SchedulerCore deciding everything.
+"""The scheduler's shell: a ROUTER socket for clients and workers, another for monitors (scheduler/monitors.py), an
+asyncio loop, and SchedulerCore deciding everything.
 
 Each wake-up drains a bounded number of messages into the core, then flushes once: one placement pass and one
 message per peer for everything decided. A peer that cannot be delivered to is reported back to the core.
@@ -44,11 +44,9 @@ from scaler.io.frameinfo import frame_get
 from scaler.io.memory import MemoryTrimmer, malloc_trim
 from scaler.io.processes import parse_address, pin_to_cpu
 from scaler.io.sockets import (
-    bind_publisher,
     bind_router,
     context,
     has_input,
-    read_subscriptions,
     read_waiting,
     send_frames,
     small_to_bytes,
@@ -80,6 +78,7 @@ from scaler.scheduler.connections import (
     socket_inode,
 )
 from scaler.scheduler.gate import KeyGate
+from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router, withheld_because
 from scaler.security.keys import ServerKeys
 
 logger = logging.getLogger(__name__)
@@ -112,6 +111,7 @@ class SchedulerServer:
         keys: ServerKeys | None = None,
         clock: Callable[[], float] = time.monotonic,
         limits: ConnectionLimits | None = None,
+        monitor_task_data: str = "auto",
     ) -> None:
         self.on_ready = on_ready
         self.address = address
@@ -123,7 +123,9 @@ class SchedulerServer:
         self.failed_handshakes = 0  # connections that failed their handshake other than by the gate's refusal
         self._limiter = LogLimiter()
         self.router: zmq.Socket[Any] | None = None
-        self.publisher: zmq.Socket[Any] | None = None
+        self.withheld = withheld_because(monitor_task_data, monitor_address, keys is not None)
+        self.monitors: MonitorChannel | None = None
+        self.monitor_events: zmq.Socket[Any] | None = None
         self.process = psutil.Process()
         self.driver: Driver[str] = Driver("Scheduler", clock)
         self.trimmer = MemoryTrimmer(lambda: int(self.process.memory_info().rss), malloc_trim(), before=self._let_go)
@@ -134,7 +136,6 @@ class SchedulerServer:
         self._audited = 0.0
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
-        self.subscribers = 0  # monitors subscribed: while there is one, the core records task events (monitored)
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -156,17 +157,30 @@ class SchedulerServer:
             secret = self.keys.pair.secret
         limit = self.core.config.max_payload_bytes
         self.router = _bind(lambda a, c: bind_router(a, c, secret, limit), self.address, self.ctx, "listen on")
-        self.publisher = _bind(
-            lambda a, c: bind_publisher(a, c, secret), self.monitor_address, self.ctx, "publish the monitor on"
+        monitor = _bind(
+            lambda a, c: bind_monitor_router(a, c, secret), self.monitor_address, self.ctx, "publish the monitor on"
         )
+        key_name = (
+            self.gate.monitor_name if self.gate is not None and self.monitor_address.startswith("tcp://") else None
+        )
+        self.monitors = MonitorChannel(monitor, self.core.config.name, self.withheld, self._spoke, key_name)
         logger.info("Scheduler: listening on %s%s", self.address, " (CurveZMQ keys required)" if secret else "")
-        logger.info("Scheduler: monitor address is %s", self.monitor_address)
-        _warn_if_exposed(self.address, self.monitor_address, secret is not None)
+        logger.info(
+            "Scheduler: monitor address is %s%s",
+            self.monitor_address,
+            "" if not self.withheld else " (task data is not published there: see --monitor-task-data)",
+        )
+        _warn_if_exposed(self.address, self.monitor_address, secret is not None, not self.withheld)
         self.process.cpu_percent()
         driver.reader(socket_fd(self.router), "reading messages", self._on_readable)
         self.disconnects = self.router.get_monitor_socket(_CONNECTION_EVENTS)
         driver.reader(socket_fd(self.disconnects), "connection events", self._on_disconnect_events)
         driver.soon("connection events", self._on_disconnect_events)  # drain once: a ZeroMQ FD only signals edges
+        self.monitor_events = monitor.get_monitor_socket(_CONNECTION_EVENTS)
+        driver.reader(socket_fd(self.monitor_events), "monitor connection events", self._on_monitor_events)
+        driver.soon("monitor connection events", self._on_monitor_events)
+        driver.reader(socket_fd(monitor), "monitors' hellos", self._on_monitor_readable)
+        driver.soon("monitors' hellos", self._on_monitor_readable)
         if self.on_ready is not None:
             self.on_ready()
         driver.every(TICK_SECONDS, "the tick", self._tick)
@@ -180,8 +194,11 @@ class SchedulerServer:
                 self.disconnects.close(linger=0)
             # Let the last messages (Shutdown to every peer) leave before the process ends.
             self.router.close(linger=2000)
-        if self.publisher is not None:
-            self.publisher.close(linger=0)
+        if self.monitors is not None:
+            if self.monitor_events is not None:
+                self.monitors.sock.disable_monitor()
+                self.monitor_events.close(linger=0)
+            self.monitors.sock.close(linger=0)
         if self.gate is not None:
             self.gate.close()
         self.ctx.destroy(linger=2000)
@@ -294,7 +311,13 @@ class SchedulerServer:
         """A connection was accepted: count it (ConnectionTable). A connection closed (a peer died or left): probe
         its peer now instead of waiting for its timeout. A connection failed its handshake: count it (the key gate
         logs those it refused itself). Then end silent connections past the limits (_shed)."""
-        sock = self.disconnects
+        self._read_connection_events(self.disconnects, self._on_closed)
+
+    def _on_monitor_events(self) -> None:
+        """The same for the monitor socket's connections (a monitor that left is forgotten when a status fails)."""
+        self._read_connection_events(self.monitor_events, None)
+
+    def _read_connection_events(self, sock: zmq.Socket[Any] | None, on_closed: Callable[[int], None] | None) -> None:
         refused_accept = 0
         while sock is not None:
             try:
@@ -308,13 +331,24 @@ class SchedulerServer:
                     self.connections.accepted(value, inode, self.driver.clock())
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.connections.closed(value)
-                self._on_closed(value)
+                if on_closed is not None:
+                    on_closed(value)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
                 refused_accept = value
             else:
                 self._on_failed_handshake(kind, value)
         if refused_accept or self._over_limits():
             self._shed(refused_accept)
+
+    def _spoke(self, fd: int) -> None:
+        self.connections.spoke(fd)
+
+    def _on_monitor_readable(self) -> None:
+        if self.monitors is not None and not self.driver.stopping:
+            self.monitors.on_readable(self.driver.clock())
+            self._update_monitored()
+            if has_input(self.monitors.sock):  # more than one wake-up's worth: the loop's other work first
+                self.driver.soon("monitors' hellos", self._on_monitor_readable)
 
     def _on_closed(self, fd: int) -> None:
         peer = self._fd_of.pop(fd, None)
@@ -453,14 +487,13 @@ class SchedulerServer:
         self._reload_keys()
         for line in self._limiter.summary(self.driver.clock()) + (self.gate.summary() if self.gate else []):
             logger.warning("Scheduler: %s", line)
-        self._count_subscribers()
         cpu_percent = self.process.cpu_percent()  # each period, so that a status reports the last one's
         rss_bytes = int(self.process.memory_info().rss)
         now = self.driver.clock()
         if now - self._audited >= AUDIT_EVERY:
             self._audited = now
             audit(self.connections)
-        if self.subscribers:
+        if self.monitors is not None and len(self.monitors):
             status = self.core.status()
             status.refused_peers += (
                 self.failed_handshakes + self.ended_connections + (self.gate.denied if self.gate else 0)
@@ -469,11 +502,8 @@ class SchedulerServer:
             status.cpu_percent = cpu_percent
             status.rss_bytes = rss_bytes
             status.time_us = int(time.time() * 1e6)
-            assert self.publisher is not None
-            try:
-                self.publisher.send_multipart(list(encode(status)), flags=zmq.NOBLOCK)  # type: ignore[arg-type]
-            except zmq.Again:
-                pass
+            self.monitors.publish(status)
+            self._update_monitored()
         else:
             # Nobody would read it: a status is O(workers) to build and encode (113 KB at 1,000 workers). The period
             # still ends, as it would with one (SchedulerCore.end_period).
@@ -481,16 +511,13 @@ class SchedulerServer:
         # After a burst, give back what glibc keeps of it (payload frames): rate-limited, only once quiet.
         self.trimmer.check(self.driver.clock(), rss_bytes, len(self.core.tasks) + len(self.core.objects))
 
-    def _count_subscribers(self) -> None:
-        """Read the monitors' subscriptions: the core records task events, failures and output while one subscribes
-        (each subscribe and unsubscribe reaches us: bind_publisher)."""
-        assert self.publisher is not None
-        self.subscribers = max(0, self.subscribers + read_subscriptions(self.publisher))
-        monitored = self.subscribers > 0
+    def _update_monitored(self) -> None:
+        """The core records task events, failures and output while a monitor subscribes."""
+        monitored = self.monitors is not None and len(self.monitors) > 0
         if monitored != self.core.monitored:
             logger.info(
                 "Scheduler: %s",
-                f"{self.subscribers} monitors subscribe: recording task events"
+                "a monitor subscribes: recording task events"
                 if monitored
                 else "no monitor subscribes any more: task events are not recorded",
             )
@@ -526,13 +553,16 @@ def _user_id(frame: zmq.Frame) -> str:
         return ""
 
 
-def _warn_if_exposed(address: str, monitor_address: str, keys: bool) -> None:
+def _warn_if_exposed(address: str, monitor_address: str, keys: bool, task_data: bool) -> None:
     """Without keys, anyone who can reach a non-loopback address runs code on the workers: say so, and the fix."""
     if keys:
         return
+    status = "the cluster's status (workers, clients, counts)"
+    if task_data:
+        status += " and its tasks' exception texts and printed output (--monitor-task-data on)"
     for what, where, risk in (
         ("listens on", address, "can run any code on the workers (as the user they run as) and read every task's data"),
-        ("publishes its monitor on", monitor_address, "can read the cluster's status (workers, clients, counts)"),
+        ("publishes its monitor on", monitor_address, f"can read {status}"),
     ):
         if not is_loopback(where):
             logger.warning(
@@ -573,6 +603,7 @@ def run_scheduler(
     keys: ServerKeys | None = None,
     max_connections: int | None = None,
     max_silent_connections: int | None = None,
+    monitor_task_data: str = "auto",
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
     scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:
@@ -597,5 +628,7 @@ def run_scheduler(
     )
     if config.name == SchedulerConfig.name:
         config = dataclasses.replace(config, name=f"scheduler@{address}")
-    server = SchedulerServer(address, monitor_address, config, on_ready, keys, limits=limits)
+    server = SchedulerServer(
+        address, monitor_address, config, on_ready, keys, limits=limits, monitor_task_data=monitor_task_data
+    )
     return run(server.run(), event_loop)
