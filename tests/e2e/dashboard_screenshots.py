@@ -18,7 +18,7 @@ from pathlib import Path
 from scaler import Client, SchedulerClusterCombo
 from tests.e2e.dashboard_browser import Page, browser
 from tests.e2e.dashboard_fake import FakeScheduler
-from tests.e2e.test_ui import start_ui
+from tests.e2e.test_ui import dashboard_page, start_ui
 from tests.helpers import free_address
 
 VIEWS = ("overview", "stream", "workers", "tasks", "output")
@@ -69,7 +69,7 @@ def workload(address: str, stop: threading.Event) -> None:
 def capture(url: str, out: Path, settle: Callable[[Page], None] | None = None) -> list[Path]:
     shots = []
     with browser() as chromium:
-        page = Page(chromium, url, 1440, 900)
+        page = dashboard_page(chromium, url, 1440, 900)
         for view in VIEWS:
             p = page.open(view)
             time.sleep(3)

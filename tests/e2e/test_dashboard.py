@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.dashboard_browser import Page, browser
 from tests.e2e.dashboard_fake import FUNCTIONS, FakeScheduler
-from tests.e2e.test_ui import start_ui, status_of
+from tests.e2e.test_ui import dashboard_page, start_ui, status_of
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,7 +35,7 @@ class Dashboard:
         self.chromium, self.fake, self.url = chromium, fake, url
 
     def page(self, width: int = 1500, height: int = 1000) -> Page:
-        return Page(self.chromium, self.url, width, height)
+        return dashboard_page(self.chromium, self.url, width, height)
 
 
 @contextmanager

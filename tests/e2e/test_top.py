@@ -26,9 +26,9 @@ import zmq
 from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
 from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router
-from tests.e2e.dashboard_browser import Page, browser
+from tests.e2e.dashboard_browser import browser
 from tests.e2e.test_cli import ENV, Program, cli, run
-from tests.e2e.test_ui import metrics_of, start_ui, status_of
+from tests.e2e.test_ui import dashboard_page, metrics_of, start_ui, status_of
 from tests.helpers import free_address, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -227,7 +227,7 @@ def test_a_busy_processor_reads_at_least_50_percent_in_top_status_json_metrics_a
         ui, url = start_ui(combo.monitor_address)
         try:
             with Client(combo.address, timeout_seconds=30) as client, browser() as chromium:
-                page = Page(chromium, url)
+                page = dashboard_page(chromium, url)
                 page.open("workers")
                 future = client.submit(spin_until, str(stop), 45.0)
 

@@ -1,6 +1,9 @@
 """scaler_ui: the program serving a scheduler's dashboard, checked over HTTP (its JSON, /status.json, /metrics, the
 packaged assets) and in headless Chromium against a real cluster at work (tests/e2e/test_dashboard.py drives every
-view against a fake scheduler)."""
+view against a fake scheduler; tests/e2e/test_ui_auth.py checks its token and Host header checks).
+
+The helpers here hold the token each scaler_ui printed: `get` sends it (Authorization: Bearer), `dashboard_page`
+opens the printed URL first, as a user would, so that the browser holds the cookie."""
 
 from __future__ import annotations
 
@@ -32,8 +35,22 @@ pytestmark = pytest.mark.timeout(180)
 TIMEOUT = 30
 
 
+TOKENS: dict[str, str] = {}  # the base URL of each scaler_ui start_ui started -> the token it printed
+
+
+def token_of(url: str) -> str:
+    """The token of the scaler_ui serving `url` (a URL under a base URL start_ui returned)."""
+    return next(token for base, token in TOKENS.items() if url.startswith(base))
+
+
+def login_url(url: str) -> str:
+    """The URL scaler_ui printed: its page, with the token."""
+    return f"{url}?token={token_of(url)}"
+
+
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
-    request = urllib.request.Request(url, headers=headers or {})
+    """GET with the token (Authorization: Bearer) of the scaler_ui serving `url`."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token_of(url)}", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.headers["Content-Type"], response.read()
@@ -58,11 +75,23 @@ def metrics_of(url: str) -> Exposition:
     return parse(body.decode())
 
 
-def start_ui(monitor_address: str) -> tuple[Program, str]:
+def start_ui(monitor_address: str, *options: str) -> tuple[Program, str]:
+    """scaler_ui on a free port, and its base URL; the token it printed goes to TOKENS."""
     port = free_port()
-    ui = Program(cli("scaler_ui"), monitor_address, "--port", str(port))
-    ui.wait_for_output(r"serving http://")
-    return ui, f"http://127.0.0.1:{port}/"
+    ui = Program(cli("scaler_ui"), monitor_address, "--port", str(port), *options)
+    printed = ui.wait_for_output(r"scaler_ui: dashboard at (http://\S+/)\?token=(\S+)")
+    url = f"http://127.0.0.1:{port}/"
+    assert printed.group(1) == url, printed.group(0)
+    TOKENS[url] = printed.group(2)
+    return ui, url
+
+
+def dashboard_page(chromium: Any, url: str, width: int = 1500, height: int = 1000) -> Page:
+    """A browser page holding scaler_ui's cookie: it opened the URL scaler_ui printed (the token in the query)."""
+    page = Page(chromium, url, width, height)
+    page.page.goto(login_url(url))
+    assert page.page.url == url, page.page.url  # redirected to the page without the token
+    return page
 
 
 @pytest.fixture()
@@ -172,7 +201,7 @@ def test_the_dashboard_shows_a_real_cluster_at_work(cluster: SchedulerClusterCom
                 what="the status to count 308 successes",
             )
             with browser() as chromium:
-                page = Page(chromium, url)
+                page = dashboard_page(chromium, url)
                 p = page.open("overview")
                 page.wait(
                     "document.querySelector('#tasks tr[data-state=\"success\"] td:last-child')?.innerText === '308'"
@@ -248,7 +277,7 @@ def test_without_a_scheduler_the_page_says_it_waits(tmp_path: Any) -> None:
         assert metrics_of(url).samples == {("scaler_up", frozenset()): 0}
         assert api(url, "api/summary")["status"] is None
         with browser() as chromium:
-            page = Page(chromium, url)
+            page = dashboard_page(chromium, url)
             p = page.open("workers")
             page.wait("document.getElementById('banner').innerText.startsWith('waiting')")
             assert p.inner_text("#banner") == (
@@ -276,9 +305,11 @@ def test_bad_arguments_are_usage_errors(args: list[str]) -> None:
 
 
 def test_a_browser_leaving_mid_answer_is_not_a_traceback(capsys: Any, caplog: Any) -> None:
+    from scaler.monitor.access import access_for
     from scaler.monitor.ui import Server, StatusFeed, make_handler
 
-    server = Server(("127.0.0.1", 0), make_handler(StatusFeed("ipc:///tmp/unused_monitor")))
+    access = access_for("127.0.0.1", 1, "t" * 16, [])
+    server = Server(("127.0.0.1", 0), make_handler(StatusFeed("ipc:///tmp/unused_monitor"), access))
     try:
         with caplog.at_level("DEBUG", logger="scaler.monitor.ui"):
             try:

@@ -13,7 +13,7 @@ import pytest
 
 from scaler.entry_points.help import byte_size
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
-from scaler.scheduler.server import is_loopback
+from scaler.io.processes import is_loopback
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ signals, logging set-up, names."""
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import logging
 import multiprocessing
 import os
@@ -195,3 +196,22 @@ def default_monitor_address(address: str) -> str:
             monitor,
         )
     return monitor
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can reach `address`: ipc and inproc, or tcp on a loopback host."""
+    scheme, rest = parse_address(address)
+    if scheme != "tcp":
+        return True
+    host = rest.rpartition(":")[0].strip("[]")
+    if host in ("localhost", "*"):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)

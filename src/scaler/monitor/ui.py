@@ -4,6 +4,10 @@ A thread subscribes to the monitor address and feeds every status to a History (
 dashboard remembers, bounded); an HTTP server (standard library) serves the page and its assets from the package
 (scaler/monitor/static: no CDN, nothing fetched from elsewhere), the JSON the page polls (/api/...), /status.json
 (the latest status as it came) and /metrics (Prometheus's text format, scaler.monitor.metrics).
+
+Every request passes `gate` first (scaler.monitor.access, pure): its Host header must name this server (no DNS
+rebinding) and it must hold the token printed at start (query, cookie or Authorization: Bearer), else 403 or 401 and
+nothing of the scheduler.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import gzip
 import http.server
 import json
 import logging
+import os
+import socket
 import sys
 import threading
 import time
@@ -24,6 +30,20 @@ from urllib.parse import parse_qs, urlsplit
 
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.io.processes import setup_logging
+from scaler.monitor.access import (
+    TOKEN_ENV,
+    TOKEN_IN_LOG,
+    TOKEN_PATTERN,
+    TOKEN_RULE,
+    Access,
+    access_for,
+    checked_allowed,
+    chosen_token,
+    dashboard_url,
+    exposure_warning,
+    gate,
+    serves_loopback_only,
+)
 from scaler.monitor.fleet import SORT_KEYS
 from scaler.monitor.history import History
 from scaler.monitor.metrics import CONTENT_TYPE, render_metrics
@@ -49,6 +69,7 @@ MAX_WINDOW_MS = 30 * 60 * 1000
 MAX_LOG = 2000
 MAX_FAILURES = 1000
 MAX_OUTPUTS = 5000
+TEXT = "text/plain; charset=utf-8"
 
 
 def status_json(status: Status | None, monitor_address: str, age_seconds: float | None) -> dict[str, Any]:
@@ -233,58 +254,74 @@ def encoded(body: bytes, zipped: bytes | None, accept_encoding: str) -> tuple[by
     return zipped, True
 
 
-def make_handler(feed: StatusFeed) -> type[http.server.BaseHTTPRequestHandler]:
+# ------------------------------------------------------------------------------ the server
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What an admitted request is answered."""
+
+    code: int
+    content_type: str
+    body: bytes
+    zipped: bytes | None = None  # the body gzipped ahead (static files)
+    cache: str = "no-store"
+
+
+def reply(feed: StatusFeed, files: dict[str, tuple[str, bytes, bytes]], path: str, query: str) -> Reply:
+    """The answer to an admitted GET of `path`: a file of the page, the JSON of an API, /status.json or /metrics."""
+    if path in files:
+        content_type, body, zipped = files[path]
+        cache = "no-cache" if content_type.startswith("text/html") else "max-age=3600"
+        return Reply(200, content_type, body, zipped, cache)
+    if path in APIS:
+        try:
+            with feed.lock:
+                return json_reply(APIS[path](feed.history, Query(query), feed))
+        except BadRequest as error:
+            return Reply(400, TEXT, f"{error}\n".encode())
+    if path == "/status.json":
+        status, age = feed.latest()
+        return json_reply(status_json(status, feed.monitor_address, age))
+    if path == "/metrics":
+        return Reply(200, CONTENT_TYPE, render_metrics(*feed.latest()).encode())
+    return Reply(404, TEXT, f"no page {path!r}: try /, /status.json, /metrics or /api/summary\n".encode())
+
+
+def json_reply(data: Any) -> Reply:
+    return Reply(200, "application/json", json.dumps(data, separators=(",", ":")).encode())
+
+
+def make_handler(feed: StatusFeed, access: Access) -> type[http.server.BaseHTTPRequestHandler]:
     files = static_files()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "scaler_ui"
 
         def do_GET(self) -> None:  # the name http.server calls
-            url = urlsplit(self.path)
-            path = url.path
-            if path in files:
-                content_type, body, zipped = files[path]
-                cache = "no-cache" if content_type.startswith("text/html") else "max-age=3600"
-                self._answer(200, content_type, body, zipped, cache)
-            elif path in APIS:
-                self._api(APIS[path], Query(url.query))
-            elif path == "/status.json":
-                status, age = feed.latest()
-                self._json(status_json(status, feed.monitor_address, age))
-            elif path == "/metrics":
-                self._answer(200, CONTENT_TYPE, render_metrics(*feed.latest()).encode())
+            hosts = self.headers.get_all("Host") or []
+            refused = gate(access, hosts, self.path, self.headers.get("Cookie"), self.headers.get("Authorization"))
+            if refused is not None:
+                self._send(Reply(refused.code, TEXT, refused.text.encode()), refused.headers)
             else:
-                wrong = f"no page {path!r}: try /, /status.json, /metrics or /api/summary\n"
-                self._answer(404, "text/plain; charset=utf-8", wrong.encode())
+                url = urlsplit(self.path)
+                self._send(reply(feed, files, url.path, url.query))
 
-        def _api(self, api: Api, query: Query) -> None:
-            try:
-                with feed.lock:
-                    data = api(feed.history, query, feed)
-            except BadRequest as error:
-                self._answer(400, "text/plain; charset=utf-8", f"{error}\n".encode())
-                return
-            self._json(data)
-
-        def _json(self, data: Any) -> None:
-            body = json.dumps(data, separators=(",", ":")).encode()
-            self._answer(200, "application/json", body)
-
-        def _answer(
-            self, code: int, content_type: str, body: bytes, zipped: bytes | None = None, cache: str = "no-store"
-        ) -> None:
-            body, zipped_now = encoded(body, zipped, self.headers.get("Accept-Encoding", ""))
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            if zipped_now:
+        def _send(self, answer: Reply, extra: tuple[tuple[str, str], ...] = ()) -> None:
+            body, zipped = encoded(answer.body, answer.zipped, self.headers.get("Accept-Encoding", ""))
+            self.send_response(answer.code)
+            self.send_header("Content-Type", answer.content_type)
+            if zipped:
                 self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", cache)
+            self.send_header("Cache-Control", answer.cache)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            for name, value in extra:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("%s %s", self.address_string(), format % args)
+            line = TOKEN_IN_LOG.sub(r"\1<token>", format % args)  # a request line may carry the token
+            logger.debug("%s %s", self.address_string(), line)
 
     return Handler
 
@@ -301,18 +338,61 @@ class Server(http.server.ThreadingHTTPServer):
             logger.exception("scaler_ui: answering %s failed", client_address)
 
 
+class Server6(Server):
+    address_family = socket.AF_INET6
+
+
+def serve(host: str, port: int, handler: type[http.server.BaseHTTPRequestHandler]) -> Server:
+    """The server, bound (IPv6 for an IPv6 address); exit 1 with an ERROR line when the address is taken."""
+    try:
+        return (Server6 if ":" in host else Server)((host, port), handler)
+    except OSError as exc:
+        logger.error("scaler_ui: cannot serve on %s:%d: %s", host, port, exc.strerror or exc)
+        sys.exit(1)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scaler_ui",
-        description="Serve a web dashboard of a scheduler, read from its monitor address.",
+        description="Serve a web dashboard of a scheduler, read from its monitor address. Every request must hold "
+        "the token (the URL to open, with it, is printed at start) and name this server in its Host header.",
         formatter_class=HelpFormatter,
     )
     add_version(p)
     add_monitor_arguments(p)
-    p.add_argument("--host", default="127.0.0.1", help="the interface to serve on (0.0.0.0: every interface)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the interface to serve on (0.0.0.0: every interface); any but loopback logs a WARNING: the dashboard "
+        "is then served to the network, unencrypted",
+    )
     p.add_argument("--port", "-p", type=int, default=8081, help="the HTTP port to serve on")
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=None,
+        help=f"the token every request must hold, {TOKEN_RULE}; other local users see it in ps: prefer ${TOKEN_ENV} "
+        f"(default: ${TOKEN_ENV} if set, else a new random one; either way the URL to open is printed at start)",
+    )
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="accept requests whose Host header names NAME too (the name a proxy or a browser uses); repeatable "
+        "(default: none beyond localhost, 127.0.0.1, [::1], --host and, when --host is not loopback, this "
+        "machine's hostname, FQDN and addresses)",
+    )
     p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
+
+
+def checked_token(p: argparse.ArgumentParser, given: str | None) -> tuple[str, str]:
+    """The token and where it came from (see chosen_token); a usage error when it does not follow TOKEN_RULE."""
+    token, source = chosen_token(given, os.environ)
+    if not TOKEN_PATTERN.fullmatch(token):
+        p.error(f"{source} must be {TOKEN_RULE} (it goes in a URL and a cookie as it is)")
+    return token, source
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -321,15 +401,19 @@ def main(argv: list[str] | None = None) -> None:
     keys = checked_monitor(p, args)
     if not 0 < args.port < 65536:
         p.error(f"--port must be from 1 to 65535, not {args.port}")
+    token, source = checked_token(p, args.token)
+    access = access_for(args.host, args.port, token, checked_allowed(p, args.allow_host or []))
     setup_logging(args.logging_level, ("/dev/stdout",))
+    if source == "--token":
+        logger.warning("scaler_ui: --token shows the token to every local user (ps); prefer %s", TOKEN_ENV)
+    if not serves_loopback_only(args.host):
+        logger.warning(exposure_warning(args.host, args.port))
     feed = StatusFeed(args.monitor_address, keys)
-    try:
-        server = Server((args.host, args.port), make_handler(feed))
-    except OSError as exc:
-        logger.error("scaler_ui: cannot serve on %s:%d: %s", args.host, args.port, exc.strerror or exc)
-        sys.exit(1)
+    server = serve(args.host, args.port, make_handler(feed, access))
     feed.start()
-    logger.info("scaler_ui: serving http://%s:%d/ for monitor address %s", args.host, args.port, args.monitor_address)
+    where = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}/"
+    logger.info("scaler_ui: serving %s for monitor address %s", where, args.monitor_address)
+    print(f"scaler_ui: dashboard at {dashboard_url(args.host, args.port, token)}", flush=True)
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import ipaddress
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +40,7 @@ from scaler.core.scheduler import (
 from scaler.io.driver import Driver
 from scaler.io.frameinfo import frame_get
 from scaler.io.memory import MemoryTrimmer, malloc_trim
-from scaler.io.processes import parse_address, pin_to_cpu
+from scaler.io.processes import is_loopback, pin_to_cpu
 from scaler.io.sockets import (
     bind_router,
     context,
@@ -572,25 +570,6 @@ def _warn_if_exposed(address: str, monitor_address: str, keys: bool, task_data: 
                 where,
                 risk,
             )
-
-
-def is_loopback(address: str) -> bool:
-    """Whether only this machine can reach `address`: ipc and inproc, or tcp on a loopback host."""
-    scheme, rest = parse_address(address)
-    if scheme != "tcp":
-        return True
-    host = rest.rpartition(":")[0].strip("[]")
-    if host in ("localhost", "*"):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)
 
 
 def run_scheduler(
