@@ -8,6 +8,8 @@ from typing import Any
 
 import cloudpickle
 
+from scaler.protocol.frames import Pieces
+
 
 class Serializer(metaclass=abc.ABCMeta):
     """Turns functions, arguments and results into bytes and back.
@@ -71,6 +73,8 @@ def serializer_input(serializer: Serializer, payload: Any) -> Any:
     any buffer, no copy), real bytes for a custom one (it may slice or compare bytes)."""
     if isinstance(payload, bytes):
         return payload
+    if type(payload) is Pieces:  # a payload that came in several frames: joined (one copy)
+        return bytes(payload)
     if type(serializer) is DefaultSerializer:
         return memoryview(payload)
     return bytes(payload)

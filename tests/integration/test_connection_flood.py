@@ -4,12 +4,14 @@ worker keeps its session during the flood and after it."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import resource
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,3 +125,43 @@ def test_stalled_connections_do_not_take_a_keyed_cluster_down(
     for ended in ("no longer authorized", "session ended", "Too many open files", "cannot be listed"):
         assert ended not in text, text[-3000:]
     assert re.search(r"Scheduler: worker \S+ left", text) is None, text[-3000:]  # no worker lost meanwhile
+
+
+def unauthenticated_frame(port: int, declared: int, seconds: float) -> int:
+    """A raw TCP peer that greets as a CurveZMQ client (ZMTP 3.0, mechanism CURVE) and starts a frame of `declared`
+    bytes instead of its handshake's HELLO, then sends as much of it as it can for `seconds`; returns bytes sent."""
+    greeting = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"CURVE".ljust(20, b"\x00") + b"\x00" + bytes(31)
+    frame_head = b"\x06" + declared.to_bytes(8, "big")  # a long command frame
+    chunk = bytes(1 << 20)
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(greeting + frame_head)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and sent < declared:
+            try:
+                sent += sock.send(chunk[: declared - sent])
+            except TimeoutError:
+                continue
+            except OSError:  # the scheduler dropped the connection: the frame is over its limit
+                break
+    return sent
+
+
+@pytest.mark.timeout(120)
+def test_frames_before_authentication_do_not_fill_the_schedulers_memory(keyed: KeyedCluster) -> None:
+    """Two connections each start a 300 MB frame before any key is checked: ZeroMQ drops them at the frame's size
+    (the scheduler takes no frame over MAX_FRAME), so the scheduler's memory does not grow with what they send."""
+    assert keyed.round_trip() == 1024
+    scheduler = psutil.Process(keyed.scheduler.pid)
+    port = int(keyed.address.rsplit(":", 1)[1])
+    before = scheduler.memory_info().rss
+    peak = before
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        attacks = [pool.submit(unauthenticated_frame, port, 300 << 20, 5.0) for _ in range(2)]
+        while not all(a.done() for a in attacks):
+            peak = max(peak, scheduler.memory_info().rss)
+            time.sleep(0.05)
+        sent = sum(a.result() for a in attacks)
+    grown_mb = (peak - before) / 1e6
+    assert grown_mb < 50, f"the scheduler grew by {grown_mb:.0f} MB while {sent / 1e6:.0f} MB were sent to it"
+    assert keyed.round_trip() == 1024

@@ -55,6 +55,7 @@ ALLOWED_SCALER = (
     "scaler.protocol.columns",
     "scaler.protocol.errors",
     "scaler.protocol.capabilities",
+    "scaler.protocol.frames",  # payloads <-> frames, Pieces: pure functions
     "scaler.about",
     "scaler.client.shipped",
 )

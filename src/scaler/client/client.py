@@ -39,7 +39,16 @@ from scaler.client.options import (
 )
 from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
 from scaler.client.shared import SharedSink
-from scaler.core.client.session import CancelRequest, CloseKind, FreeRequest, NewObject, NewTask, Request
+from scaler.core.client.session import (
+    HEADER_BUDGET,
+    CancelRequest,
+    CloseKind,
+    FreeRequest,
+    NewObject,
+    NewTask,
+    Request,
+    header_bytes,
+)
 from scaler.errors import (
     AuthenticationError,
     ClientClosedError,
@@ -68,6 +77,7 @@ _UNREAD: Any = object()  # a function's signature not read yet
 _SMALL_KINDS = frozenset({int, float, bool, complex, type(None)})  # never big: no need to look for Parts
 _SIZED_KINDS = frozenset({bytes, bytearray, str})  # plain, and their length says whether they may be big
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
+_MANY_ARGUMENTS = 1024  # a task with more arguments than this may not fit in one message: checked (_check_header)
 PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO, or stderr) this often
 
 
@@ -769,6 +779,8 @@ class Client:
                         payloads.append(self._serialize_argument(value))
                     except _Unserializable as exc:
                         raise exc.error(f"keyword argument {key!r} of {_label(fn)}") from exc.__cause__
+        if len(refs) > _MANY_ARGUMENTS or keywords is not None:
+            _check_header(fn, refs, keywords)
         return tuple(refs), keywords, tuple(payloads)
 
     def _check_reference(self, ref: ObjectReference) -> int:
@@ -928,6 +940,18 @@ class _Unserializable(Exception):
     def error(self, what: str) -> Exception:
         """The error to raise, naming `what` was being serialized."""
         return self.kind(self.describe(what))
+
+
+def _check_header(fn: Any, refs: list[int], keywords: tuple[str, ...] | None) -> None:
+    """A task must fit in one message's header (one frame: MAX_FRAME); say what to do when it does not."""
+    size = header_bytes(NewTask(0, 0, 0, tuple(refs), keywords, ()))
+    if size > HEADER_BUDGET:
+        raise ValueError(
+            f"{_label(fn)}() is called with {len(refs):,} arguments"
+            + (f" and {sum(map(len, keywords)):,} characters of keyword names" if keywords else "")
+            + f": a task's description must fit in {HEADER_BUDGET:,} bytes (about {HEADER_BUDGET // 32:,} "
+            "arguments); pass them as one list, tuple or dict argument instead"
+        )
 
 
 def _label(fn: Any) -> str:

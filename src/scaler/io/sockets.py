@@ -18,6 +18,7 @@ import zmq
 from scaler.io.curve import MAIN_DOMAIN, make_client, make_server
 from scaler.io.frameinfo import cffi_backend, frame_more
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
+from scaler.protocol.frames import MAX_FRAME
 from scaler.protocol.messages import Hello, Message, Payload, PeerKind, decode, encode
 from scaler.security.keys import PeerKeys
 
@@ -31,9 +32,6 @@ ROUTER_SEND_QUEUE = 100_000
 # kernel drops SYNs; 5,000 workers took 16-36 s to join instead of 2.8 s: benchmarks/fleet.py, docs/benchmarks.md).
 # The kernel caps it at net.core.somaxconn.
 ROUTER_BACKLOG = 4096
-# A frame carries one payload, a pack of small ones (about 1 MiB) or a header: ZeroMQ drops a connection that sends a
-# bigger frame than the largest payload allowed plus this, before it is read.
-FRAME_SLACK = 64 << 20
 # A connection that has not completed its handshake this long after it was accepted is closed (libzmq's default: 30 s).
 HANDSHAKE_MS = 10_000
 _raw_send = zmq.backend.Socket.send
@@ -67,13 +65,12 @@ def _common(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
 
 
 def bind_router(
-    address: str,
-    ctx: zmq.Context[Any] | None = None,
-    curve_secret: bytes | None = None,
-    max_payload_bytes: int | None = None,
+    address: str, ctx: zmq.Context[Any] | None = None, curve_secret: bytes | None = None
 ) -> zmq.Socket[Any]:
     """The scheduler's socket for clients and workers. With `curve_secret`, only CurveZMQ connections the context's
-    ZAP handler admits get in; `max_payload_bytes` bounds the frames ZeroMQ accepts (plus FRAME_SLACK)."""
+    ZAP handler admits get in. ZeroMQ drops a connection that sends a frame bigger than MAX_FRAME before reading it
+    (peers cut bigger payloads: protocol.frames): a connection that has not authenticated (or said anything) can make
+    the scheduler hold that much at most; the scheduler bounds how many such connections it keeps (connections.py)."""
     sock: zmq.Socket[Any] = _common((ctx or context()).socket(zmq.ROUTER))
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone peer raises instead of dropping silently
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting with its routing id takes its session back
@@ -81,8 +78,7 @@ def bind_router(
     sock.setsockopt(zmq.SNDHWM, ROUTER_SEND_QUEUE)
     sock.setsockopt(zmq.BACKLOG, ROUTER_BACKLOG)
     sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
-    if max_payload_bytes is not None:
-        sock.setsockopt(zmq.MAXMSGSIZE, max_payload_bytes + FRAME_SLACK)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
     if curve_secret is not None:
         make_server(sock, curve_secret, MAIN_DOMAIN)
     bind_socket(sock, address)

@@ -153,8 +153,7 @@ class SchedulerServer:
             driver.soon("the key gate", self.gate.on_readable)
             driver.on_signals(lambda _: self._reload_keys(True), (signal.SIGHUP,))
             secret = self.keys.pair.secret
-        limit = self.core.config.max_payload_bytes
-        self.router = _bind(lambda a, c: bind_router(a, c, secret, limit), self.address, self.ctx, "listen on")
+        self.router = _bind(lambda a, c: bind_router(a, c, secret), self.address, self.ctx, "listen on")
         monitor = _bind(
             lambda a, c: bind_monitor_router(a, c, secret), self.monitor_address, self.ctx, "publish the monitor on"
         )

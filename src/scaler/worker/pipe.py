@@ -12,13 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from scaler.core.worker import messages as pm
+from scaler.protocol.frames import whole
 from scaler.protocol.messages import Payload
 
 _OUT_OF_BAND_FROM = 64 * 1024
 
 
 def _wrap(payloads: Sequence[Payload]) -> list[Any]:
-    return [pickle.PickleBuffer(p) if len(p) >= _OUT_OF_BAND_FROM else p for p in payloads]  # type: ignore[arg-type]
+    """Big payloads out of band; one that came in several frames (Pieces) is joined first (one copy)."""
+    return [pickle.PickleBuffer(whole(p)) if len(p) >= _OUT_OF_BAND_FROM else p for p in payloads]
 
 
 def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:

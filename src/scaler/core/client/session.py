@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from scaler.core.capabilities import PYTHON_REQUIREMENT
+from scaler.protocol.frames import MAX_FRAME
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
     ID_COUNTER_MASK,
@@ -50,6 +51,11 @@ RECONNECT_GRACE_SECONDS = 5.0
 # Requests per message. A million-node graph handed over at once is then 245 messages, not one: the scheduler reads
 # each in a few tens of milliseconds, and answers other peers, signals and ticks in between.
 MESSAGE_ITEMS_AT_MOST = 4096
+# A message's header must fit in one frame (MAX_FRAME: the scheduler takes no bigger one): requests with many
+# arguments or long keyword names go in smaller messages. A task or object whose own header would not fit in this is
+# refused where it is made (Client: too many arguments; a name is cut to MAX_NAME_CHARACTERS).
+HEADER_BUDGET = MAX_FRAME // 2
+MAX_NAME_CHARACTERS = 1024
 
 
 class SessionState(enum.Enum):
@@ -302,17 +308,34 @@ class ClientCore:
     @staticmethod
     def batch(requests: Iterable[Request]) -> list[Message]:
         """Messages for `requests`, in their order; consecutive requests of one kind share one message, up to
-        MESSAGE_ITEMS_AT_MOST of them."""
+        MESSAGE_ITEMS_AT_MOST of them and HEADER_BUDGET bytes of header (estimated: header_bytes)."""
         messages: list[Message] = []
         run: list[Request] = []
+        weight = 0
         for request in requests:
-            if run and (type(run[0]) is not type(request) or len(run) >= MESSAGE_ITEMS_AT_MOST):
+            size = header_bytes(request)
+            if run and (
+                type(run[0]) is not type(request) or len(run) >= MESSAGE_ITEMS_AT_MOST or weight + size > HEADER_BUDGET
+            ):
                 messages.append(_message_for(run))
-                run = []
+                run, weight = [], 0
             run.append(request)
+            weight += size
         if run:
             messages.append(_message_for(run))
         return messages
+
+
+def header_bytes(request: Request) -> int:
+    """At least what `request` adds to its message's header (Cap'n Proto columns; a text is its pointer, its bytes
+    and its terminating zero, padded to 8): every argument's reference, size and keyword slot, the task's ids, flags
+    and option columns; an object's id, size and name."""
+    if type(request) is NewTask:
+        keywords = request.keywords
+        return 40 + 32 * len(request.arg_refs) + (4 * sum(map(len, keywords)) if keywords else 0)
+    if type(request) is NewObject:
+        return 40 + 4 * len(request.name)
+    return 8
 
 
 _requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))  # NewTask.requirement, without a property
@@ -355,7 +378,7 @@ def _message_for(run: list[Request]) -> Message:
         return message
     if isinstance(first, NewObject):
         objects = cast(list[NewObject], run)
-        names = [o.name for o in objects] if any(o.name for o in objects) else None
+        names = [o.name[:MAX_NAME_CHARACTERS] for o in objects] if any(o.name for o in objects) else None
         return PutObjects([o.object_id for o in objects], [o.payload for o in objects], names)
     if isinstance(first, CancelRequest):
         return CancelTasks([r.task_id for r in cast(list[CancelRequest], run)])

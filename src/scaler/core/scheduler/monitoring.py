@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from scaler.protocol.frames import whole
 from scaler.protocol.records import (
     ID_COUNTER_MASK,
     NO_NAME,
@@ -158,7 +159,7 @@ def next_sample_every(ended: int) -> int:
 
 def payload_text(payload: Payload) -> str:
     """The UTF-8 text a failed, timed out or over-memory result carries, clipped."""
-    data = bytes(memoryview(payload)[: MAX_TEXT * 4])  # type: ignore[arg-type]
+    data = bytes(memoryview(whole(payload))[: MAX_TEXT * 4])
     return data.decode(errors="replace")[:MAX_TEXT]
 
 
