@@ -1,15 +1,25 @@
 """Hostile peers against a real scheduler: what they cost it, and whether it keeps serving.
 
-    .venv/bin/python benchmarks/hostile.py                      # the issue's bars: 15 s of garbage, 60 s of hello
+    .venv/bin/python benchmarks/hostile.py                      # the bars: 15 s of garbage, 60 s of hello
     .venv/bin/python benchmarks/hostile.py --flood 3 --hellos 3  # a quick look
     .venv/bin/python benchmarks/hostile.py --keys                # the same from an authenticated (client key) socket
+    .venv/bin/python benchmarks/hostile.py --unauthenticated     # connections without keys against a keyed scheduler
 
-Starts `scaler_scheduler` (logging to a file) and one worker, then:
+Starts `scaler_scheduler` (logging to a file) and one worker, then (default):
 1. garbage: one DEALER sends 10-byte garbage as fast as it can for --flood seconds and never reads; the scheduler's
    RSS is sampled every 0.25 s during the flood and for 5 s after, and its log's growth is measured;
 2. hello storm: one DEALER says hello as fast as it can for --hellos seconds (never reading);
 3. after each, a new Client connects and runs a task (within 10 s).
 Prints one JSON line of figures (RSS in MB: before, peak during, peak after; log growth in bytes; messages sent).
+
+With --unauthenticated, against a scheduler with keys whose file descriptor limit is 1,024 (soft and hard, as on
+many machines), attacks by peers that hold no key (benchmarks/hostile_phases.py), each measured as scheduler RSS and
+open descriptors before, at peak during, and after, and a legitimate client's round trips during and after:
+4. stalled: --stalled TCP connections (1,100) that send nothing, held --hold seconds;
+5. preauth: two connections greet as CurveZMQ clients and each starts a 300 MB frame instead of its handshake;
+6. subscriptions: an XSUB sends distinct 512-byte subscriptions to the monitor address as fast as it is let for
+   --hold seconds, and a DEALER says hello (as a monitor) in a loop.
+Prints one JSON line per attack.
 """
 
 from __future__ import annotations
@@ -95,7 +105,15 @@ def main() -> None:
     p.add_argument("--flood", type=float, default=15.0, help="seconds of garbage")
     p.add_argument("--hellos", type=float, default=60.0, help="seconds of hello storm")
     p.add_argument("--keys", action="store_true", help="run the scheduler with keys; attack with a client key")
+    p.add_argument("--unauthenticated", action="store_true", help="attacks 4-6 instead of 1-3 (see above)")
+    p.add_argument("--stalled", type=int, default=1100, help="stalled connections (attack 4)")
+    p.add_argument("--hold", type=float, default=10.0, help="seconds each of attacks 4-6 lasts")
     args = p.parse_args()
+    if args.unauthenticated:
+        from hostile_phases import run_unauthenticated
+
+        run_unauthenticated(args.stalled, args.hold)
+        return
     work = Path(tempfile.mkdtemp(prefix="scaler-hostile-"))
     keys_dir = None
     if args.keys:

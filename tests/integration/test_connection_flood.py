@@ -5,12 +5,14 @@ worker keeps its session during the flood and after it."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import re
 import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -165,3 +167,63 @@ def test_frames_before_authentication_do_not_fill_the_schedulers_memory(keyed: K
     grown_mb = (peak - before) / 1e6
     assert grown_mb < 50, f"the scheduler grew by {grown_mb:.0f} MB while {sent / 1e6:.0f} MB were sent to it"
     assert keyed.round_trip() == 1024
+
+
+class DroppingProxy:
+    """A TCP forwarder to `port` that closes the first `drops` connections once they have sent something (as a
+    scheduler ends a connection it finds silent among too many), then forwards the others both ways."""
+
+    def __init__(self, port: int, drops: int) -> None:
+        self.target = port
+        self.drops = drops
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drops:
+                conn.recv(64)
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_closed_during_its_handshake_is_tried_again_not_reported_as_wrong_keys(
+    keyed: KeyedCluster,
+) -> None:
+    """A scheduler flooded with connections may end a legitimate one during its handshake: the client sees the
+    same as with a wrong scheduler key (closed without a word), so one such close is retried; only a few in a row
+    mean wrong keys (test_security checks those still fail within seconds)."""
+    proxy = DroppingProxy(int(keyed.address.rsplit(":", 1)[1]), drops=2)
+    try:
+        with Client(f"tcp://127.0.0.1:{proxy.port}", keys=str(keyed.keys), timeout_seconds=20) as client:
+            assert client.submit(pow, 2, 10).result(timeout=20) == 1024
+        assert proxy.accepted >= 3
+    finally:
+        proxy.close()

@@ -16,6 +16,10 @@ from scaler.security.keys import PeerKeys
 MAIN_DOMAIN = b"scaler"  # ZAP domain of the scheduler's address: clients and workers
 MONITOR_DOMAIN = b"scaler-monitor"  # ZAP domain of a TCP monitor address: clients only
 
+# A handshake the other end closed without saying why (HANDSHAKE_FAILED_NO_DETAIL) is what a wrong scheduler key gives,
+# but also a connection the scheduler closed while too many were connecting at once (scheduler/connections.py):
+# failure() reports it only when it happens this many times in a row (ZeroMQ retries after 0.1 s, then 0.2 s...).
+UNCLEAR_FAILURES = 3
 _HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -57,6 +61,7 @@ class HandshakeWatch:
         self.keys = keys
         self.role = role
         self.succeeded = False
+        self._unclear = 0  # handshakes closed without a word since the last one that succeeded
         self._links: list[bool] | None = [] if links else None
         mask = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if links else 0)
         self._events: zmq.Socket[Any] | None = sock.get_monitor_socket(mask)
@@ -81,9 +86,15 @@ class HandshakeWatch:
             if kind in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_DISCONNECTED):
                 made = kind == zmq.EVENT_HANDSHAKE_SUCCEEDED
                 self.succeeded = self.succeeded or made
+                if made:
+                    self._unclear = 0
                 if self._links is not None:
                     self._links.append(made)
                 continue
+            if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                self._unclear += 1
+                if self._unclear < UNCLEAR_FAILURES:
+                    continue  # perhaps a connection closed by a scheduler too busy with others: ZeroMQ tries again
             return describe_failure(kind, int(event["value"]), self.address, self.keys, self.role)
         return None
 
