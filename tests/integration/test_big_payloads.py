@@ -12,6 +12,7 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.frames import MAX_FRAME
+from scaler.security.keys import generate
 from tests.helpers import free_address
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,10 +31,18 @@ def keywords(**values: int) -> int:
     return sum(values.values())
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
+@pytest.fixture(scope="module", params=["plain", "keys"])
+def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    """With keys, every frame is a CurveZMQ MESSAGE command 33 bytes longer than its content: the limit allows it."""
     address = free_address()
-    with SchedulerClusterCombo(address=address, n_workers=2), Client(address, shared_memory=False) as c:
+    keys: str | bool = False
+    if request.param == "keys":
+        keys = str(tmp_path_factory.mktemp("keys") / "keys")
+        generate(keys)
+    with (
+        SchedulerClusterCombo(address=address, n_workers=2, keys=keys),
+        Client(address, shared_memory=False, keys=keys) as c,
+    ):
         yield c
 
 

@@ -32,6 +32,8 @@ ROUTER_SEND_QUEUE = 100_000
 # kernel drops SYNs; 5,000 workers took 16-36 s to join instead of 2.8 s: benchmarks/fleet.py, docs/benchmarks.md).
 # The kernel caps it at net.core.somaxconn.
 ROUTER_BACKLOG = 4096
+# What CurveZMQ adds to a frame on the wire: the MESSAGE command's name (8 bytes), nonce (8), flags (1) and box (16).
+CURVE_OVERHEAD = 33
 # A connection that has not completed its handshake this long after it was accepted is closed (libzmq's default: 30 s).
 HANDSHAKE_MS = 10_000
 _raw_send = zmq.backend.Socket.send
@@ -78,7 +80,8 @@ def bind_router(
     sock.setsockopt(zmq.SNDHWM, ROUTER_SEND_QUEUE)
     sock.setsockopt(zmq.BACKLOG, ROUTER_BACKLOG)
     sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
+    # With CurveZMQ libzmq reads each frame as an encrypted MESSAGE command: CURVE_OVERHEAD bytes more than its content.
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME + (CURVE_OVERHEAD if curve_secret is not None else 0))
     if curve_secret is not None:
         make_server(sock, curve_secret, MAIN_DOMAIN)
     bind_socket(sock, address)
