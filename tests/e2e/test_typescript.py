@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 from scaler import Client
+from scaler.conformance.wire import MAX_FRAME, Task, build, parse, task_batch_fields, u64
 from tests.e2e.test_cli import Program, cli, start, wait_for_agents
 from tests.e2e.test_cli import programs as programs  # the fixture: programs a test starts, killed after
 from tests.helpers import free_address
+from tests.integration.test_connection_flood import DroppingProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "ts" / "dist"
@@ -176,6 +179,55 @@ def test_the_typescript_worker_refuses_bad_options_clearly(args: list[str], mess
     assert message in done.stderr, done.stderr
 
 
+def json_call(address: str, function: str, argument: bytes) -> tuple[list[int], int, bytes]:
+    """A raw Python client (the conformance kit's wire helpers) runs one JSON task: the sizes of the frames its result
+    came in, its status and its payload (joined)."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 1000)
+    try:
+        sock.connect(address)
+        sock.send_multipart([build("hello", protocolVersion=1, kind="client", name="raw-json-client")])
+        assert sock.poll(TIMEOUT * 1000), "no welcome"
+        prefix = parse(sock.recv_multipart()).fields["idPrefix"] << 40
+        payload = json.dumps({"function": function}).encode()
+        sock.send_multipart(
+            [build("putObjects", objectIds=u64([prefix | 1]), payloadSizes=u64([len(payload)])), payload]
+        )
+        fields, _ = task_batch_fields([Task(prefix | 2, prefix | 1, refs=[0], inline=[argument])])
+        fields["requirements"] = [["payload=json"]]
+        pieces = [argument[k : k + MAX_FRAME] for k in range(0, len(argument), MAX_FRAME)]
+        sock.send_multipart([build("submitTasks", **fields, payloadSizes=u64([len(argument)])), *pieces])
+        while True:
+            assert sock.poll(TIMEOUT * 1000), "no result"
+            frames = sock.recv_multipart()
+            message = parse(frames)
+            if message.name == "taskResults":
+                sock.send_multipart([build("disconnect", reason="done")])
+                return [len(f) for f in frames[1:]], message.fields["statuses"][0], message.payloads[0]
+            assert message.name == "heartbeatEcho", message
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def test_payloads_over_1_mib_span_frames_between_typescript_and_python_peers(programs: list[Program]) -> None:
+    """A TypeScript client's 3 MB argument reaches the TypeScript worker and comes back whole; the TypeScript worker's
+    result of 3 MB reaches a (raw) Python client in frames of at most 1 MiB. The scheduler takes no bigger frame."""
+    address = free_address()
+    scheduler = start_scheduler(programs, address)
+    start_ts_worker(programs, address, "ts-big")
+    status, report, stderr = ts_example(address, "--count", "2", "--big", "3000000")
+    assert status == 0 and report["big"] == {"chars": 3_000_000, "echoed": True}, (report, stderr)
+
+    value = os.urandom(1_500_000).hex()  # 3,000,000 characters
+    argument = json.dumps(value).encode()
+    sizes, status, payload = json_call(address, "echo", argument)
+    assert status == 0 and json.loads(payload) == value
+    assert sizes == [MAX_FRAME, MAX_FRAME, len(argument) - 2 * MAX_FRAME], sizes  # as the TypeScript worker cut it
+    assert "malformed" not in scheduler.output and "Traceback" not in scheduler.output, scheduler.output[-3000:]
+
+
 def make_keys(folder: Path) -> Path:
     done = subprocess.run([cli("scaler_keygen"), str(folder)], capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
@@ -258,3 +310,22 @@ def test_the_typescript_worker_passes_the_conformance_kit(programs: list[Program
     assert code == 0 and lines, kit.output[-5000:] + "\n--- worker:\n" + worker.output[-3000:]
     assert not [line for line in lines if line.startswith("FAIL")], kit.output[-5000:]
     assert worker.wait(TIMEOUT) == 0, worker.output  # the kit's last check sends shutdown: the worker exits
+
+
+def test_a_typescript_client_whose_handshake_is_closed_once_connects_again(
+    programs: list[Program], tmp_path: Path
+) -> None:
+    """As the Python peers: a handshake closed without a word (a flooded scheduler ends silent connections) is tried
+    again; only a few in a row mean a wrong scheduler key (the wrong-keys test above)."""
+    keys = str(make_keys(tmp_path / "keys"))
+    address = free_address()
+    start_scheduler(programs, address, "--keys", keys)
+    start_ts_worker(programs, address, "ts-behind-proxy", "--keys", keys)
+    proxy = DroppingProxy(int(address.rsplit(":", 1)[1]), drops=2)
+    try:
+        done = ts_run(str(DIST / "example.js"), f"tcp://127.0.0.1:{proxy.port}", "--keys", keys, "--count", "3")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1])["ok"] is True
+        assert proxy.accepted >= 3
+    finally:
+        proxy.close()

@@ -30,7 +30,7 @@ import cloudpickle
 import pytest
 import zmq
 
-from scaler.conformance.wire import Msg, build, layout, parse, u16, u64, unpack_u16, unpack_u64
+from scaler.conformance.wire import MAX_FRAME, Msg, build, layout, parse, u16, u64, unpack_u16, unpack_u64
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ class RawWorker(Peer):
         return tasks
 
     def answer(self, results: list[tuple[int, int, bytes]], durations: list[int] | None = None, **extra: Any) -> None:
-        """taskResults; small payloads share one frame (big ones too: a receiver must take any valid layout)."""
+        """taskResults; small payloads share one frame, big ones too up to 1 MiB; bigger ones span frames."""
         ids, statuses, payloads = zip(*results, strict=True) if results else ((), (), ())
         fields: dict[str, Any] = {"taskIds": u64(list(ids)), "statuses": bytes(statuses), **extra}
         if durations is not None:
@@ -446,7 +446,11 @@ def test_submit_payload_bytes_travel_exactly(ctx: zmq.Context[Any], scheduler: S
 
     dispatch = worker.expect("dispatchTasks")
     [got] = worker.accept(dispatch)
-    assert big_argument in dispatch.frames  # a big payload travels in a frame of its own
+    # over 1 MiB, it spans frames: the scheduler forwards the pieces it came in, 1 MiB and the rest
+    start = dispatch.frames.index(big_argument[:MAX_FRAME])
+    pieces = dispatch.frames[start : start + 2]
+    assert [len(piece) for piece in pieces] == [1_048_576, 951_424]
+    assert b"".join(pieces) == big_argument
     assert got.task_id == task.task_id and got.function_id == function_id
     assert got.flags == PROFILE
     assert got.refs == [0, obj, 0]

@@ -1,13 +1,13 @@
 """The conformance kit's client mode (`python -m scaler.conformance client ADDRESS`) run as a user would: the kit in a
 subprocess binds the address as a fake scheduler, a real client connects to it, and the kit's verdicts are read.
 
-- the Python client (submit, map, a graph, a task that raises, leaving the with-block): every check PASSes
-  (heartbeats may SKIP, the session being short);
+- the Python client (submit, map, a graph, a task that raises, an argument and a result of 3 MiB, leaving the
+  with-block): every check PASSes (heartbeats may SKIP, the session being short);
 - the TypeScript example client (ts/dist/example.js: add, worker_info, keyword arguments, a cancelled sleep, a
-  failing task), when ts/dist is built: no check FAILs;
+  failing task, the echo of a 3 MB string), when ts/dist is built: no check FAILs;
 - raw clients written here that break the rules on purpose (reuse a task id, refer to an object never put,
   require no payload convention; a hello with queueCapacity and capabilities, a scheduler's message, no disconnect;
-  silence past peerTimeoutMs / 2): those checks FAIL and the kit exits 1.
+  silence past peerTimeoutMs / 2; a payload of 2 MiB in one frame): those checks FAIL and the kit exits 1.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import zmq
 
+from scaler.conformance.wire import MAX_FRAME, build, parse, task_batch_fields, u64
 from scaler.conformance.wire import Task as WireTask
-from scaler.conformance.wire import build, parse, task_batch_fields, u64
 from tests.helpers import free_address
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,12 +70,15 @@ from scaler import Client
 def triple(x, y):
     return 3 * x + y
 
-with Client(address=sys.argv[1], timeout_seconds=20) as c:
+# shared_memory=False: an argument over 1 MiB travels in frames (the kit does not read shared memory)
+with Client(address=sys.argv[1], timeout_seconds=20, shared_memory=False) as c:
     assert c.submit(pow, 2, 10).result(timeout=10) == 1024
     assert list(c.map(triple, [(1, 2), (3, 4), (5, 6)])) == [5, 13, 21]
     assert c.get({"a": 1, "b": (operator.add, "a", 2)}, ["b"]) == {"b": 3}
     graph = {"x": (operator.mul, 2, 5), "y": (operator.add, "x", 1), "z": (operator.neg, "y")}
     assert c.get(graph, ["z"]) == {"z": -11}  # x and y: silent tasks z waits on
+    big = bytes(range(256)) * 12289  # 3 MiB + 256 bytes: it spans frames both ways
+    assert c.submit(bytes, big).result(timeout=10) == big
     try:
         c.submit(operator.truediv, 1, 0).result(timeout=10)
     except ZeroDivisionError as exc:
@@ -97,7 +100,8 @@ def test_python_client_passes(tmp_path: Path) -> None:
     assert status == 0, output
     assert "silent; conventions: payload=python" in output and "(0 silent" not in output, output
     assert set(seen) == {
-        "hello", "ids", "references", "well_formed", "heartbeats", "conventions", "results_answered", "disconnect"
+        "hello", "ids", "references", "well_formed", "frame_limit", "heartbeats", "conventions", "results_answered",
+        "disconnect",
     }, output  # fmt: skip
     for name, line in seen.items():
         assert line.startswith("PASS") or (name == "heartbeats" and line.startswith("SKIP")), output
@@ -111,17 +115,20 @@ def test_typescript_client_passes() -> None:
             pytest.fail(why)
         pytest.skip(why)
     address = free_address()
-    status, output, client = serve(address, [node, str(DIST / "example.js"), address, "--count", "4"])
+    example = [node, str(DIST / "example.js"), address, "--count", "4", "--big", "3000000"]
+    status, output, client = serve(address, example)
     lines = client.stdout.strip().splitlines()
     assert lines, client.stderr
     report = json.loads(lines[-1])
     assert report["ok"] and report["sums"] == [1000, 1001, 1002, 1003], report
     assert report["canceled"] and report["remoteError"], report
     assert report["kwargs"] == {"a": 1, "b": "two"}, report
+    assert report["big"] == {"chars": 3_000_000, "echoed": True}, report  # a 3 MB argument, and result, span frames
     seen = verdicts(output)
     assert status == 0 and not [line for line in seen.values() if line.startswith("FAIL")], output
     assert "conventions: payload=json" in output, output
-    assert seen["conventions"].startswith("PASS") and seen["disconnect"].startswith("PASS"), output
+    for name in ("conventions", "disconnect", "frame_limit"):
+        assert seen[name].startswith("PASS"), output
 
 
 def broken_client(address: str) -> None:
@@ -168,6 +175,56 @@ def test_broken_client_fails(tmp_path: Path) -> None:
         assert seen[name].startswith("FAIL"), output
     assert "used before" in seen["ids"] and f"{7 << 40 | 99:#x}" in seen["references"], output
     for name in ("hello", "well_formed", "disconnect"):
+        assert seen[name].startswith("PASS"), output
+
+
+def uncut_client(address: str) -> None:
+    """A raw client that sends an argument of 2 MiB in one frame (a scheduler would drop its connection), reads the
+    echo (which the kit sends back in frames of 1 MiB), then says disconnect."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 1000)
+    try:
+        sock.connect(address)
+        sock.send_multipart([build("hello", protocolVersion=1, kind="client", name="uncut")])
+        assert sock.poll(20_000), "no welcome"
+        prefix = parse(sock.recv_multipart()).fields["idPrefix"] << 40
+        function = b'{"function": "echo"}'
+        sock.send_multipart(
+            [build("putObjects", objectIds=u64([prefix | 1]), payloadSizes=u64([len(function)])), function]
+        )
+        argument = json.dumps("x" * (2 * MAX_FRAME - 2)).encode()  # 2 MiB
+        fields, _ = task_batch_fields([WireTask(prefix | 2, prefix | 1, inline=[argument], refs=[0])])
+        fields["requirements"] = [["payload=json"]]
+        sock.send_multipart([build("submitTasks", **fields, payloadSizes=u64([len(argument)])), argument])
+        assert sock.poll(20_000), "no result"
+        frames = sock.recv_multipart()
+        assert [len(f) for f in frames[1:]] == [MAX_FRAME, MAX_FRAME], [len(f) for f in frames]
+        assert parse(frames).payloads == [argument]
+        sock.send_multipart([build("disconnect", reason="done")])
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def test_a_client_sending_a_frame_over_1_mib_fails(tmp_path: Path) -> None:
+    address = free_address()
+    script = tmp_path / "uncut.py"
+    script.write_text(
+        textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from tests.protocol.test_conformance_client import uncut_client
+            uncut_client(sys.argv[1])
+        """)
+    )
+    status, output, client = serve(address, [sys.executable, str(script), address])
+    assert client.returncode == 0, client.stdout + client.stderr
+    seen = verdicts(output)
+    assert status == 1, output
+    assert seen["frame_limit"].startswith("FAIL"), output
+    assert "submitTasks payload frame 1 of 2,097,152 bytes" in seen["frame_limit"], output
+    for name in ("hello", "ids", "references", "well_formed", "conventions", "results_answered", "disconnect"):
         assert seen[name].startswith("PASS"), output
 
 

@@ -4,7 +4,8 @@
 - worker mode against a real Python worker (`scaler_cluster -n 1` pointed at the kit's address);
 - worker mode against a small JSON worker written here from docs/protocol.md alone (the `payload=json` convention
   the TypeScript worker follows), correct and then broken on purpose: the kit must notice each fault;
-- scheduler mode against a stub that welcomes everyone and answers nothing else: the kit must FAIL, not hang.
+- scheduler mode against a stub that welcomes everyone and answers nothing else: the kit must FAIL, not hang;
+- scheduler mode against a stub that reads frames of any size and no payload spanning frames: the frame checks FAIL.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def scheduler_address(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    command = [*scheduler_command(address, tmp_path), "--max-payload-bytes", "3000000"]
+    command = [*scheduler_command(address, tmp_path), "--max-payload-bytes", "4000000"]  # 3 MiB + 5 may span frames
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         yield address
@@ -121,6 +122,7 @@ def test_scheduler_mode_passes_against_the_python_scheduler(scheduler_address: s
     assert set(table.values()) == {"PASS"}, "\n".join(lines)
     assert len(table) >= 37
     assert "capability_placement" in table and "too_large" in table and "shutdown_protected" in table
+    assert "spanning_payloads" in table and "frame_limit" in table
 
 
 def test_only_runs_the_named_checks(scheduler_address: str) -> None:
@@ -170,6 +172,69 @@ def test_scheduler_mode_fails_against_a_scheduler_that_answers_nothing(tmp_path:
         assert code == 1
         assert [line.split(" — ")[0] for line in lines] == ["FAIL heartbeat_echo", "FAIL not_connected"], lines
         assert time.monotonic() - started < 30
+    finally:
+        stop(process)
+
+
+# A scheduler as it was before payloads could span frames: it reads frames of any size (no ZMQ_MAXMSGSIZE) and takes
+# a payload only within one frame (error malformed otherwise); it welcomes, echoes heartbeats, and runs nothing.
+STUB_WITHOUT_FRAME_RULES = """
+import sys, zmq
+from scaler.conformance.wire import PAYLOAD_KINDS, CheckFailed, build, parse, unpack_u64
+
+def within_frames(sizes, frames):
+    index = position = 0
+    for size in sizes:
+        if size == 0:
+            continue
+        while index < len(frames) and position == len(frames[index]):
+            index, position = index + 1, 0
+        if index == len(frames) or len(frames[index]) - position < size:
+            return False
+        position += size
+    return True
+
+sock = zmq.Context().socket(zmq.ROUTER)
+sock.bind(sys.argv[1])
+sessions = {}
+while True:
+    identity, *frames = sock.recv_multipart()
+    try:
+        message = parse(frames)
+        sizes = unpack_u64(message.fields.get("payloadSizes", b"")) if message.name in PAYLOAD_KINDS else []
+        readable = within_frames(sizes, frames[1:])
+    except CheckFailed:
+        readable = False
+    if not readable:
+        sock.send_multipart([identity, build("error", code="malformed", message="cannot read that")])
+    elif message.name == "hello":
+        sessions[identity] = len(sessions) + 1
+        welcome = build("welcome", protocolVersion=1, idPrefix=sessions[identity], peerTimeoutMs=10000,
+                        protected=True, maxPayloadBytes=1 << 30)
+        sock.send_multipart([identity, welcome])
+    elif message.name == "disconnect":
+        sessions.pop(identity, None)
+    elif identity not in sessions:
+        sock.send_multipart([identity, build("error", code="notConnected", message="say hello first")])
+    elif message.name == "heartbeat":
+        sock.send_multipart([identity, build("heartbeatEcho")])
+"""
+
+
+def test_scheduler_mode_fails_against_a_scheduler_without_the_frame_rules(tmp_path: Path) -> None:
+    """frame_limit FAILs against a scheduler that reads a frame of 1 MiB + 1 (and answers it), spanning_payloads
+    against one that refuses a payload spanning frames."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    script = tmp_path / "stub.py"
+    script.write_text(STUB_WITHOUT_FRAME_RULES)
+    process = subprocess.Popen([sys.executable, str(script), address], cwd=ROOT)
+    try:
+        code, lines, err = run_kit("scheduler", address, "--timeout", "2", "--only", "frame_limit,spanning_payloads")
+        assert code == 1, "\n".join(lines) + err
+        assert [line.split(" — ")[0] for line in lines] == ["FAIL frame_limit", "FAIL spanning_payloads"], lines
+        assert "read a frame of 1,048,577 bytes and answered error" in lines[0], lines
+        assert "sent in frames of up to 1 MiB: C: expected heartbeatEcho, got error" in lines[1], lines
+        assert "malformed" in lines[1], lines
     finally:
         stop(process)
 
@@ -232,13 +297,26 @@ def u64(values):
     return struct.pack(f"<{len(values)}Q", *values)
 
 
+MAX_FRAME = 1 << 20
+
+
+def frames_of(payloads):  # each payload alone; one over 1 MiB in pieces of 1 MiB (but with BREAK uncut-frames)
+    frames = []
+    for p in payloads:
+        if len(p) <= MAX_FRAME or BREAK == "uncut-frames":
+            frames += [p] if p else []
+        else:
+            frames += [p[k : k + MAX_FRAME] for k in range(0, len(p), MAX_FRAME)]
+    return frames
+
+
 def send(member, payloads=None, **fields):
     root = schema.Message.new_message()
     body = root.init(member)
     frames = []
     if payloads is not None:
         fields["payloadSizes"] = u64([len(p) for p in payloads])
-        frames = [p for p in payloads if p]
+        frames = frames_of(payloads)
     for key, value in fields.items():
         setattr(body, key, value)
     sock.send_multipart([root.to_bytes(), *frames])
@@ -252,8 +330,15 @@ def cut(sizes, frames):
             continue
         while position == len(frames[index]):
             index, position = index + 1, 0
-        out.append(frames[index][position : position + size])
-        position += size
+        if len(frames[index]) - position >= size:
+            out.append(frames[index][position : position + size])
+            position += size
+            continue
+        end, total = index, 0  # it starts a frame and fills whole frames
+        while total < size:
+            total, end = total + len(frames[end]), end + 1
+        out.append(b"".join(frames[index:end]))
+        index, position = end - 1, len(frames[end - 1])
     return out
 
 
@@ -453,6 +538,7 @@ def test_worker_mode_passes_against_a_json_worker(tmp_path: Path) -> None:
         ("give-back-started", "balance", "balance"),
         ("no-duplicate-check", "duplicate_dispatch", "duplicate_dispatch"),
         ("no-profiling", "profiling", "profiling"),
+        ("uncut-frames", "frame_limit", "frame_limit"),
     ],
 )
 def test_worker_mode_notices_a_broken_worker(tmp_path: Path, fault: str, check: str, only: str) -> None:
@@ -486,7 +572,7 @@ def test_scheduler_mode_with_keys(tmp_path: Path, keys: str) -> None:
     command = [*scheduler_command(address, tmp_path), "--keys", keys]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        only = "hello_welcome,refused_key_role,round_trip,capability_placement"
+        only = "hello_welcome,refused_key_role,frame_limit,round_trip,spanning_payloads,capability_placement"
         code, lines, err = run_kit("scheduler", address, "--keys", keys, "--only", only)
         assert code == 0, "\n".join(lines) + err
         assert lines == [f"PASS {name}" for name in only.split(",")]

@@ -4,7 +4,7 @@ import { hostname } from "node:os";
 import { functionObject, PAYLOAD_JSON, toJson } from "./json.js";
 import { loadPeerKeys, resolveKeys, type PeerKeys } from "./keys.js";
 import { Link } from "./link.js";
-import { decodeErrorPayload, hex, text, type Msg, type Task, type TaskStatusName } from "./protocol.js";
+import { decodeErrorPayload, encodeMessages, hex, text, type Msg, type Task, type TaskStatusName } from "./protocol.js";
 
 /** The task raised an error in the worker; `message` is the remote error's text (message and stack). */
 export class RemoteError extends Error {
@@ -56,6 +56,7 @@ export class AuthenticationError extends ConnectionError {
 }
 
 export { KeysError } from "./keys.js";
+export { FrameLimitError } from "./protocol.js";
 
 const BATCH_LIMIT = 4096; // tasks per submitTasks message, as the Python client
 
@@ -243,14 +244,17 @@ export class Client {
         requires,
       };
     });
+    // encoded before any task is registered: a task whose description cannot fit a header throws FrameLimitError
+    const messages: Uint8Array[][] = [];
+    for (let at = 0; at < tasks.length; at += BATCH_LIMIT) {
+      messages.push(...encodeMessages({ type: "submitTasks", tasks: tasks.slice(at, at + BATCH_LIMIT) }));
+    }
     const handles = tasks.map((task) => {
       const result = new Promise<unknown>((resolve, reject) => this.pending.set(task.taskId, { resolve, reject }));
       result.catch(() => undefined); // the caller may never look: no unhandled rejection
       return { taskId: task.taskId, result };
     });
-    for (let at = 0; at < tasks.length; at += BATCH_LIMIT) {
-      void link.send({ type: "submitTasks", tasks: tasks.slice(at, at + BATCH_LIMIT) });
-    }
+    void link.sendEncoded(messages);
     return handles;
   }
 

@@ -1,6 +1,8 @@
-// A small Scaler client for JSON tasks: `node ts/dist/example.js ADDRESS [--count N] [--require CAPABILITY]... [--keys DIR]`
-// Adds pairs of numbers on JSON workers (such as worker.ts), prints one JSON line with what came back, exits 0 when
-// every sum is right (and reports which workers ran JSON tasks). With --require, the tasks also require those capabilities.
+// A small Scaler client for JSON tasks: `node ts/dist/example.js ADDRESS [--count N] [--require CAPABILITY]... [--keys DIR]
+// [--big CHARS]`. Adds pairs of numbers on JSON workers (such as worker.ts), prints one JSON line with what came back,
+// exits 0 when every sum is right (and reports which workers ran JSON tasks). With --require, the tasks also require
+// those capabilities. With --big, it also echoes a string of CHARS characters (over 1 MiB: it spans frames both ways).
+import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "./client.js";
 
@@ -13,10 +15,13 @@ async function main(argv: string[]): Promise<number> {
       require: { type: "string", multiple: true, default: [] },
       "timeout-ms": { type: "string", default: "30000" },
       keys: { type: "string" },
+      big: { type: "string", default: "0" },
     },
   });
   if (positionals.length !== 1) {
-    console.error("usage: node example.js ADDRESS [--count N] [--require CAPABILITY]... [--timeout-ms MS] [--keys DIR]");
+    console.error(
+      "usage: node example.js ADDRESS [--count N] [--require CAPABILITY]... [--timeout-ms MS] [--keys DIR] [--big CHARS]",
+    );
     return 2;
   }
   const count = Number(values.count);
@@ -59,6 +64,13 @@ async function main(argv: string[]): Promise<number> {
         () => null,
         (error: Error) => `${error.name}: ${error.message.split("\n")[0]}`,
       );
+    }
+    const big = Number(values.big);
+    if (big > 0 && report.ok) {
+      const value = randomBytes(Math.ceil(big / 2)).toString("hex").slice(0, big);
+      const echoed = await Promise.race([client.call("echo", [value], { capabilities }), deadline]);
+      report.big = { chars: big, echoed: echoed === value };
+      report.ok = echoed === value;
     }
   } finally {
     await client.disconnect();

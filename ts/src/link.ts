@@ -3,7 +3,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import * as zmq from "zeromq";
 import type { PeerKeys, Role } from "./keys.js";
-import { decode, encode, MalformedError, type Msg } from "./protocol.js";
+import { decode, encodeMessages, MalformedError, type Msg } from "./protocol.js";
 
 /** `C|host|pid|<32 hex random>` for clients, `W|...` for workers (128 random bits: unguessable). */
 export function routingId(role: "C" | "W"): string {
@@ -53,15 +53,30 @@ export class Link {
     this.socket.events.on("handshake:error:protocol", (event) =>
       tell(authFailure(event.error.code === "ERR_ZMTP_MECHANISM_MISMATCH" ? "mismatch" : "other", this.address, this.keys, role)),
     );
-    this.socket.events.on("handshake:error:other", () => tell(authFailure("other", this.address, this.keys, role)));
+    // A handshake closed without a word is what a wrong scheduler key gives, but also a connection the scheduler closed
+    // while too many were connecting at once: told only after UNCLEAR_FAILURES in a row (ZeroMQ tries again
+    // meanwhile), as the Python peers do (src/scaler/io/curve.py).
+    let unclear = 0;
+    this.socket.events.on("handshake", () => {
+      unclear = 0;
+    });
+    this.socket.events.on("handshake:error:other", () => {
+      unclear += 1;
+      if (unclear >= UNCLEAR_FAILURES) tell(authFailure("other", this.address, this.keys, role));
+    });
   }
 
-  /** Send a message; sends keep their order (zeromq.js allows one send in flight at a time). */
+  /** Send a message (as several if its header would pass 1 MiB: encodeMessages); sends keep their order (zeromq.js
+   * allows one send in flight at a time). Throws FrameLimitError at once if one item alone does not fit a header. */
   send(msg: Msg): Promise<void> {
+    return this.sendEncoded(encodeMessages(msg));
+  }
+
+  /** Send messages encoded already (encodeMessages), in order. */
+  sendEncoded(messages: readonly Uint8Array[][]): Promise<void> {
     if (this.closed) return Promise.resolve();
-    const frames = encode(msg);
     const next = this.sending.then(async () => {
-      if (!this.closed) await this.socket.send(frames);
+      for (const frames of messages) if (!this.closed) await this.socket.send(frames);
     });
     this.sending = next.catch(() => undefined);
     return next;
@@ -98,6 +113,9 @@ export class Link {
     this.socket.close();
   }
 }
+
+/** Handshakes closed without a word, in a row, before one counts as an authentication failure. */
+export const UNCLEAR_FAILURES = 3;
 
 /** Authentication failed, why (as far as the failed handshake tells), and what to check: the Python peers' words. */
 export function authFailure(kind: "auth" | "mismatch" | "other", address: string, keys: PeerKeys | undefined, role: Role): string {

@@ -134,26 +134,56 @@ function optional<T>(values: T[], count: number, fallback: T, what: string): T[]
 }
 
 // ------------------------------------------------------------------------------------------------ payload frames
-/** The payloads of a batch, walked over the frames after the header exactly as docs/protocol.md section 2 says. */
+/** No frame sent to the scheduler may be bigger (docs/protocol.md section 2): ZeroMQ drops the connection of a peer
+ * that starts one. A bigger payload spans frames; headers and packs of small payloads must fit in one. */
+export const MAX_FRAME = 1 << 20;
+const ALONE_FROM = 64 * 1024; // payloads this big travel in frames of their own
+
+/** A message this peer would send has a header bigger than MAX_FRAME, even alone in its batch. */
+export class FrameLimitError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "FrameLimitError";
+  }
+}
+
+/** The payloads of a batch, walked over the frames after the header exactly as docs/protocol.md section 2 says: a
+ * payload within the rest of its frame, or (not fitting there) starting a frame and filling whole frames, joined. */
 export function walkPayloads(sizes: readonly number[], frames: readonly Uint8Array[]): Uint8Array[] {
   const out: Uint8Array[] = [];
   let frame = 0;
   let offset = 0;
-  for (const size of sizes) {
+  sizes.forEach((size, k) => {
     if (size === 0) {
       out.push(new Uint8Array(0));
-      continue;
+      return;
     }
     while (frame < frames.length && offset === frames[frame]!.byteLength) {
       frame += 1;
       offset = 0;
     }
-    if (frame === frames.length || frames[frame]!.byteLength - offset < size) {
-      throw new MalformedError("payload frames: a payload is missing bytes or spans two frames");
+    if (frame === frames.length) throw new MalformedError(`payload frames: payload ${k} (${size} bytes) is missing`);
+    const current = frames[frame]!;
+    if (current.byteLength - offset >= size) {
+      out.push(current.subarray(offset, offset + size));
+      offset += size;
+      return;
     }
-    out.push(frames[frame]!.subarray(offset, offset + size));
-    offset += size;
-  }
+    if (offset !== 0) {
+      throw new MalformedError(`payload frames: payload ${k} (${size} bytes) starts inside frame ${frame} and does not fit in it`);
+    }
+    let end = frame;
+    let total = 0;
+    while (total < size && end < frames.length) total += frames[end++]!.byteLength;
+    if (total !== size) {
+      throw new MalformedError(
+        `payload frames: payload ${k} (${size} bytes) spans frames ${frame} to ${end - 1}, which hold ${total} bytes`,
+      );
+    }
+    out.push(Buffer.concat(frames.slice(frame, end), size));
+    frame = end - 1;
+    offset = frames[frame]!.byteLength;
+  });
   while (frame < frames.length && offset === frames[frame]!.byteLength) {
     frame += 1;
     offset = 0;
@@ -162,11 +192,17 @@ export function walkPayloads(sizes: readonly number[], frames: readonly Uint8Arr
   return out;
 }
 
-/** Payload frames for the given payloads: each big one alone (from 64 KiB), runs of small ones packed (cut near
- * 1 MiB), empty ones take no bytes. */
+/** The frames of a payload bigger than MAX_FRAME: pieces of MAX_FRAME bytes, the last one shorter (views). */
+export function cutPayload(payload: Uint8Array): Uint8Array[] {
+  if (payload.byteLength <= MAX_FRAME) return payload.byteLength ? [payload] : [];
+  const pieces: Uint8Array[] = [];
+  for (let at = 0; at < payload.byteLength; at += MAX_FRAME) pieces.push(payload.subarray(at, at + MAX_FRAME));
+  return pieces;
+}
+
+/** Payload frames for the given payloads, none bigger than MAX_FRAME: each big one in frames of its own (from
+ * 64 KiB; over 1 MiB cut in pieces of 1 MiB), runs of small ones packed up to 1 MiB, empty ones take no bytes. */
 export function packPayloads(payloads: readonly Uint8Array[]): Uint8Array[] {
-  const BIG = 64 * 1024;
-  const CUT = 1024 * 1024;
   const frames: Uint8Array[] = [];
   let run: Uint8Array[] = [];
   let runBytes = 0;
@@ -178,14 +214,14 @@ export function packPayloads(payloads: readonly Uint8Array[]): Uint8Array[] {
   };
   for (const payload of payloads) {
     if (payload.byteLength === 0) continue;
-    if (payload.byteLength >= BIG) {
+    if (payload.byteLength >= ALONE_FROM) {
       flush();
-      frames.push(payload);
+      frames.push(...cutPayload(payload));
       continue;
     }
+    if (runBytes + payload.byteLength > MAX_FRAME) flush();
     run.push(payload);
     runBytes += payload.byteLength;
-    if (runBytes >= CUT) flush();
   }
   flush();
   return frames;
@@ -448,7 +484,63 @@ export function encode(msg: Msg): Uint8Array[] {
     default:
       throw new Error(`encoding ${msg.type} is not supported by this peer`);
   }
-  return [new Uint8Array(message.toArrayBuffer()), ...packPayloads(payloads)];
+  const header = new Uint8Array(message.toArrayBuffer());
+  if (header.byteLength > MAX_FRAME) {
+    throw new FrameLimitError(`a ${msg.type} header of ${header.byteLength} bytes is over the 1 MiB frame limit`);
+  }
+  return [header, ...packPayloads(payloads)];
+}
+
+/** The messages (each: header, then payload frames) that carry `msg`: itself, or, when its header would pass
+ * MAX_FRAME, its batch cut in halves (in order) until every header fits. FrameLimitError if one item alone does not. */
+export function encodeMessages(msg: Msg): Uint8Array[][] {
+  try {
+    return [encode(msg)];
+  } catch (error) {
+    const parts = error instanceof FrameLimitError ? halves(msg) : undefined;
+    if (parts === undefined) throw error;
+    return parts.flatMap(encodeMessages);
+  }
+}
+
+function halves(msg: Msg): [Msg, Msg] | undefined {
+  const split = <T>(items: readonly T[]): [T[], T[]] | undefined =>
+    items.length < 2 ? undefined : [items.slice(0, items.length >> 1), items.slice(items.length >> 1)];
+  switch (msg.type) {
+    case "submitTasks":
+    case "dispatchTasks": {
+      const parts = split(msg.tasks);
+      return parts && [{ ...msg, tasks: parts[0] }, { ...msg, tasks: parts[1] }];
+    }
+    case "taskResults": {
+      const parts = split(msg.results);
+      return parts && [{ ...msg, results: parts[0] }, { ...msg, results: parts[1] }];
+    }
+    case "putObjects": {
+      const parts = split(msg.objects);
+      return parts && [{ ...msg, objects: parts[0] }, { ...msg, objects: parts[1] }];
+    }
+    case "cancelTasks":
+    case "freeObjects":
+    case "tasksStarted": {
+      // (not balanceResponse: one answers each balanceRequest, and lists a subset of its ids: it fits as the request did)
+      const parts = split(msg.ids);
+      return parts && [{ ...msg, ids: parts[0] }, { ...msg, ids: parts[1] }];
+    }
+    case "taskOutput": {
+      const half = msg.taskIds.length >> 1;
+      if (half === 0) return undefined;
+      const part = (from: number, to?: number): Msg => ({
+        type: "taskOutput",
+        taskIds: msg.taskIds.slice(from, to),
+        streams: msg.streams.slice(from, to),
+        texts: msg.texts.slice(from, to),
+      });
+      return [part(0, half), part(half)];
+    }
+    default:
+      return undefined;
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ decoding

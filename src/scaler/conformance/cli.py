@@ -16,7 +16,12 @@ did, 2 for a usage error or (worker and client modes) when no peer said hello in
 
 scheduler mode: ADDRESS is a running scheduler. The kit connects raw clients and raw workers (their payloads are
 opaque bytes); no other worker may be connected to that scheduler meanwhile. A shutdownRequest is sent only to a
-protected scheduler (which must refuse it). too_large runs when the welcome states maxPayloadBytes of 16 MiB or less.
+protected scheduler (which must refuse it). too_large runs when the welcome states maxPayloadBytes of 16 MiB or less,
+spanning_payloads when it states more than 1 MiB.
+
+In every mode the kit sends no frame over 1 MiB (payloads over 1 MiB span frames of 1 MiB); frame_limit checks that
+limit against the peer (docs/protocol.md section 2): a scheduler drops a connection that passes it, a worker or a
+client never passes it.
 
 worker mode: the kit binds ADDRESS as a fake scheduler (a ROUTER socket) and waits for one worker's hello; start the
 worker pointed at ADDRESS. The hello's capabilities choose the payload convention: payload=python (cloudpickle

@@ -21,6 +21,7 @@ from scaler.conformance.wire import (
     CANCELED,
     ERROR,
     FAILED,
+    MAX_FRAME,
     PROTOCOL_VERSION,
     SILENT,
     SUCCESS,
@@ -52,12 +53,17 @@ CLIENT_MAY_SEND = (
 )
 CONVENTIONS = ("payload=python", "payload=json")
 SERVE_TIMEOUTS = 30  # serving ends after this many --timeout in all, however busy the client is
+RESULTS_A_MESSAGE = 10_000  # taskResults to the client carry at most this many results: headers far below 1 MiB
 
 CHECKS: list[tuple[str, str]] = [
     ("hello", "the client's hello: version 1, kind client, queueCapacity 0, no capabilities"),
     ("ids", "every task and object id carries the welcome's idPrefix, n > 0, and is used once (one name space)"),
     ("references", "every functionId and non-zero argRef names an object put earlier (not freed) or an earlier task"),
     ("well_formed", "every message decoded, is one a client may send, with consistent columns and payloadSizes"),
+    (
+        "frame_limit",
+        "every frame the client sent is at most 1 MiB: bigger payloads span frames (SKIP when it sent none over 1 MiB)",
+    ),
     ("heartbeats", "heartbeats at least every peerTimeoutMs / 2 (SKIP when connected for less than that)"),
     ("conventions", "every task requires exactly one payload convention (payload=python or payload=json)"),
     ("results_answered", "every non-silent task got exactly one result from the kit; no task id submitted twice"),
@@ -227,9 +233,9 @@ class ClientFake(FakeScheduler):
                 else:
                     self._run(job)
                 progress = True
-        if self.outbox:
-            ids, statuses, payloads = zip(*self.outbox, strict=True)
-            self.outbox = []
+        outbox, self.outbox = self.outbox, []
+        for at in range(0, len(outbox), RESULTS_A_MESSAGE):
+            ids, statuses, payloads = zip(*outbox[at : at + RESULTS_A_MESSAGE], strict=True)
             self.send("taskResults", list(payloads), taskIds=u64(ids), statuses=bytes(statuses))
 
     def _payload(self, ref: int) -> bytes:
@@ -433,6 +439,19 @@ class ClientKit:
 
     def check_well_formed(self) -> None:
         self._none(self.fake.served.malformed + self.fake.seen.violations)
+
+    def check_frame_limit(self) -> None:
+        seen = self.fake.seen
+        expect(
+            not seen.oversized,
+            f"{len(seen.oversized)} frame(s) over 1 MiB ({MAX_FRAME:,} bytes), which a scheduler drops the connection "
+            f"for (payloads over 1 MiB must span frames): {'; '.join(seen.oversized[:5])}",
+        )
+        if seen.largest_payload <= MAX_FRAME:
+            raise CheckSkipped(
+                f"the client sent no payload over 1 MiB (the largest: {seen.largest_payload:,} bytes): run one that "
+                "submits an argument over 1 MiB to see it cut"
+            )
 
     def check_heartbeats(self) -> None:
         served = self.fake.served

@@ -16,11 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from scaler.conformance.wire import (
     CANCELED,
     ERROR,
     FAILED,
+    MAX_FRAME,
     PROTOCOL_VERSION,
     SILENT,
     STATUS_NAMES,
@@ -34,11 +36,13 @@ from scaler.conformance.wire import (
     Keys,
     Msg,
     Task,
+    advise,
     build,
     expect,
     i32,
     layout,
     parse,
+    pieces,
     random_id,
     task_batch_fields,
     tasks_of,
@@ -48,6 +52,7 @@ from scaler.conformance.wire import (
 
 PROFILE = 1
 WORKER_NOISE = ("heartbeatEcho",)
+BIG = 3 * MAX_FRAME + 5  # a payload that spans four frames
 
 
 # ------------------------------------------------------------------------------------------------ raw peers
@@ -65,6 +70,7 @@ class Peer:
             kit.keys.make_client(self.sock, role)
         self.sock.connect(kit.address)
         self.closed = False
+        self.largest_frame = 0  # the biggest frame received from the scheduler
         kit.peers.append(self)
 
     def send(self, member: str, payloads: Sequence[bytes] | None = None, /, pack: bool = False, **fields: Any) -> None:
@@ -87,7 +93,13 @@ class Peer:
         wait = self.kit.timeout if timeout is None else timeout
         if not self.sock.poll(int(wait * 1000)):
             raise CheckFailed(f"{self.label()}: no message within {wait:.1f}s")
-        return parse(self.sock.recv_multipart())
+        return self.take()
+
+    def take(self) -> Msg:
+        """The message waiting on the socket, parsed (its largest frame noted)."""
+        frames = self.sock.recv_multipart()
+        self.largest_frame = max(self.largest_frame, *(len(f) for f in frames))
+        return parse(frames)
 
     def label(self) -> str:
         return self.identity.decode().split("|")[0]
@@ -113,7 +125,7 @@ class Peer:
         deadline = Deadline(seconds)
         while not deadline.passed():
             if self.sock.poll(deadline.ms() + 1):
-                message = parse(self.sock.recv_multipart())
+                message = self.take()
                 if message.name not in ignore:
                     raise CheckFailed(f"{self.label()}: unexpected {message}")
 
@@ -283,7 +295,7 @@ def first_of(peers: Sequence[Peer], timeout: float) -> tuple[Peer, Msg]:
         ready = dict(poller.poll(deadline.ms() + 1))
         for peer in peers:
             if peer.sock in ready:
-                message = parse(peer.sock.recv_multipart())
+                message = peer.take()
                 if isinstance(peer, RawWorker) and message.name == "putObjects":
                     peer.objects.update(zip(message.ids("objectIds"), message.payloads, strict=True))
                     continue
@@ -350,8 +362,10 @@ class SchedulerKit:
             "bad_request_worker_sends_client_messages",
             "bad_request_client_sends_worker_messages",
             "too_large",
+            "frame_limit",
             "round_trip",
             "payload_layouts",
+            "spanning_payloads",
             "queue_capacity_respected",
             "crashed_is_retried",
             "hello_again_resets_session",
@@ -543,8 +557,9 @@ class SchedulerKit:
         self._still_serving(client, worker)
 
     def check_malformed_payload_frames(self) -> None:
-        """payload frames that do not match payloadSizes (missing, spanning frames, extra bytes), or an unknown status
-        byte → error malformed."""
+        """payload frames that do not match payloadSizes (missing, a payload that starts inside a frame and does not fit
+        in it, one spanning frames it does not fill exactly, extra bytes), or an unknown status byte → error
+        malformed."""
         client = self.client()
         self._malformed(client, [build("putObjects", objectIds=u64([client.mint()]), payloadSizes=u64([5]))], "missing")
         self._malformed(
@@ -552,11 +567,17 @@ class SchedulerKit:
             [build("putObjects", objectIds=u64([client.mint()]), payloadSizes=u64([2])), b"abc"],
             "a frame with bytes no payload accounts for",
         )
+        for frames, what in (
+            ([b"abc", b"defg"], "a payload of 5 bytes spanning frames of 3 and 4 bytes (it ends inside the second)"),
+            ([b"abc", b"d"], "a payload of 5 bytes spanning frames of 3 and 1 bytes (missing a byte)"),
+        ):
+            header = build("putObjects", objectIds=u64([client.mint()]), payloadSizes=u64([5]))
+            self._malformed(client, [header, *frames], what)
         worker = self.worker()
         self._malformed(
             worker,
             [build("taskResults", taskIds=u64([1, 2]), statuses=bytes(2), payloadSizes=u64([2, 2])), b"abc", b"d"],
-            "a payload spanning two frames",
+            "a payload that starts inside a frame and spans the next one",
         )
         self._malformed(
             worker,
@@ -657,6 +678,56 @@ class SchedulerKit:
             f"the failure does not name the limit: {payload[:200]!r}",
         )
 
+    def check_frame_limit(self) -> None:
+        """a connection that sends a frame of 1 MiB + 1 bytes is dropped before the frame is read (no answer; the
+        connection closes); a frame of exactly 1 MiB is read (garbage: error malformed); other peers are still
+        served."""
+        client = self.client()
+        answer = self._send_watched(self.stranger(), b"\xff" * MAX_FRAME)
+        expect(
+            answer is not None,
+            f"the scheduler dropped a connection that sent a frame of exactly {MAX_FRAME:,} bytes: the limit is 1 MiB, "
+            "not less (with CurveZMQ, ZMQ_MAXMSGSIZE must allow the 33 bytes encryption adds to a frame)",
+        )
+        expect(
+            answer is not None and answer.name == "error" and answer.fields.get("code") == "malformed",
+            f"a garbage frame of exactly 1 MiB: expected error malformed, got {answer}",
+        )
+        answer = self._send_watched(self.stranger(), b"\xff" * (MAX_FRAME + 1))
+        expect(
+            answer is None,
+            f"the scheduler read a frame of {MAX_FRAME + 1:,} bytes and answered {answer}: it must drop a connection "
+            "that sends a frame over 1 MiB before reading it (docs/protocol.md section 2)",
+        )
+        self._still_serving(client)
+        self.client()  # and a new session opens
+
+    def _send_watched(self, peer: Peer, frame: bytes) -> Msg | None:
+        """Over `peer`'s connection, known to be up and read (a heartbeat answered notConnected), send `frame` alone:
+        the scheduler's answer, or None once the connection closes; CheckFailed if neither happens in time."""
+        peer.heartbeat()
+        peer.error("notConnected", ignore=())
+        monitor: zmq.Socket[Any] = peer.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        poller = zmq.Poller()
+        poller.register(peer.sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        try:
+            peer.send_frames([frame])
+            deadline = Deadline(self.timeout)
+            while not deadline.passed():
+                ready = dict(poller.poll(deadline.ms() + 1))
+                if peer.sock in ready:
+                    return peer.take()
+                if monitor in ready and recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED:
+                    return None
+        finally:
+            peer.sock.disable_monitor()
+            monitor.close(linger=0)
+        raise CheckFailed(
+            f"a connection that sent a frame of {len(frame):,} bytes was neither dropped nor answered within "
+            f"{self.timeout}s"
+        )
+
     # -------------------------------------------------------------------------------------------- tasks
     def check_round_trip(self) -> None:
         """putObjects → submitTasks → (putObjects, dispatchTasks) → taskResults → client: payloads byte-exact,
@@ -730,6 +801,45 @@ class SchedulerKit:
         got_results = client.results(list(wanted))
         for task_id, status, payload in results:
             expect(got_results[task_id] == (status, payload), f"result of {task_id:#x} changed on the way")
+
+    def check_spanning_payloads(self) -> None:
+        """payloads of 3 MiB + 5 bytes span frames (pieces of 1 MiB, or cut unevenly, beside small payloads): as an
+        object, an argument and a result they travel through the scheduler byte-exact (advice if it sends a frame
+        over 1 MiB)."""
+        client = self.client()
+        limit = int(client.welcome.get("maxPayloadBytes", 0)) or (1 << 62)
+        if limit <= MAX_FRAME:
+            raise CheckSkipped(f"the welcome states maxPayloadBytes {limit}: no payload may span frames")
+        size = min(BIG, limit)
+        worker = self.worker(capacity=4)
+        fn = client.function()
+        obj, big_object = client.mint(), os.urandom(size)
+        client.put({obj: big_object}, ["big"])  # in pieces of 1 MiB
+        big_argument = os.urandom(size)
+        task, small = client.task(fn, b"before", big_argument, obj, b"after"), client.task(fn, b"tiny")
+        fields, payloads = task_batch_fields([task, small])
+        fields["payloadSizes"] = u64(len(p) for p in payloads)
+        frames = [b"before", *pieces(big_argument, first=300_000), b"after" + b"tiny"]
+        client.send_frames([build("submitTasks", **fields), *frames])
+        client.heartbeat()
+        try:
+            client.expect("heartbeatEcho", ignore=())  # no error: both messages were read, the session goes on
+        except CheckFailed as exc:
+            raise CheckFailed(f"after payloads of {size:,} bytes sent in frames of up to 1 MiB: {exc}") from None
+        got: dict[int, Task] = {}
+        deadline = Deadline(self.timeout)
+        while len(got) < 2:
+            got.update((t.task_id, t) for t in worker.work(deadline.left()))
+        expect(worker.objects.get(obj) == big_object, f"the object of {size:,} bytes changed on the way")
+        expect(got[task.task_id].inline == task.inline, f"the argument of {size:,} bytes changed on the way")
+        expect(got[small.task_id].inline == [b"tiny"], "a small argument beside it changed on the way")
+        big_result = os.urandom(size)
+        worker.answer([(small.task_id, SUCCESS, b"small result"), (task.task_id, SUCCESS, big_result)])
+        results = client.results([task.task_id, small.task_id])
+        expect(results[small.task_id] == (SUCCESS, b"small result"), "a small result beside it changed on the way")
+        expect(results[task.task_id] == (SUCCESS, big_result), f"the result of {size:,} bytes changed on the way")
+        largest = max(client.largest_frame, worker.largest_frame)
+        advise(largest <= MAX_FRAME, f"the scheduler sent a frame of {largest:,} bytes: frames stay within 1 MiB")
 
     def check_queue_capacity_respected(self) -> None:
         """a worker never holds more unfinished tasks than its queueCapacity: the rest come as results free room."""

@@ -6,6 +6,7 @@ Written from docs/protocol.md and scaler.capnp alone; nothing here imports scale
 from __future__ import annotations
 
 import importlib.resources
+import itertools
 import os
 import struct
 import sys
@@ -21,6 +22,7 @@ PROTOCOL_VERSION = 1
 SUCCESS, ERROR, CANCELED, CRASHED, FAILED, TIMED_OUT, OVER_MEMORY = range(7)
 STATUS_NAMES = ("success", "error", "canceled", "crashed", "failed", "timedOut", "overMemory")
 PROFILE, SILENT, STREAM_OUTPUT = 1, 2, 4
+MAX_FRAME = 1 << 20  # no frame sent to a scheduler may be bigger (section 2): bigger payloads span frames
 
 _schema: Any = None
 
@@ -112,37 +114,81 @@ def build(member: str, /, **fields: Any) -> bytes:
                 entries[k].capabilities = list(capabilities)
         else:
             setattr(body, key, value)
-    return bytes(root.to_bytes())
+    header = bytes(root.to_bytes())
+    if len(header) > MAX_FRAME:
+        raise ValueError(f"the kit built a {member} header of {len(header):,} bytes, over the 1 MiB frame limit")
+    return header
+
+
+def pieces(payload: bytes, first: int = MAX_FRAME) -> list[bytes]:
+    """The frames a payload travels in alone: none for an empty one, itself up to MAX_FRAME, else pieces of MAX_FRAME
+    bytes (the last one shorter) after a first one of `first` bytes (any cut is valid: receivers must accept it)."""
+    if len(payload) <= MAX_FRAME:
+        return [payload] if payload else []
+    assert 0 < first <= MAX_FRAME
+    cuts = [0, *range(first, len(payload), MAX_FRAME), len(payload)]
+    return [payload[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def layout(payloads: Sequence[bytes], pack: bool) -> list[bytes]:
-    """Frames for payloads: each non-empty payload alone, or (pack) all of them back to back in one frame."""
-    if pack:
-        joined = b"".join(payloads)
-        return [joined] if joined else []
-    return [p for p in payloads if p]
+    """Frames for payloads, none bigger than MAX_FRAME: each non-empty payload alone, or (pack) runs of them back to
+    back in frames of at most MAX_FRAME; a payload bigger than MAX_FRAME starts a frame and spans frames of 1 MiB."""
+    frames: list[bytes] = []
+    run: list[bytes] = []
+    run_bytes = 0
+    for payload in payloads:
+        if not payload:
+            continue
+        if run and (not pack or len(payload) > MAX_FRAME or run_bytes + len(payload) > MAX_FRAME):
+            frames.append(b"".join(run))
+            run, run_bytes = [], 0
+        if len(payload) > MAX_FRAME or not pack:
+            frames.extend(pieces(payload))
+        else:
+            run.append(payload)
+            run_bytes += len(payload)
+    if run:
+        frames.append(b"".join(run))
+    return frames
 
 
 def cut(sizes: Sequence[int], frames: Sequence[bytes]) -> list[bytes]:
-    """The payloads in `frames`, walking `sizes` as docs/protocol.md section 2 says; CheckFailed if they do not fit."""
+    """The payloads in `frames`, walking `sizes` as docs/protocol.md section 2 says: a payload within the rest of its
+    frame, or (not fitting there) starting a frame and filling whole frames, joined; CheckFailed otherwise."""
     out: list[bytes] = []
     index, position = 0, 0
-    for size in sizes:
+    for k, size in enumerate(sizes):
         if size == 0:
             out.append(b"")
             continue
         while index < len(frames) and position == len(frames[index]):
             index, position = index + 1, 0
-        if index == len(frames) or len(frames[index]) - position < size:
-            raise CheckFailed(
-                f"payloads do not match payloadSizes {list(sizes)} over frames {[len(f) for f in frames]}"
-            )
-        out.append(frames[index][position : position + size])
-        position += size
+        if index == len(frames):
+            raise _misfit(sizes, frames, f"payload {k} ({size:,} bytes) is missing")
+        room = len(frames[index]) - position
+        if room >= size:
+            out.append(frames[index][position : position + size])
+            position += size
+            continue
+        if position:
+            raise _misfit(sizes, frames, f"payload {k} ({size:,} bytes) starts inside frame {index} and does not fit")
+        end, total = index, 0
+        while total < size and end < len(frames):
+            total, end = total + len(frames[end]), end + 1
+        if total != size:
+            why = f"payload {k} ({size:,} bytes) spans frames {index} to {end - 1}, which hold {total:,} bytes"
+            raise _misfit(sizes, frames, why)
+        out.append(b"".join(frames[index:end]))
+        index, position = end - 1, len(frames[end - 1])
     rest = frames[index:]
     if rest and (position != len(rest[0]) or any(rest[1:])):
-        raise CheckFailed(f"frames {[len(f) for f in frames]} carry bytes payloadSizes {list(sizes)} do not cover")
+        raise _misfit(sizes, frames, "frames carry bytes payloadSizes do not cover")
     return out
+
+
+def _misfit(sizes: Sequence[int], frames: Sequence[bytes], why: str) -> CheckFailed:
+    shown = [len(f) for f in frames]
+    return CheckFailed(f"payloads do not match payloadSizes {list(sizes)} over frames of {shown} bytes: {why}")
 
 
 PAYLOAD_KINDS = ("submitTasks", "dispatchTasks", "taskResults", "putObjects")

@@ -23,6 +23,8 @@ from scaler.conformance.wire import (
     CANCELED,
     ERROR,
     FAILED,
+    MAX_FRAME,
+    PAYLOAD_KINDS,
     PROTOCOL_VERSION,
     STATUS_NAMES,
     SUCCESS,
@@ -48,6 +50,7 @@ from scaler.conformance.wire import (
 CLIENT_PREFIX = 0x42  # the prefix of the (imaginary) client whose tasks and objects the kit sends
 PEER_TIMEOUT_MS = 10_000
 POLL_SECONDS = 0.2  # a wait looks at the worker's connection this often
+BIG = 3 * MAX_FRAME + 5  # the size of the frame_limit check's argument (and result): it spans four frames
 WORKER_MAY_SEND = ("hello", "heartbeat", "taskResults", "balanceResponse", "disconnect", "tasksStarted", "taskOutput")
 
 PYTHON_FUNCTIONS = """
@@ -122,6 +125,10 @@ class Convention:
         """What echo returns when called with only the keyword argument `keyword`=`value`."""
         raise NotImplementedError
 
+    def big_value(self, size: int) -> Any:
+        """A random value whose payload is `size` bytes or a little more."""
+        raise NotImplementedError
+
 
 class PythonConvention(Convention):
     name = "python"
@@ -150,6 +157,9 @@ class PythonConvention(Convention):
     def keyword_result(self, keyword: str, value: Any) -> Any:
         return value
 
+    def big_value(self, size: int) -> Any:
+        return os.urandom(size)
+
 
 class JsonConvention(Convention):
     name = "json"
@@ -165,6 +175,9 @@ class JsonConvention(Convention):
 
     def keyword_result(self, keyword: str, value: Any) -> Any:
         return {keyword: value}
+
+    def big_value(self, size: int) -> Any:
+        return os.urandom(size // 2).hex()[: size - 2]  # a JSON string: its payload is `size` bytes with the quotes
 
 
 # ------------------------------------------------------------------------------------------------ fake scheduler
@@ -182,6 +195,8 @@ class Seen:
     balance_responses: list[list[int]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     disconnects: list[str] = field(default_factory=list)
+    oversized: list[str] = field(default_factory=list)  # frames over MAX_FRAME: which, how big
+    largest_payload: int = 0
 
 
 class FakeScheduler:
@@ -271,6 +286,7 @@ class FakeScheduler:
             except CheckFailed:
                 continue
             if message.name == "hello":
+                self.note_frames("hello", rest)
                 self.worker = identity
                 self.seen.hellos.append(message.fields)
                 return message
@@ -301,9 +317,20 @@ class FakeScheduler:
             message = parse(rest)
         except CheckFailed as exc:
             self.seen.violations.append(f"a malformed message: {exc}")
+            self.note_frames("a malformed message", rest)
             return None
+        self.note_frames(message.name, rest)
+        if message.name in PAYLOAD_KINDS and message.payloads:
+            self.seen.largest_payload = max(self.seen.largest_payload, *map(len, message.payloads))
         self.record(message)
         return message
+
+    def note_frames(self, name: str, frames: Sequence[bytes]) -> None:
+        """Record the frames over MAX_FRAME of a message from the peer (the scheduler would drop its connection)."""
+        for k, frame in enumerate(frames):
+            if len(frame) > MAX_FRAME:
+                what = "header" if k == 0 else f"payload frame {k}"
+                self.seen.oversized.append(f"{name} {what} of {len(frame):,} bytes")
 
     def _watch_monitor(self) -> None:
         while self.monitor.poll(0):
@@ -430,6 +457,11 @@ CHECKS: list[tuple[str, str]] = [
     ("heartbeat", "heartbeats at least every peerTimeoutMs / 2; unasked heartbeatEchos are tolerated"),
     ("free_objects", "after freeObjects, a task referring to the object ends failed"),
     ("not_connected", "error notConnected → one new hello; the new session starts from nothing"),
+    (
+        "frame_limit",
+        "echo of a 3 MiB + 5 argument (sent spanning frames of 1 MiB) comes back intact, and every frame the worker "
+        "sent is at most 1 MiB",
+    ),
     ("well_formed", "everything the worker sent decoded, was a worker's message, and answered each task at most once"),
     ("shutdown", "shutdown → the worker closes its connection"),
 ]
@@ -827,6 +859,19 @@ class WorkerKit:
         task = self.task("echo", "new session")
         got = self.success(self.run_tasks([task], self.timeout + 5)[task.task_id], "a task in the new session")
         expect(got == "new session", f"returned {got!r}")
+
+    def check_frame_limit(self) -> None:
+        value = self.conv().big_value(BIG)
+        task = self.task("echo", value)
+        status, payload = self.run_tasks([task], self.timeout * 3)[task.task_id]
+        got = self.success((status, payload), f"echo of an argument of {len(task.inline[0]):,} bytes (spanning frames)")
+        expect(got == value, f"echo of an argument of {len(task.inline[0]):,} bytes returned another value")
+        oversized = self.fake.seen.oversized
+        expect(
+            not oversized,
+            f"{len(oversized)} frame(s) over 1 MiB ({MAX_FRAME:,} bytes), which a scheduler drops the connection for "
+            f"(payloads over 1 MiB must span frames): {'; '.join(oversized[:5])}",
+        )
 
     def check_well_formed(self) -> None:
         self.fake.pump(0.2)

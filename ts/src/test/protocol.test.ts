@@ -6,11 +6,15 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import {
+  cutPayload,
   decode,
   decodeErrorPayload,
   encode,
   encodeErrorPayload,
+  encodeMessages,
+  FrameLimitError,
   MalformedError,
+  MAX_FRAME,
   packPayloads,
   readU16,
   readU64,
@@ -40,21 +44,96 @@ test("the frame walk takes every valid layout", () => {
   assert.deepEqual(walkPayloads([], [new Uint8Array(0)]), []);
 });
 
-test("the frame walk refuses payloads that span frames, miss bytes or leave bytes over", () => {
-  assert.throws(() => walkPayloads([2], [bytes("61"), bytes("62")]), MalformedError); // spans two frames
+test("the frame walk refuses payloads that miss bytes, leave bytes over or span frames they do not fill", () => {
   assert.throws(() => walkPayloads([3], [bytes("6162")]), MalformedError); // missing bytes
   assert.throws(() => walkPayloads([1], []), MalformedError); // no frame
   assert.throws(() => walkPayloads([1], [bytes("6162")]), MalformedError); // a byte left over
   assert.throws(() => walkPayloads([1], [bytes("61"), bytes("62")]), MalformedError); // a frame left over
   assert.throws(() => walkPayloads([], [bytes("61")]), MalformedError);
+  // a payload that does not fit in the rest of its frame must start a frame and fill whole frames
+  assert.throws(() => walkPayloads([1, 5], [bytes("61626364"), bytes("6566")]), /starts inside frame 0/); // starts inside
+  assert.throws(() => walkPayloads([5], [bytes("616263"), bytes("64656667")]), /spans frames 0 to 1, which hold 7/); // ends inside
+  assert.throws(() => walkPayloads([5], [bytes("616263"), bytes("64")]), /which hold 4 bytes/); // missing bytes
+  assert.throws(() => walkPayloads([5, 1], [bytes("616263"), bytes("6465")]), /payload 1 \(1 bytes\) is missing/);
+  assert.throws(() => walkPayloads([5], [bytes("616263"), bytes("6465"), bytes("66")]), /left over/); // a frame too many
 });
 
-test("packed payload frames walk back to the same payloads", () => {
-  const big = new Uint8Array(70 * 1024).fill(7);
-  const payloads = [bytes("01"), new Uint8Array(0), bytes("0203"), big, bytes("04")];
-  const frames = packPayloads(payloads);
-  assert.equal(frames.length, 3); // [01 0203] [big] [04]: the big one alone, the empty one takes no frame
-  assert.deepEqual(walkPayloads(payloads.map((p) => p.byteLength), frames).map(hexOf), payloads.map(hexOf));
+test("a payload that starts a frame and fills whole frames spans them, however they are cut", () => {
+  assert.deepEqual(walkPayloads([2], [bytes("61"), bytes("62")]).map(hexOf), ["6162"]);
+  assert.deepEqual(walkPayloads([5], [bytes("6162"), new Uint8Array(0), bytes("636465")]).map(hexOf), ["6162636465"]);
+  // small payloads before and after it, packed in their own frames; empty frames around are harmless
+  const frames = [bytes("0102"), bytes("616263"), bytes("6465"), bytes("0304"), new Uint8Array(0)];
+  assert.deepEqual(walkPayloads([1, 1, 5, 0, 2], frames).map(hexOf), ["01", "02", "6162636465", "", "0304"]);
+});
+
+const random = (size: number): Uint8Array => {
+  const out = new Uint8Array(size);
+  for (let at = 0; at < size; at += 65536) crypto.getRandomValues(out.subarray(at, Math.min(size, at + 65536)));
+  return out;
+};
+const same = (a: Uint8Array, b: Uint8Array): boolean => Buffer.from(a).equals(Buffer.from(b));
+
+test("payloads over 1 MiB are cut into frames of 1 MiB (the last one shorter) and walk back whole", () => {
+  assert.equal(MAX_FRAME, 1048576);
+  for (const [size, cut] of [
+    [MAX_FRAME, [MAX_FRAME]], // exactly 1 MiB: one frame
+    [MAX_FRAME + 1, [MAX_FRAME, 1]],
+    [3 * MAX_FRAME + 5, [MAX_FRAME, MAX_FRAME, MAX_FRAME, 5]],
+  ] as const) {
+    const payload = random(size);
+    const small = bytes("0102");
+    const frames = packPayloads([small, payload, small]);
+    assert.deepEqual(frames.map((f) => f.byteLength), [2, ...cut, 2], `${size} bytes`);
+    assert.deepEqual(cutPayload(payload).map((f) => f.byteLength), [...cut]);
+    const [before, back, after] = walkPayloads([2, size, 2], frames);
+    assert.ok(same(back!, payload) && same(before!, small) && same(after!, small), `${size} bytes`);
+  }
+});
+
+test("packs of small payloads stop at 1 MiB", () => {
+  const smalls = Array.from({ length: 16 }, () => random(65535)); // 64 KiB - 1: packed, not alone
+  const atLimit = [...smalls, random(MAX_FRAME - 16 * 65535), bytes("ff")]; // the 17 first fill 1 MiB exactly
+  const frames = packPayloads(atLimit);
+  assert.deepEqual(frames.map((f) => f.byteLength), [MAX_FRAME, 1]);
+  const back = walkPayloads(atLimit.map((p) => p.byteLength), frames);
+  assert.ok(back.every((p, i) => same(p, atLimit[i]!)));
+});
+
+test("messages with payloads over 1 MiB encode into frames of at most 1 MiB and decode back", () => {
+  const prefix = 5n << 40n;
+  const big = random(3 * MAX_FRAME + 5);
+  const msg: Msg = {
+    type: "taskResults",
+    results: [
+      { taskId: prefix | 1n, status: "success", payload: bytes("31") },
+      { taskId: prefix | 2n, status: "success", payload: big },
+      { taskId: prefix | 3n, status: "success", payload: bytes("33") },
+    ],
+  };
+  const frames = encode(msg);
+  assert.ok(frames.every((f) => f.byteLength <= MAX_FRAME));
+  assert.deepEqual(frames.slice(1).map((f) => f.byteLength), [1, MAX_FRAME, MAX_FRAME, MAX_FRAME, 5, 1]);
+  const back = decode(frames);
+  assert.ok(back.type === "taskResults" && same(back.results[1]!.payload, big));
+  assert.deepEqual(back.type === "taskResults" && back.results.map((r) => r.payload.byteLength), [1, big.byteLength, 1]);
+});
+
+test("a header over 1 MiB is never built: batches are cut in halves, one task too big alone throws", () => {
+  const prefix = 5n << 40n;
+  const task = (n: bigint, keyword: string): Task => ({
+    taskId: prefix | n, functionId: prefix | 99n, flags: 0, timeoutMs: 0, retries: 0, priority: 0, requires: ["payload=json"],
+    args: [{ ref: 0n, keyword, payload: bytes("31") }],
+  });
+  const tasks = Array.from({ length: 9 }, (_, i) => task(BigInt(i + 1), "k".repeat(200_000)));
+  assert.throws(() => encode({ type: "submitTasks", tasks }), FrameLimitError);
+  const messages = encodeMessages({ type: "submitTasks", tasks });
+  assert.ok(messages.length > 1 && messages.every((frames) => frames.every((f) => f.byteLength <= MAX_FRAME)));
+  const ids = messages.flatMap((frames) => {
+    const back = decode(frames);
+    return back.type === "submitTasks" ? back.tasks.map((t) => t.taskId) : [];
+  });
+  assert.deepEqual(ids, tasks.map((t) => t.taskId)); // all of them, in order
+  assert.throws(() => encodeMessages({ type: "submitTasks", tasks: [task(1n, "k".repeat(MAX_FRAME))] }), FrameLimitError);
 });
 
 test("columns are little-endian and their lengths are checked", () => {
