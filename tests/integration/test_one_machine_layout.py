@@ -9,9 +9,11 @@ whose .pth adds this checkout's site-packages) where the venv's interpreter sits
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,8 @@ from scaler.entry_points.cluster import readable_secrets
 from scaler.security.keys import generate
 from tests.e2e.test_cli import ENV, cli
 from tests.helpers import free_address, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
 TIMEOUT = 20
@@ -153,19 +157,48 @@ def try_to_read(paths: list[str]) -> tuple[int, list[str]]:
 
 
 def nobody_python() -> str:
-    """An interpreter user nobody can run with this checkout's scaler; skips the test when there is none."""
-    python = os.environ.get("SCALER_TEST_NOBODY_PYTHON") or sys.executable
-    try:
-        probe = as_nobody([python, "-c", "import scaler.entry_points.cluster"], capture_output=True, timeout=60)
-    except OSError as exc:
-        pytest.skip(f"user nobody cannot run {python}: {exc}")
-    if probe.returncode != 0:
+    """An interpreter user nobody can run with this checkout's scaler: $SCALER_TEST_NOBODY_PYTHON, this one, or a
+    venv made here from the system's Python of the same version whose .pth adds this venv's packages (this one can
+    sit in a folder others cannot enter, such as pyenv's under /root); skips the test when there is none."""
+    given = os.environ.get("SCALER_TEST_NOBODY_PYTHON")
+    candidates = [given] if given else [sys.executable, *bridged_python()]
+    problems = []
+    for python in candidates:
+        try:
+            probe = as_nobody([python, "-c", "import scaler.entry_points.cluster"], capture_output=True, timeout=60)
+        except OSError as exc:
+            problems.append(f"{python}: {exc}")
+            continue
+        if probe.returncode == 0:
+            return python
         why = (probe.stderr or probe.stdout).strip().splitlines()[-1:] or [f"exit status {probe.returncode}"]
-        pytest.skip(
-            f"user nobody cannot run {python} with this checkout's scaler ({why[0]}): the interpreter, the venv and "
-            "the source checkout must be readable (and the interpreter executable) by others"
-        )
-    return python
+        problems.append(f"{python}: {why[0]}")
+    pytest.skip(
+        f"user nobody cannot run this checkout's scaler ({'; '.join(problems)}): the interpreter, the venv and the "
+        "source checkout must be readable (and the interpreter executable) by others"
+    )
+
+
+def bridged_python() -> list[str]:
+    """A venv, in a new folder others can read, of /usr/bin/python3.X (this interpreter's version) seeing this
+    interpreter's site-packages; [] if there is no such Python."""
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.access(system, os.X_OK) or os.path.realpath(system) == os.path.realpath(sys.executable):
+        return []
+    folder = Path(tempfile.mkdtemp(prefix="scaler-nobody-python-"))
+    atexit.register(shutil.rmtree, folder, True)
+    folder.chmod(0o755)
+    made = subprocess.run(
+        [system, "-m", "venv", "--without-pip", str(folder / "venv")], capture_output=True, timeout=120
+    )
+    if made.returncode != 0:
+        return []
+    packages = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    target = next(iter((folder / "venv" / "lib").glob("python*/site-packages")), None)
+    if target is None:
+        return []
+    (target / "scaler-checkout.pth").write_text("\n".join([*packages, str(ROOT / "src")]) + "\n")
+    return [str(folder / "venv" / "bin" / "python")]
 
 
 def nobody_env() -> dict[str, str]:
