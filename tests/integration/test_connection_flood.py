@@ -193,7 +193,12 @@ class DroppingProxy:
                 conn.shutdown(socket.SHUT_RDWR)
                 conn.close()
                 continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+            except OSError:  # the scheduler is not listening (yet): the client tries again
+                conn.close()
+                continue
+            upstream.settimeout(None)
             for a, b in ((conn, upstream), (upstream, conn)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 
@@ -220,6 +225,7 @@ def test_a_connection_closed_during_its_handshake_is_tried_again_not_reported_as
     """A scheduler flooded with connections may end a legitimate one during its handshake: the client sees the
     same as with a wrong scheduler key (closed without a word), so one such close is retried; only a few in a row
     mean wrong keys (test_security checks those still fail within seconds)."""
+    assert keyed.round_trip() == 1024  # the scheduler is up
     proxy = DroppingProxy(int(keyed.address.rsplit(":", 1)[1]), drops=2)
     try:
         with Client(f"tcp://127.0.0.1:{proxy.port}", keys=str(keyed.keys), timeout_seconds=20) as client:

@@ -25,7 +25,7 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
     >>> ...
     >>> scheduler.terminate(); scheduler.join()
 
-    Mapped: monitor_address (default ipc:///tmp/<host>_<port>_monitor), client_timeout_seconds,
+    Mapped: monitor_address (default <host>_<port>_monitor in a folder of the user's only), client_timeout_seconds,
     worker_timeout_seconds, load_balance_seconds (the least time between two balancing passes; 0 or None, 1.9.9's
     "off", keep this package's default: balancing is always on), protected, event_loop, logging_path (1.9.9's name)
     or logging_paths, logging_level. Accepted and ignored: io_threads, max_number_of_tasks_waiting (tasks wait at the

@@ -105,6 +105,7 @@ class MonitorChannel:
         self.spoke = spoke
         self.key_name = key_name
         self.subscribers: dict[bytes, Subscriber] = {}
+        self._peer_of_fd: dict[int, bytes] = {}  # the connection each subscriber said hello over
         self.refused = 0  # hellos refused (and messages that were not a monitor's hello)
         self._limiter = LogLimiter()
 
@@ -119,7 +120,8 @@ class MonitorChannel:
             except zmq.Again:
                 return
             peer = frames[0].bytes
-            self.spoke(int(frame_get(frames[0], zmq.SRCFD)))
+            fd = int(frame_get(frames[0], zmq.SRCFD))
+            self.spoke(fd)
             user = _user_id(frames[0]) if self.key_name is not None else ""
             try:
                 message = decode(small_to_bytes(frames[1:]), _HELLO_ONLY)
@@ -127,26 +129,26 @@ class MonitorChannel:
                 self._refuse(now, peer, f"a monitor says hello (kind monitor) first: {exc}")
                 continue
             assert isinstance(message, Hello)
-            self._on_hello(now, peer, message, user)
+            if self._on_hello(now, peer, message, user):
+                self._peer_of_fd[fd] = peer
 
-    def _on_hello(self, now: float, peer: bytes, hello: Hello, user: str) -> None:
+    def _on_hello(self, now: float, peer: bytes, hello: Hello, user: str) -> bool:
+        """Subscribe the monitor that said `hello` (True), or refuse it (False)."""
         if hello.kind != PeerKind.MONITOR:
             self._refuse(
                 now, peer, "this is the scheduler's monitor address: clients and workers connect to its address"
             )
-            return
+            return False
         if hello.protocol_version != PROTOCOL_VERSION:
             self._refuse(now, peer, f"protocol version {hello.protocol_version} is not {PROTOCOL_VERSION}")
-            return
+            return False
         key = self.key_name(user) if self.key_name is not None else ""
         if key is None:
             self._refuse(now, peer, "its key is no longer authorized", key_problem=True)
-            return
-        if peer not in self.subscribers and len(self.subscribers) >= MAX_MONITORS:
-            self._prune()
+            return False
         if peer not in self.subscribers and len(self.subscribers) >= MAX_MONITORS:
             self._refuse(now, peer, f"{MAX_MONITORS} monitors are subscribed already, the most this scheduler serves")
-            return
+            return False
         name = hello.name or "unnamed"
         if peer not in self.subscribers:
             logger.info(
@@ -157,13 +159,15 @@ class MonitorChannel:
             )
         self.subscribers[peer] = Subscriber(name, user)
         self._send(peer, encode(Welcome(0, self.scheduler_name, peer_timeout_ms=0)))
+        return True
 
-    def _prune(self) -> None:
-        """Forget the subscribers whose connection closed since the last status (a welcome to each tells)."""
-        welcome = encode(Welcome(0, self.scheduler_name, peer_timeout_ms=0))
-        for peer, subscriber in list(self.subscribers.items()):
-            if self._send(peer, welcome) is None:
-                self._drop(peer, subscriber, "its connection closed")
+    def closed(self, fd: int) -> None:
+        """The connection on descriptor `fd` closed (the socket's DISCONNECTED event): its monitor, if it had one, is
+        forgotten at once (else at the next status sent to it)."""
+        peer = self._peer_of_fd.pop(fd, None)
+        subscriber = self.subscribers.get(peer) if peer is not None else None
+        if subscriber is not None and peer is not None:
+            self._drop(peer, subscriber, "its connection closed")
 
     def _refuse(self, now: float, peer: bytes, reason: str, key_problem: bool = False) -> None:
         self.refused += 1
@@ -198,6 +202,7 @@ class MonitorChannel:
 
     def _drop(self, peer: bytes, subscriber: Subscriber, why: str) -> None:
         del self.subscribers[peer]
+        self._peer_of_fd = {fd: p for fd, p in self._peer_of_fd.items() if p != peer}
         logger.info("Scheduler: monitor %s left (%s; %d now)", subscriber.name, why, len(self.subscribers))
 
     def _send(self, peer: bytes, frames: list[Any]) -> bool | None:

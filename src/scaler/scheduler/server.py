@@ -311,8 +311,8 @@ class SchedulerServer:
         self._read_connection_events(self.disconnects, self._on_closed)
 
     def _on_monitor_events(self) -> None:
-        """The same for the monitor socket's connections (a monitor that left is forgotten when a status fails)."""
-        self._read_connection_events(self.monitor_events, None)
+        """The same for the monitor socket's connections (a monitor whose connection closed is forgotten)."""
+        self._read_connection_events(self.monitor_events, self.monitors.closed if self.monitors is not None else None)
 
     def _read_connection_events(self, sock: zmq.Socket[Any] | None, on_closed: Callable[[int], None] | None) -> None:
         refused_accept = 0
