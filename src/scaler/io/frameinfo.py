@@ -70,3 +70,11 @@ if cffi_backend():
     frame_get, frame_more = _cffi_readers()
 else:
     frame_get, frame_more = zmq.Frame.get, operator.attrgetter("more")
+
+
+def user_id(frame: Any) -> str:
+    """The ZAP user id (with keys, the public key in Z85) of the connection a message came over; "" if it has none."""
+    try:
+        return str(frame_get(frame, "User-Id"))
+    except zmq.ZMQError:
+        return ""

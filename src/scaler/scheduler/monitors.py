@@ -20,7 +20,7 @@ import zmq
 
 from scaler.core.limiter import LogLimiter
 from scaler.io.curve import MONITOR_DOMAIN, make_server
-from scaler.io.frameinfo import frame_get
+from scaler.io.frameinfo import frame_get, user_id
 from scaler.io.sockets import HANDSHAKE_MS, bind_socket, small_to_bytes
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
@@ -122,7 +122,7 @@ class MonitorChannel:
             peer = frames[0].bytes
             fd = int(frame_get(frames[0], zmq.SRCFD))
             self.spoke(fd)
-            user = _user_id(frames[0]) if self.key_name is not None else ""
+            user = user_id(frames[0]) if self.key_name is not None else ""
             try:
                 message = decode(small_to_bytes(frames[1:]), _HELLO_ONLY)
             except ProtocolError as exc:
@@ -216,10 +216,3 @@ class MonitorChannel:
                 raise
             return None
         return True
-
-
-def _user_id(frame: zmq.Frame) -> str:
-    try:
-        return str(frame_get(frame, "User-Id"))
-    except zmq.ZMQError:
-        return ""

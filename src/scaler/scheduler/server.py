@@ -38,7 +38,7 @@ from scaler.core.scheduler import (
     Undeliverable,
 )
 from scaler.io.driver import Driver
-from scaler.io.frameinfo import frame_get
+from scaler.io.frameinfo import frame_get, user_id
 from scaler.io.memory import MemoryTrimmer, malloc_trim
 from scaler.io.processes import is_loopback, pin_to_cpu
 from scaler.io.sockets import (
@@ -228,7 +228,7 @@ class SchedulerServer:
             if silent:
                 silent.pop(fd, None)  # it has spoken (ConnectionTable.spoke, inline)
             if gate is not None:  # which key this connection authenticated with, and is it still authorized?
-                user = _user_id(frames[0])
+                user = user_id(frames[0])
                 key = gate.key_of(user)
                 if key is None:
                     reason = f"authentication failed: its key {user} is no longer authorized"
@@ -540,14 +540,6 @@ def _descriptor_limit() -> int:
     import resource
 
     return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-
-
-def _user_id(frame: zmq.Frame) -> str:
-    """The ZAP user id (the public key, Z85) of the connection a message came over; "" if it has none."""
-    try:
-        return str(frame_get(frame, "User-Id"))
-    except zmq.ZMQError:
-        return ""
 
 
 def _warn_if_exposed(address: str, monitor_address: str, keys: bool, task_data: bool) -> None:
