@@ -100,6 +100,11 @@ def test_the_client_cuts_batches_whose_header_would_not_fit_in_a_frame() -> None
     assert len(messages) > 1 and sum(len(x.task_ids) for x in messages) == 4096  # type: ignore[attr-defined]
     for message in messages:
         assert len(m.encode(message)[0]) <= HEADER_BUDGET <= MiB
+    positional = [NewTask(i, 1, 0, (0,) * 20, None, (b"v",) * 20) for i in range(1, 4097)]
+    cut_positional = ClientCore.batch(positional)
+    assert len(cut_positional) > 1 and all(len(m.encode(x)[0]) <= HEADER_BUDGET for x in cut_positional)
+    small = ClientCore.batch([NewTask(i, 1, 0, (0,), None, (b"v",)) for i in range(1, 4097)])
+    assert len(small) == 1  # within the quick bound: one message, as before
     names = [NewObject(i, b"o", "n" * 5000) for i in range(1, 600)]
     for message in ClientCore.batch(names):
         assert len(m.encode(message)[0]) <= MiB

@@ -9,6 +9,7 @@ Pure: events in, commands out; no sockets, no clock, no threads.
 from __future__ import annotations
 
 import enum
+import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -310,20 +311,39 @@ class ClientCore:
         """Messages for `requests`, in their order; consecutive requests of one kind share one message, up to
         MESSAGE_ITEMS_AT_MOST of them and HEADER_BUDGET bytes of header (estimated: header_bytes)."""
         messages: list[Message] = []
-        run: list[Request] = []
-        weight = 0
-        for request in requests:
-            size = header_bytes(request)
-            if run and (
-                type(run[0]) is not type(request) or len(run) >= MESSAGE_ITEMS_AT_MOST or weight + size > HEADER_BUDGET
-            ):
-                messages.append(_message_for(run))
-                run, weight = [], 0
-            run.append(request)
-            weight += size
-        if run:
-            messages.append(_message_for(run))
+        for _, group in itertools.groupby(requests, type):
+            run = list(group)
+            for start in range(0, len(run), MESSAGE_ITEMS_AT_MOST):
+                messages += map(_message_for, _within_budget(run[start : start + MESSAGE_ITEMS_AT_MOST]))
         return messages
+
+
+def _within_budget(run: list[Request]) -> list[list[Request]]:
+    """`run` (requests of one kind) cut where its header would pass HEADER_BUDGET. A quick bound first (C loops over
+    the run: tasks without keywords, their most arguments; objects' names), each request's own size only past it."""
+    first = run[0]
+    if type(first) is NewTask:
+        tasks = cast(list[NewTask], run)
+        if not any(map(_keywords_of, tasks)):
+            bound = len(tasks) * header_bytes(first._replace(arg_refs=(0,) * max(map(len, map(_arg_refs_of, tasks)))))
+            if bound <= HEADER_BUDGET:
+                return [run]
+    elif type(first) is NewObject:
+        objects = cast(list[NewObject], run)
+        if 40 * len(objects) + 4 * sum(map(len, map(_name_of, objects))) <= HEADER_BUDGET:
+            return [run]
+    else:
+        return [run]  # ids only: MESSAGE_ITEMS_AT_MOST of them fit many times over
+    pieces: list[list[Request]] = [[]]
+    weight = 0
+    for request in run:
+        size = header_bytes(request)
+        if pieces[-1] and weight + size > HEADER_BUDGET:
+            pieces.append([])
+            weight = 0
+        pieces[-1].append(request)
+        weight += size
+    return pieces
 
 
 def header_bytes(request: Request) -> int:
@@ -339,6 +359,9 @@ def header_bytes(request: Request) -> int:
 
 
 _requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))  # NewTask.requirement, without a property
+_arg_refs_of = operator.itemgetter(NewTask._fields.index("arg_refs"))
+_keywords_of = operator.itemgetter(NewTask._fields.index("keywords"))
+_name_of = operator.itemgetter(NewObject._fields.index("name"))
 
 
 def requirement_columns(tasks: list[NewTask]) -> tuple[list[list[str]], list[int] | None]:
