@@ -47,7 +47,7 @@ from scaler.core.client.session import (
     NewObject,
     NewTask,
     Request,
-    header_bytes,
+    task_header_bytes,
 )
 from scaler.errors import (
     AuthenticationError,
@@ -944,7 +944,7 @@ class _Unserializable(Exception):
 
 def _check_header(fn: Any, refs: list[int], keywords: tuple[str, ...] | None) -> None:
     """A task must fit in one message's header (one frame: MAX_FRAME); say what to do when it does not."""
-    size = header_bytes(NewTask(0, 0, 0, tuple(refs), keywords, ()))
+    size = task_header_bytes(len(refs), keywords)
     if size > HEADER_BUDGET:
         raise ValueError(
             f"{_label(fn)}() is called with {len(refs):,} arguments"

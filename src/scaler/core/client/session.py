@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
@@ -310,6 +310,8 @@ class ClientCore:
     def batch(requests: Iterable[Request]) -> list[Message]:
         """Messages for `requests`, in their order; consecutive requests of one kind share one message, up to
         MESSAGE_ITEMS_AT_MOST of them and HEADER_BUDGET bytes of header (estimated: header_bytes)."""
+        if type(requests) in (list, tuple) and len(requests) == 1:  # type: ignore[arg-type]
+            return [_message_for(list(requests))]  # a lone request: its own header fits (Client checks it)
         messages: list[Message] = []
         for _, group in itertools.groupby(requests, type):
             run = list(group)
@@ -325,8 +327,7 @@ def _within_budget(run: list[Request]) -> list[list[Request]]:
     if type(first) is NewTask:
         tasks = cast(list[NewTask], run)
         if not any(map(_keywords_of, tasks)):
-            bound = len(tasks) * header_bytes(first._replace(arg_refs=(0,) * max(map(len, map(_arg_refs_of, tasks)))))
-            if bound <= HEADER_BUDGET:
+            if len(tasks) * task_header_bytes(max(map(len, map(_arg_refs_of, tasks))), None) <= HEADER_BUDGET:
                 return [run]
     elif type(first) is NewObject:
         objects = cast(list[NewObject], run)
@@ -348,14 +349,18 @@ def _within_budget(run: list[Request]) -> list[list[Request]]:
 
 def header_bytes(request: Request) -> int:
     """At least what `request` adds to its message's header (Cap'n Proto columns; a text is its pointer, its bytes
-    and its terminating zero, padded to 8): every argument's reference, size and keyword slot, the task's ids, flags
-    and option columns; an object's id, size and name."""
+    and its terminating zero, padded to 8): a task's (task_header_bytes), or an object's id, size and name."""
     if type(request) is NewTask:
-        keywords = request.keywords
-        return 40 + 32 * len(request.arg_refs) + (4 * sum(map(len, keywords)) if keywords else 0)
+        return task_header_bytes(len(request.arg_refs), request.keywords)
     if type(request) is NewObject:
         return 40 + 4 * len(request.name)
     return 8
+
+
+def task_header_bytes(arguments: int, keywords: Sequence[str] | None) -> int:
+    """At least what a task adds to its message's header: its ids, flags and option columns, and each argument's
+    reference, size and keyword slot (keyword names up to 4 bytes a character in UTF-8)."""
+    return 40 + 32 * arguments + (4 * sum(map(len, keywords)) if keywords else 0)
 
 
 _requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))  # NewTask.requirement, without a property
