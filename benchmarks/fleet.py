@@ -109,7 +109,7 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 
 def start_fleet(
-    address: str, workers: int, per_process: int, log_dir: str, heartbeat: float
+    address: str, workers: int, per_process: int, log_dir: str, heartbeat: float, keys: str | None = None
 ) -> list[subprocess.Popen[str]]:
     fleets = []
     for k in range(math.ceil(workers / per_process)):
@@ -117,7 +117,7 @@ def start_fleet(
         command = [sys.executable, str(HERE / "fleet_peers.py"), address, str(count), "--name", f"fleet{k}"]
         fleets.append(
             subprocess.Popen(
-                [*command, "--heartbeat", str(heartbeat)],
+                [*command, "--heartbeat", str(heartbeat), *(["--keys", keys] if keys else [])],
                 stdout=subprocess.PIPE,
                 stderr=open(os.path.join(log_dir, f"fleet{k}.err"), "w"),
                 text=True,

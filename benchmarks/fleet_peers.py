@@ -38,6 +38,9 @@ from scaler.protocol.messages import (
     encode,
 )
 
+from scaler.io.curve import make_client  # noqa: E402
+from scaler.security.keys import load_peer_keys  # noqa: E402
+
 NONE_PAYLOAD = pickle.dumps(None, protocol=pickle.HIGHEST_PROTOCOL)  # what the Python worker returns for None
 CANCELED = 2
 
@@ -45,7 +48,9 @@ CANCELED = 2
 class Fleet:
     """COUNT fake workers on one zmq poller."""
 
-    def __init__(self, address: str, count: int, name: str, capacity: int, heartbeat: float) -> None:
+    def __init__(
+        self, address: str, count: int, name: str, capacity: int, heartbeat: float, keys: str | None = None
+    ) -> None:
         self.ctx: zmq.Context[Any] = zmq.Context(io_threads=1)
         self.ctx.setsockopt(zmq.MAX_SOCKETS, count + 64)
         self.poller = zmq.Poller()
@@ -59,6 +64,8 @@ class Fleet:
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.ROUTING_ID, f"W|{host}|{pid}|{secrets.token_hex(16)}".encode())
+            if keys is not None:
+                make_client(sock, load_peer_keys(keys, "worker"))
             sock.connect(address)
             hello = Hello(
                 PeerKind.WORKER,
@@ -132,11 +139,12 @@ def main() -> None:
     p.add_argument("--name", default="fleet")
     p.add_argument("--capacity", type=int, default=1000, help="queueCapacity (the Python worker's default)")
     p.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
+    p.add_argument("--keys", default=None, help="a keys directory: connect with its worker key (CurveZMQ)")
     args = p.parse_args()
     stop = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
     signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
-    fleet = Fleet(args.address, args.count, args.name, args.capacity, args.heartbeat)
+    fleet = Fleet(args.address, args.count, args.name, args.capacity, args.heartbeat, args.keys)
     try:
         fleet.run(stop)
     finally:

@@ -161,6 +161,10 @@ class MonitorChannel:
         self._send(peer, encode(Welcome(0, self.scheduler_name, peer_timeout_ms=0)))
         return True
 
+    def descriptors(self) -> set[int]:
+        """The descriptors of the connections subscribed monitors said hello over."""
+        return set(self._peer_of_fd)
+
     def closed(self, fd: int) -> None:
         """The connection on descriptor `fd` closed (the socket's DISCONNECTED event): its monitor, if it had one, is
         forgotten at once (else at the next status sent to it)."""

@@ -368,6 +368,11 @@ class SchedulerServer:
                 break
             self._burst = True
             self._on_readable()
+        # A connection whose first message was read before its ACCEPTED event (events lag behind messages in a burst)
+        # was counted silent after it spoke: the descriptors messages came over have spoken.
+        spoken = self._fd_of.keys() | (self.monitors.descriptors() if self.monitors is not None else set())
+        for fd in [fd for fd in table.silent if fd in spoken]:
+            table.spoke(fd)
         chosen = table.excess()
         if accept_error and len(chosen) < 16:
             chosen += table.take_oldest(max(16, len(table.silent) // 10) - len(chosen))

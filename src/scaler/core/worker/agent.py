@@ -273,9 +273,12 @@ class AgentCore:
                 self._to_scheduler(Disconnect(event.reason))
                 self._stop(event.reason)
             case SchedulerLink():
-                if event.up and self._link_down_since is not None and self.connected:
-                    self._resume_due = True
-                    self._last_heartbeat = -1e18  # at the next tick
+                if event.up and self._link_down_since is not None:
+                    if self.connected:
+                        self._resume_due = True
+                        self._last_heartbeat = -1e18  # at the next tick
+                    elif not self.stopped:  # the hello may have gone with the closed connection: say it again now
+                        self._send_hello(event.now)
                 self._link_down_since = None if event.up else (self._link_down_since or event.now)
             case _:
                 unreachable(event)
