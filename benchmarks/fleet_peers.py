@@ -24,6 +24,7 @@ from typing import Any
 
 import zmq
 
+from scaler.io.curve import make_client
 from scaler.protocol.messages import (
     BalanceRequest,
     BalanceResponse,
@@ -37,9 +38,7 @@ from scaler.protocol.messages import (
     decode,
     encode,
 )
-
-from scaler.io.curve import make_client  # noqa: E402
-from scaler.security.keys import load_peer_keys  # noqa: E402
+from scaler.security.keys import load_peer_keys
 
 NONE_PAYLOAD = pickle.dumps(None, protocol=pickle.HIGHEST_PROTOCOL)  # what the Python worker returns for None
 CANCELED = 2

@@ -235,9 +235,10 @@ class ClientCore:
 
     def link_up(self, now: float) -> list[ClientCommand]:
         """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a client
-        still waiting for its welcome says hello again; a connected one sends a heartbeat at once: a scheduler that restarted there answers that it does not know this client; one that
-        kept the session checks that every message this client sent since its hello came (`sent`), and answers with
-        how many it sent, for this client to check in turn (docs/protocol.md "Connection resets")."""
+        still waiting for its welcome says hello again; a connected one sends a heartbeat at once: a scheduler that
+        restarted there answers that it does not know this client; one that kept the session checks that every
+        message this client sent since its hello came (`sent`), and answers with how many it sent, for this client to
+        check in turn (docs/protocol.md "Connection resets")."""
         if self._closed_since is None:
             return []
         self._closed_since = None
