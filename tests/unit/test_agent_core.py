@@ -616,17 +616,6 @@ def test_no_second_hello_while_the_first_awaits_its_welcome() -> None:
     assert a(Tick(0.1)) == []
 
 
-def test_a_connection_made_again_before_the_welcome_says_hello_again_at_once() -> None:
-    """Its hello may have gone with the closed connection (a flooded scheduler ends connections that have not
-    spoken yet): it is said again on the new one, not 10 s later (HELLO_RETRY_SECONDS)."""
-    a = Agent()
-    [hello, _] = a(Started(0.0))
-    assert a(SchedulerLink(0.05, up=True)) == []  # the first connection: the hello is on its way
-    a(SchedulerLink(0.2, up=False))
-    assert a(SchedulerLink(0.3, up=True)) == [hello]
-    assert a(Tick(0.4)) == []  # and not once more at the next tick
-
-
 def test_session_lost_forgets_objects_the_new_session_does_not_know_about() -> None:
     a = connected()
     a.sched(PutObjects([F, X], [b"fn", b"x"]))

@@ -170,13 +170,9 @@ def test_a_scheduler_that_found_messages_lost_says_so_in_its_not_connected_error
 
 def test_a_client_still_connecting_waits_timeout_seconds_whatever_its_connections_do() -> None:
     core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=20.0, reconnect_grace_seconds=5.0)
-    [started] = core.start(0.0)
-    assert isinstance(started, Send) and isinstance(started.message, Hello)
-    hello = started.message
-    assert core.link_up(0.1) == []  # the first connection: the hello is on its way
-    core.link_down(0.2)  # a scheduler that accepted the connection and died before its welcome (or ended it)
-    assert core.link_up(0.4) == [Send(hello)]  # the hello may have gone with it: said again
-    core.link_down(0.5)
+    core.start(0.0)
+    core.link_up(0.1)
+    core.link_down(0.2)  # a scheduler that accepted the connection and died before its welcome
     assert core.tick(10.0) == []
     [closed] = core.tick(20.1)
     assert isinstance(closed, Closed) and "no scheduler answered within 20s" in closed.reason

@@ -165,7 +165,6 @@ class ClientCore:
         self._last_heartbeat = 0.0
         self._counter = 0
         self._closed_since: float | None = None  # when the connection closed, while it has not been made again
-        self._hello: Hello | None = None
         # Messages of this session each way, heartbeats, echoes and the hello excluded (the welcome included): after
         # a connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
         self.messages_sent = 0  # counted by the shell as it sends (count_sent), the core's and the batches alike
@@ -174,8 +173,8 @@ class ClientCore:
     # ------------------------------------------------------------------------------------------- events
     def start(self, now: float, hostname: str = "", pid: int = 0) -> list[ClientCommand]:
         self._started = self._last_heard = self._last_heartbeat = now
-        self._hello = Hello(PeerKind.CLIENT, self.name, hostname, pid, int(self.heartbeat_interval * 1000))
-        return [Send(self._hello)]
+        hello = Hello(PeerKind.CLIENT, self.name, hostname, pid, int(self.heartbeat_interval * 1000))
+        return [Send(hello)]
 
     def count_sent(self, message: Message) -> None:
         """The shell hands `message` to the socket now."""
@@ -234,18 +233,13 @@ class ClientCore:
         return []
 
     def link_up(self, now: float) -> list[ClientCommand]:
-        """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a client
-        still waiting for its welcome says hello again; a connected one sends a heartbeat at once: a scheduler that
-        restarted there answers that it does not know this client; one that kept the session checks that every
-        message this client sent since its hello came (`sent`), and answers with how many it sent, for this client to
-        check in turn (docs/protocol.md "Connection resets")."""
+        """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a
+        heartbeat goes at once: a scheduler that restarted there answers that it does not know this client; one that
+        kept the session checks that every message this client sent since its hello came (`sent`), and answers with
+        how many it sent, for this client to check in turn (docs/protocol.md "Connection resets")."""
         if self._closed_since is None:
             return []
         self._closed_since = None
-        if self.state == SessionState.CONNECTING and self._hello is not None:
-            # The hello may have gone with the closed connection (a scheduler flooded with connections ends those that
-            # have not spoken yet): say it again. If the first one came, the second opens a new session in its place.
-            return [Send(self._hello)]
         if self.state != SessionState.CONNECTED:
             return []
         self._last_heartbeat = now

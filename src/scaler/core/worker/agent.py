@@ -273,21 +273,12 @@ class AgentCore:
                 self._to_scheduler(Disconnect(event.reason))
                 self._stop(event.reason)
             case SchedulerLink():
-                self._on_link(event)
+                if event.up and self._link_down_since is not None and self.connected:
+                    self._resume_due = True
+                    self._last_heartbeat = -1e18  # at the next tick
+                self._link_down_since = None if event.up else (self._link_down_since or event.now)
             case _:
                 unreachable(event)
-
-    def _on_link(self, event: SchedulerLink) -> None:
-        """The connection to the scheduler closed, or was made again: after a closed one, a connected worker resumes
-        its session (a heartbeat at the next tick), one still waiting for its welcome says hello again at once (the
-        hello may have gone with the closed connection: a flooded scheduler ends connections that have not spoken)."""
-        if event.up and self._link_down_since is not None:
-            if self.connected:
-                self._resume_due = True
-                self._last_heartbeat = -1e18  # at the next tick
-            else:
-                self._send_hello(event.now)
-        self._link_down_since = None if event.up else (self._link_down_since or event.now)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
