@@ -30,12 +30,12 @@ from scaler.io.curve import MAIN_DOMAIN
 from scaler.scheduler import gate as gate_module
 from scaler.scheduler.gate import KeyGate
 from scaler.security.keys import (
-    KeysUnreadable,
     authorized_fingerprint,
     load_peer_keys,
     load_server_keys,
     read_authorized,
 )
+from scaler.security.ownership import KeysUnreadable
 
 KEYGEN = Path(sys.executable).parent / "scaler_keygen"
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd")

@@ -19,13 +19,8 @@ from scaler.core.scheduler import PeerKey
 from scaler.errors import KeysError
 from scaler.io.curve import MAIN_DOMAIN, MONITOR_DOMAIN
 from scaler.protocol.messages import PeerKind
-from scaler.security.keys import (
-    AuthorizedKey,
-    KeysUnreadable,
-    ServerKeys,
-    authorized_fingerprint,
-    read_authorized,
-)
+from scaler.security.keys import AuthorizedKey, ServerKeys, authorized_fingerprint, read_authorized
+from scaler.security.ownership import KeysUnreadable
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import logging
 import os
 import re
@@ -24,6 +23,14 @@ import zmq
 import zmq.auth
 
 from scaler.errors import KeysError
+from scaler.security.ownership import (
+    KeysUnreadable,
+    check_private,
+    checked,
+    checked_keys_directory,
+    parents,
+    unless_gone,
+)
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -44,8 +51,6 @@ _PUBLIC_MODE = 0o644
 _SECRET_MODE = 0o600
 _SECRET_FOLDER_MODE = 0o700  # DIR and DIR/NAME hold secrets
 _PUBLIC_FOLDER_MODE = 0o755  # authorized_* hold public keys only
-_GONE = frozenset({errno.ENOENT, errno.ENOTDIR})  # the errors that mean "not there": a real removal
-_OWNERS = hasattr(os, "geteuid")  # POSIX owners and modes: what the ownership checks look at
 _HOLDERS = {
     "client": "machines that run clients",
     "worker": "machines that run workers",
@@ -87,19 +92,6 @@ class ServerKeys:
 
     pair: KeyPair
     directory: str
-
-
-class KeysUnreadable(OSError):
-    """Key files or folders that cannot be read now, for a reason other than their removal: descriptors used up
-    (EMFILE, ENFILE), no permission, an I/O error... Who is admitted must not change on it: the scheduler keeps the
-    keys it has and tries again. str() names the path, what could not be done and why."""
-
-    def __init__(self, path: str, doing: str, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause), path)
-        self.doing = doing
-
-    def __str__(self) -> str:
-        return f"{self.filename} cannot be {self.doing} ({self.strerror})"
 
 
 class _BadKeyFile(Exception):
@@ -169,7 +161,7 @@ def read_authorized(directory: str | os.PathLike[str]) -> tuple[dict[bytes, Auth
     KeysError when another user could change the keys directory, a folder or a key file (see _check_private)."""
     root = os.path.abspath(os.fspath(directory))
     problems: list[str] = []
-    if _checked_keys_directory(root) is None:
+    if checked_keys_directory(root) is None:
         return {}, problems
     holders: dict[bytes, list[AuthorizedKey]] = {}
     for role in ROLES:
@@ -189,7 +181,7 @@ def authorized_fingerprint(directory: str | os.PathLike[str]) -> tuple[object, .
     *.key files, their folders, the keys directory and the directories above it (stats only: cheap enough to poll
     every second). Raises KeysUnreadable when one cannot be looked at now: that is not a change."""
     root = os.path.abspath(os.fspath(directory))
-    places = tuple(_stat_print(path) for path in (*_parents(root), root))
+    places = tuple(_stat_print(path) for path in (*parents(root), root))
     return (places, *(_folder_fingerprint(os.path.join(root, AUTHORIZED[role])) for role in ROLES))
 
 
@@ -197,7 +189,7 @@ def _stat_print(path: str) -> tuple[object, ...]:
     try:
         st = os.stat(path)
     except OSError as exc:
-        _unless_gone(exc, path, "reached")
+        unless_gone(exc, path, "reached")
         return (path, None)
     return (path, st.st_ino, st.st_uid, st.st_mode)
 
@@ -206,13 +198,13 @@ def _folder_fingerprint(folder: str) -> tuple[object, ...]:
     try:
         folder_stat = os.stat(folder)
     except OSError as exc:
-        _unless_gone(exc, folder, "reached")
+        unless_gone(exc, folder, "reached")
         return (folder, None)
     try:
         with os.scandir(folder) as entries:
             names = sorted(entry.name for entry in entries if entry.name.endswith(PUBLIC_SUFFIX))
     except OSError as exc:
-        _unless_gone(exc, folder, "listed")
+        unless_gone(exc, folder, "listed")
         return (folder, None)
     files: list[tuple[object, ...]] = []
     for name in names:
@@ -220,7 +212,7 @@ def _folder_fingerprint(folder: str) -> tuple[object, ...]:
         try:
             st = os.stat(path)
         except OSError as exc:
-            _unless_gone(exc, path, "reached")
+            unless_gone(exc, path, "reached")
             files.append((name, None))
         else:
             files.append((name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_uid, st.st_mode))
@@ -229,7 +221,7 @@ def _folder_fingerprint(folder: str) -> tuple[object, ...]:
 
 
 def _read_folder(folder: str, role: str, problems: list[str]) -> dict[bytes, AuthorizedKey]:
-    folder_stat = _checked(folder, f"the folder {folder}")
+    folder_stat = checked(folder, f"the folder {folder}")
     if folder_stat is None:
         return {}
     if not stat.S_ISDIR(folder_stat.st_mode):
@@ -238,7 +230,7 @@ def _read_folder(folder: str, role: str, problems: list[str]) -> dict[bytes, Aut
     try:
         names = sorted(os.listdir(folder))
     except OSError as exc:
-        _unless_gone(exc, folder, "listed")
+        unless_gone(exc, folder, "listed")
         return {}
     keys: dict[bytes, AuthorizedKey] = {}
     for file_name in names:
@@ -265,7 +257,7 @@ def _existing_directory(directory: str | os.PathLike[str]) -> str:
             f"or point --keys (or {ENV_VAR}) at the directory that holds them"
         )
     try:
-        _checked_keys_directory(root)
+        checked_keys_directory(root)
     except KeysUnreadable as exc:
         raise KeysError(str(exc)) from None
     return root
@@ -288,17 +280,17 @@ def _parse(path: str) -> tuple[bytes, bytes | None]:
     try:
         file_stat = os.stat(path)
     except OSError as exc:
-        _unless_gone(exc, path, "read")
+        unless_gone(exc, path, "read")
         raise _BadKeyFile("is not a file" if os.path.islink(path) else "is missing") from None
     if not stat.S_ISREG(file_stat.st_mode):
         raise _BadKeyFile("is not a file")
-    _check_private(path, file_stat, f"the key file {path}")
+    check_private(path, file_stat, f"the key file {path}")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except ValueError:
         raise _BadKeyFile("holds no public-key: it is not a key file") from None
     except OSError as exc:
-        _unless_gone(exc, path, "read")
+        unless_gone(exc, path, "read")
         raise _BadKeyFile("is missing") from None
     if not _is_z85_key(public):
         raise _BadKeyFile("holds a public-key that is not 40 Z85 characters")
@@ -336,96 +328,6 @@ def _and(items: Iterable[str]) -> str:
     return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
 
 
-# ---- what may fail, and who may change the keys ----------------------------------------------------------------------
-
-
-def _unless_gone(exc: OSError, path: str, doing: str) -> None:
-    """The one place that tells a removal from a read that failed. Returns when `path` is not there (ENOENT,
-    ENOTDIR): it was removed, and what it held no longer counts. Raises KeysUnreadable for any other error (EMFILE,
-    ENFILE, EINTR, EAGAIN, ENOMEM, ENOBUFS, EACCES, EIO, ELOOP...): the keys may well be there, so nothing changes."""
-    if exc.errno in _GONE:
-        return
-    raise KeysUnreadable(path, doing, exc) from exc
-
-
-def _checked(path: str, subject: str) -> os.stat_result | None:
-    """The stat of a folder (or the keys directory), None if it is not there; KeysError if another user could
-    change it (_check_private); KeysUnreadable if it cannot be looked at now."""
-    try:
-        found = os.stat(path)
-    except OSError as exc:
-        _unless_gone(exc, path, "reached")
-        return None
-    _check_private(path, found, subject)
-    return found
-
-
-def _checked_keys_directory(root: str) -> os.stat_result | None:
-    """The keys directory's stat (None if it is not there), once it and every directory above it up to / (as given
-    and as its symlinks resolve) are checked: each must be this user's or root's and not writable by group or
-    others, except root's sticky directories such as /tmp, where others may add files but not replace ours."""
-    found = _checked(root, f"the keys directory {root}")
-    for parent in _parents(root):
-        try:
-            parent_stat = os.stat(parent)
-        except OSError as exc:
-            _unless_gone(exc, parent, "reached")
-            continue
-        if parent_stat.st_uid == 0 and parent_stat.st_mode & stat.S_ISVTX:
-            continue
-        _check_private(parent, parent_stat, f"the directory {parent} above the keys directory {root}")
-    return found
-
-
-def _parents(root: str) -> list[str]:
-    """The directories above `root` up to /, as given and as resolved through symlinks, each once."""
-    found: dict[str, None] = {}
-    for path in (root, os.path.realpath(root)):
-        parent = os.path.dirname(path)
-        while parent not in found:
-            found[parent] = None
-            parent = os.path.dirname(parent)
-    return list(found)
-
-
-def _check_private(path: str, found: os.stat_result, subject: str) -> None:
-    """KeysError unless `path` belongs to this user or root and neither its group nor others may write to it (as
-    OpenSSH's StrictModes): otherwise another user could put their own key in, or change ours. The message names the
-    path (`subject` says what it is), its owner and mode, and the fix."""
-    if not _OWNERS:
-        return
-    mode = stat.S_IMODE(found.st_mode)
-    me = os.geteuid()
-    if found.st_uid not in (me, 0):
-        owners = "root" if me == 0 else f"you ({_user(me)}) or root"
-        why = f"belongs to {_owner(found.st_uid)}, not to {owners} (mode {mode:04o})"
-        fix = f"chown {_user(me)} {path}"
-    elif mode & 0o022:
-        whom = {0o022: "its group and others", 0o020: "its group", 0o002: "others"}[mode & 0o022]
-        why = f"is writable by {whom} (owner {_owner(found.st_uid)}, mode {mode:04o})"
-        fix = f"chmod go-w {path}"
-    else:
-        return
-    raise KeysError(
-        f"{subject} {why}: another user could change the keys Scaler trusts. Fix: {fix}, or make the keys elsewhere "
-        "with scaler_keygen, in a directory only you can write to"
-    )
-
-
-def _user(uid: int) -> str:
-    try:
-        import pwd  # POSIX only, as are the owners checked
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        return str(uid)
-
-
-def _owner(uid: int) -> str:
-    name = _user(uid)
-    return f"uid {uid}" if name == str(uid) else f"{name} (uid {uid})"
-
-
 # ---- writing -------------------------------------------------------------------------------------------------------
 
 
@@ -451,9 +353,9 @@ def generate(
     named = _check_names({"client": clients, "worker": workers, "monitor": monitors})
     if os.path.lexists(root) and not os.path.isdir(root):
         raise KeysError(f"{root} exists and is not a directory: choose another keys directory")
-    _checked_keys_directory(root)
+    checked_keys_directory(root)
     for folder in dict.fromkeys([*AUTHORIZED.values(), *(name for _, name in named)]):
-        _checked(os.path.join(root, folder), f"the folder {os.path.join(root, folder)}")
+        checked(os.path.join(root, folder), f"the folder {os.path.join(root, folder)}")
     planned = _plan_pair(root, "scheduler", "scheduler", SCHEDULER_SECRET, SCHEDULER_PUBLIC)
     if planned is None:
         raise KeysError(
