@@ -9,7 +9,6 @@ Pure: events in, commands out; no sockets, no clock, no threads.
 from __future__ import annotations
 
 import enum
-import itertools
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -310,13 +309,15 @@ class ClientCore:
     def batch(requests: Iterable[Request]) -> list[Message]:
         """Messages for `requests`, in their order; consecutive requests of one kind share one message, up to
         MESSAGE_ITEMS_AT_MOST of them and HEADER_BUDGET bytes of header (estimated: header_bytes)."""
-        if type(requests) in (list, tuple) and len(requests) == 1:  # type: ignore[arg-type]
-            return [_message_for(list(requests))]  # a lone request: its own header fits (Client checks it)
         messages: list[Message] = []
-        for _, group in itertools.groupby(requests, type):
-            run = list(group)
-            for start in range(0, len(run), MESSAGE_ITEMS_AT_MOST):
-                messages += map(_message_for, _within_budget(run[start : start + MESSAGE_ITEMS_AT_MOST]))
+        run: list[Request] = []
+        for request in requests:
+            if run and (type(run[0]) is not type(request) or len(run) >= MESSAGE_ITEMS_AT_MOST):
+                messages += map(_message_for, _within_budget(run))
+                run = []
+            run.append(request)
+        if run:
+            messages += map(_message_for, _within_budget(run))
         return messages
 
 
@@ -324,6 +325,8 @@ def _within_budget(run: list[Request]) -> list[list[Request]]:
     """`run` (requests of one kind) cut where its header would pass HEADER_BUDGET. A quick bound first (C loops over
     the run: tasks without keywords, their most arguments; objects' names), each request's own size only past it."""
     first = run[0]
+    if len(run) == 1:
+        return [run]  # one request cannot be cut (a task too big alone is refused where it is made)
     if type(first) is NewTask:
         tasks = cast(list[NewTask], run)
         if not any(map(_keywords_of, tasks)):
