@@ -41,6 +41,11 @@ class ConnectionLimits:
             raise ValueError(f"connection limits must be at least 1, not {self.connections} and {self.silent}")
 
 
+def descriptor_limit() -> int:
+    """This process's soft limit of open files."""
+    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
 def raise_descriptor_limit() -> tuple[int, int]:
     """Raise this process's soft limit of open files to its hard limit; returns (before, now)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

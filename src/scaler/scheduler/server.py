@@ -71,6 +71,7 @@ from scaler.scheduler.connections import (
     ConnectionTable,
     audit,
     default_limits,
+    descriptor_limit,
     end_silent,
     raise_descriptor_limit,
     socket_inode,
@@ -129,7 +130,7 @@ class SchedulerServer:
         self.trimmer = MemoryTrimmer(lambda: int(self.process.memory_info().rss), malloc_trim(), before=self._let_go)
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
         # Open connections, and those that have sent nothing yet: a flood of them is ended oldest first (_shed).
-        self.connections = ConnectionTable(limits or default_limits(_descriptor_limit()))
+        self.connections = ConnectionTable(limits or default_limits(descriptor_limit()))
         self.ended_connections = 0  # silent connections ended for being too many
         self._audited = 0.0
         self.disconnects: zmq.Socket[Any] | None = None
@@ -539,12 +540,6 @@ def _bind(
     except zmq.ZMQError as exc:
         hint = " (is that host one of this machine's addresses?)" if exc.errno == errno.ENODEV else ""
         raise OSError(f"cannot {what} {address}: {exc.strerror}{hint}") from exc
-
-
-def _descriptor_limit() -> int:
-    import resource
-
-    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def _warn_if_exposed(address: str, monitor_address: str, keys: bool, task_data: bool) -> None:
