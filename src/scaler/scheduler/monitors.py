@@ -67,6 +67,7 @@ def withheld_because(policy: str, address: str, keys: bool) -> str:
 class Subscriber:
     name: str
     user: str  # the ZAP user id its connection authenticated with ("" without keys)
+    fd: int  # the descriptor of the connection it said hello over
     missed: int = 0  # statuses in a row it did not take
 
 
@@ -129,26 +130,25 @@ class MonitorChannel:
                 self._refuse(now, peer, f"a monitor says hello (kind monitor) first: {exc}")
                 continue
             assert isinstance(message, Hello)
-            if self._on_hello(now, peer, message, user):
-                self._peer_of_fd[fd] = peer
+            self._on_hello(now, peer, message, user, fd)
 
-    def _on_hello(self, now: float, peer: bytes, hello: Hello, user: str) -> bool:
-        """Subscribe the monitor that said `hello` (True), or refuse it (False)."""
+    def _on_hello(self, now: float, peer: bytes, hello: Hello, user: str, fd: int) -> None:
+        """Subscribe the monitor that said `hello` over descriptor `fd`, or refuse it."""
         if hello.kind != PeerKind.MONITOR:
             self._refuse(
                 now, peer, "this is the scheduler's monitor address: clients and workers connect to its address"
             )
-            return False
+            return
         if hello.protocol_version != PROTOCOL_VERSION:
             self._refuse(now, peer, f"protocol version {hello.protocol_version} is not {PROTOCOL_VERSION}")
-            return False
+            return
         key = self.key_name(user) if self.key_name is not None else ""
         if key is None:
             self._refuse(now, peer, "its key is no longer authorized", key_problem=True)
-            return False
+            return
         if peer not in self.subscribers and len(self.subscribers) >= MAX_MONITORS:
             self._refuse(now, peer, f"{MAX_MONITORS} monitors are subscribed already, the most this scheduler serves")
-            return False
+            return
         name = hello.name or "unnamed"
         if peer not in self.subscribers:
             logger.info(
@@ -157,9 +157,12 @@ class MonitorChannel:
                 f" (key {key})" if key else "",
                 len(self.subscribers) + 1,
             )
-        self.subscribers[peer] = Subscriber(name, user)
+        before = self.subscribers.get(peer)
+        if before is not None and self._peer_of_fd.get(before.fd) == peer:
+            del self._peer_of_fd[before.fd]  # it came back over another connection: the old one's end is not its
+        self.subscribers[peer] = Subscriber(name, user, fd)
+        self._peer_of_fd[fd] = peer
         self._send(peer, encode(Welcome(0, self.scheduler_name, peer_timeout_ms=0)))
-        return True
 
     def descriptors(self) -> set[int]:
         """The descriptors of the connections subscribed monitors said hello over."""
@@ -206,7 +209,8 @@ class MonitorChannel:
 
     def _drop(self, peer: bytes, subscriber: Subscriber, why: str) -> None:
         del self.subscribers[peer]
-        self._peer_of_fd = {fd: p for fd, p in self._peer_of_fd.items() if p != peer}
+        if self._peer_of_fd.get(subscriber.fd) == peer:
+            del self._peer_of_fd[subscriber.fd]
         logger.info("Scheduler: monitor %s left (%s; %d now)", subscriber.name, why, len(self.subscribers))
 
     def _send(self, peer: bytes, frames: list[Any]) -> bool | None:
