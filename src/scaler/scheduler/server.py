@@ -129,6 +129,8 @@ class SchedulerServer:
         self.driver: Driver[str] = Driver("Scheduler", clock)
         self.trimmer = MemoryTrimmer(lambda: int(self.process.memory_info().rss), malloc_trim(), before=self._let_go)
         self._fd_of: dict[int, bytes] = {}  # connection fd -> the peer that last sent on it
+        self._also_on: dict[int, set[bytes]] = {}  # fd -> other peers seen on it since its last close (_spoke_over)
+        self._accept_error = 0  # errno of the last failed accept not yet answered by _shed
         # Open connections, and those that have sent nothing yet: a flood of them is ended oldest first (_shed).
         self.connections = ConnectionTable(limits or default_limits(descriptor_limit()))
         self.ended_connections = 0  # silent connections ended for being too many
@@ -225,7 +227,8 @@ class SchedulerServer:
         for frames in read_waiting(router, self._burst, DRAIN_LIMIT):
             peer: bytes = frames[0].bytes
             fd = frame_get(frames[0], zmq.SRCFD)
-            fd_of[fd] = peer
+            if fd_of.get(fd) != peer:
+                self._spoke_over(fd, peer)
             if silent:
                 silent.pop(fd, None)  # it has spoken (ConnectionTable.spoke, inline)
             if gate is not None:  # which key this connection authenticated with, and is it still authorized?
@@ -305,18 +308,39 @@ class SchedulerServer:
         if self._burst and self.driver.loop is not None:
             self.driver.soon("reading messages", self._on_readable)
 
+    def _spoke_over(self, fd: int, peer: bytes) -> None:
+        """`peer` sent over descriptor `fd`, which another peer (or none) sent over last. Descriptors are reused: a
+        worker restarted at once gets the number its predecessor's connection had. libzmq reports a connection's end
+        before it closes the descriptor (stream_engine_base_t::error), and a number is reused only once closed, so the
+        event saying the previous connection over `fd` ended is already waiting: read it first, or it would name this
+        peer's connection (_on_closed). A peer still there after that (the rest of a closed connection's messages,
+        read after the new one's) is remembered with the descriptor, and probed when it closes."""
+        self._read_connection_events(self.disconnects, self._on_closed)
+        if self._accept_error or self._over_limits():
+            self.driver.soon("connection events", self._on_disconnect_events)  # not from inside the read loop
+        previous = self._fd_of.get(fd)
+        if previous is not None and previous != peer:
+            self._also_on.setdefault(fd, set()).add(previous)
+        self._fd_of[fd] = peer
+
     def _on_disconnect_events(self) -> None:
         """A connection was accepted: count it (ConnectionTable). A connection closed (a peer died or left): probe
         its peer now instead of waiting for its timeout. A connection failed its handshake: count it (the key gate
         logs those it refused itself). Then end silent connections past the limits (_shed)."""
         self._read_connection_events(self.disconnects, self._on_closed)
+        self._shed_if_needed()
 
     def _on_monitor_events(self) -> None:
         """The same for the monitor socket's connections (a monitor whose connection closed is forgotten)."""
         self._read_connection_events(self.monitor_events, self.monitors.closed if self.monitors is not None else None)
+        self._shed_if_needed()
+
+    def _shed_if_needed(self) -> None:
+        if self._accept_error or self._over_limits():
+            accept_error, self._accept_error = self._accept_error, 0
+            self._shed(accept_error)
 
     def _read_connection_events(self, sock: zmq.Socket[Any] | None, on_closed: Callable[[int], None] | None) -> None:
-        refused_accept = 0
         while sock is not None:
             try:
                 event = parse_monitor_message(sock.recv_multipart(zmq.NOBLOCK))
@@ -332,17 +356,18 @@ class SchedulerServer:
                 if on_closed is not None:
                     on_closed(value)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
-                refused_accept = value
+                self._accept_error = value
             else:
                 self._on_failed_handshake(kind, value)
-        if refused_accept or self._over_limits():
-            self._shed(refused_accept)
 
     def _spoke(self, fd: int) -> None:
         self.connections.spoke(fd)
 
     def _on_monitor_readable(self) -> None:
         if self.monitors is not None and not self.driver.stopping:
+            # ends first: a hello over a reused descriptor must not be forgotten for its predecessor's end
+            self._read_connection_events(self.monitor_events, self.monitors.closed)
+            self._shed_if_needed()
             self.monitors.on_readable(self.driver.clock())
             self._update_monitored()
             if has_input(self.monitors.sock):  # more than one wake-up's worth: the loop's other work first
@@ -350,8 +375,11 @@ class SchedulerServer:
 
     def _on_closed(self, fd: int) -> None:
         peer = self._fd_of.pop(fd, None)
-        logger.debug("Scheduler: connection %s closed (peer %r)", fd, peer)
+        peers = self._also_on.pop(fd, set())
         if peer is not None:
+            peers.add(peer)
+        logger.debug("Scheduler: connection %s closed (peers %r)", fd, peers)
+        for peer in peers:
             self._probe(peer)
             for delay in PROBE_DELAYS:
                 self.driver.later(delay, "probing a peer", self._probe, peer)
