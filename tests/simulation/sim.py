@@ -10,6 +10,9 @@ Faults are injected while the run lasts: workers killed mid-task (their connecti
 (silent, found by heartbeat timeout only), workers that stall longer than the timeout and come back, workers
 that disconnect and rejoin, workers that crash-loop (killed soon after each start, restarted under the same name),
 slow workers, tasks whose processor crashes, clients that vanish, cancels, and balance requests answered partially.
+With SimConfig.scheduler_stalls, the scheduler itself stalls (a loaded host, a SIGSTOP): messages wait for it, agents
+give their sessions up and say hello again; it then catches up as its shell does, a bounded read at a time with a
+flush after each (its tick after the first), so it may dispatch to a session whose agent already gave it up.
 Some tasks carry options: retries (run again when they raise or time out) and a timeout the workers enforce.
 
 Like the scheduler's shell, the simulation forwards the lone submits and results the core agrees to forward
@@ -36,6 +39,7 @@ exactly once, with a plausible outcome; nothing is left in the scheduler; worker
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 import random
 import zlib
@@ -120,6 +124,7 @@ from tests.simulation.model import (
 from tests.simulation.sim_agent import AgentWorker
 
 SCHEDULER_BATCH_MS = 5  # messages reaching the scheduler within this much time are fed in one batch
+DRAIN_LIMIT = 64  # catching up after a stall: messages fed per flush, as the scheduler's shell reads them
 STATUS_MS = 1000  # how often the scheduler's status is taken, as its shell does
 
 
@@ -179,6 +184,8 @@ class SimConfig:
     crashloop_rate: float = 0.02  # workers killed soon after each start, then restarted under the same name
     late_rate: float = 0.10  # workers that join during the run
     vanish_clients: int = 1
+    # (when, how long) in ms: the scheduler stalls, reading and sending nothing (a loaded host, a SIGSTOP)
+    scheduler_stalls: tuple[tuple[int, int], ...] = ()
     # Whether a worker forgets the tasks it holds when a welcome opens a new session (see SimWorker.deliver).
     worker_forgets_on_welcome: bool = True
     # The share of workers that are the real AgentCore with simulated processors (sim_agent.py); the others are
@@ -230,6 +237,8 @@ class Simulation:
         self._seq = 0
         self._link_clock: dict[tuple[bytes, bool], int] = {}  # FIFO per link and direction
         self._to_scheduler: list[Event] = []  # what reached the scheduler since its last flush
+        self.scheduler_stalled = False  # it reads nothing (SimConfig.scheduler_stalls)
+        self.stale_dispatches = 0  # dispatches that reached an agent awaiting the welcome of its new hello
         self.peers: dict[bytes, SimWorker | AgentWorker | SimClient] = {}
         self.workers: list[SimWorker | AgentWorker] = []
         self.clients: list[SimClient] = []
@@ -461,6 +470,24 @@ class Simulation:
             self.at(rng.randrange(300, 3_000), client.vanish, rng.random() < 0.5)  # while its work is in flight
         self.at(0, self._tick)
         self.at(STATUS_MS, self._status)
+        for when, duration in c.scheduler_stalls:
+            self.at(when, self._stall_scheduler, duration)
+
+    def _stall_scheduler(self, duration: int) -> None:
+        self.scheduler_stalled = True
+        self.after(duration, self._catch_up)
+
+    def _catch_up(self) -> None:
+        """The stall ends: what waited is read as the shell reads it, DRAIN_LIMIT messages then a flush, stamped with
+        the time they are read; the ticks missed are one tick, after the first read (its timer was due meanwhile)."""
+        self.scheduler_stalled = False
+        now = self.now / 1000
+        backlog: list[Event] = [dataclasses.replace(e, now=now) for e in self._to_scheduler if not isinstance(e, Tick)]
+        reads: list[list[Event]] = [backlog[k : k + DRAIN_LIMIT] for k in range(0, len(backlog), DRAIN_LIMIT)]
+        reads.insert(1, [Tick(now)])
+        for read in reads:
+            self._to_scheduler = read
+            self._flush()
 
     def _plan_worker_fault(self, worker: SimWorker | AgentWorker) -> None:
         c, rng = self.config, self.rng
@@ -501,7 +528,7 @@ class Simulation:
             while events and events[0][0] == now:
                 _, _, action, args = heapq.heappop(events)
                 action(*args)
-            if self._to_scheduler:
+            if self._to_scheduler and not self.scheduler_stalled:
                 self._flush()
             if self.finished_at is None and self._finished():
                 self.finished_at = now
@@ -923,6 +950,9 @@ class SimClient:
             self.status[task_id] = status
             if status == TaskStatus.FAILED and bytes(payload).startswith(b"missing capabilities:"):
                 self.missing.add(task_id)
+            text = bytes(payload)  # type: ignore[call-overload]
+            if status == TaskStatus.FAILED and text.endswith(b"was not sent to this worker"):
+                self.sim.fail(f"task {task_id:#x} failed at its client: {text.decode()}")
             self.open.discard(task_id)
             runs = self.sim.runs.get(task_id, [])
             simulated = bool(runs) and all(isinstance(self.sim.peers[r.peer], SimWorker) for r in runs)

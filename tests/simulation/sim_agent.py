@@ -4,8 +4,9 @@ task says, answer Discard, drop objects, and die when a task crashes or the agen
 runs after every event.
 
 Checked besides the simulation's own checks: the scheduler never dispatches a task the agent holds, never beyond
-its capacity, never frees an object a held task needs; a processor never starts a task without the objects it
-needs, and every start is a run the simulation accounts for; at the end, an agent still in its session holds no
+its capacity, never frees an object a held task needs; the agent never fails a task for an object it was not sent
+(whichever session the task came in); a processor never starts a task without the objects it needs, and every start
+is a run the simulation accounts for; at the end, an agent still in its session holds no
 task and no object, in itself or in its processors.
 """
 
@@ -38,7 +39,7 @@ from scaler.core.worker.agent import (
     ToProcessor,
     ToScheduler,
 )
-from scaler.protocol.messages import DispatchTasks, FreeObjects, Message, Payload, TaskStatus, Welcome
+from scaler.protocol.messages import DispatchTasks, FreeObjects, Message, Payload, TaskResults, TaskStatus, Welcome
 from tests.simulation.model import CRASHES, CRASHES_ONCE, RAISES, TICK_MS, WorkTask, behaviour
 
 if TYPE_CHECKING:
@@ -199,6 +200,8 @@ class AgentWorker:
         if self._defer(self.deliver, message, session) or self.state in ("closed", "hung", "gone", "off"):
             return
         if isinstance(message, DispatchTasks):
+            if not self.core.connected:
+                self.sim.stale_dispatches += 1  # to the session its hello ends (it stalled, or the scheduler did)
             self._check_dispatch(message, session)
         elif isinstance(message, FreeObjects):
             self._check_free(message.ids)
@@ -214,6 +217,12 @@ class AgentWorker:
                 self.sim.fail(f"task {task_id:#x} dispatched twice to {self.peer!r}")
             self.sessions[task_id] = session
 
+    def _check_results(self, message: TaskResults) -> None:
+        for task_id, status, payload in zip(message.task_ids, message.statuses, message.payloads, strict=True):
+            text = bytes(payload)  # type: ignore[call-overload]
+            if status == TaskStatus.FAILED and text.endswith(b"was not sent to this worker"):
+                self.sim.fail(f"agent {self.peer!r} failed task {task_id:#x}: {text.decode()}")
+
     def _check_free(self, ids: list[int]) -> None:
         for object_id in ids:
             users = [t.task_id for t in self.core.tasks.values() if object_id in (t.function_id, *t.arg_refs)]
@@ -225,6 +234,8 @@ class AgentWorker:
         for command in commands:
             match command:
                 case ToScheduler():
+                    if isinstance(command.message, TaskResults):
+                        self._check_results(command.message)
                     self.sim.send_to_scheduler(self.peer, command.message)
                 case ToProcessor():
                     if isinstance(command.message, pm.RunTasks):  # the agent says these may have started

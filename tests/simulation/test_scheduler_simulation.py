@@ -81,6 +81,22 @@ def test_real_agents_survive_faults(seed: int) -> None:
     assert any("of the previous session, which run" in text for text in warnings)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
+def test_agents_survive_scheduler_stalls_past_their_timeout(seed: int) -> None:
+    """Issue 25: the scheduler stalls longer than the worker timeout, twice, while tasks wait. The agents give their
+    sessions up and say hello again; catching up, a read at a time, the scheduler dispatches to sessions given up
+    (it read their heartbeats before their hellos), trusting objects the agents forgot. Those dispatches are dropped:
+    no task fails for an object it was not sent (the agents and clients check), and none is held beyond capacity."""
+    stalls = ((2_500, 4_000), (9_000, 3_500))  # the worker timeout is 3 s
+    config = SimConfig(seed=seed, workers=40, agent_rate=1.0, waves=2, wave_size=(200, 500), scheduler_stalls=stalls)
+    sim = simulate(config)
+    summary = sim.summary()
+    print(f"seed={seed}: {summary}, stale dispatches: {sim.stale_dispatches}")
+    assert summary["tasks"] > 500 and summary["success"] > 0
+    assert sim.stale_dispatches > 0  # the path was taken
+
+
 @pytest.mark.parametrize("seed", SEEDS[:2], ids=lambda seed: f"seed={seed}")
 def test_a_small_placement_grain_starves_nobody(seed: int) -> None:
     """With grain 4 every pass of more than 4 tasks leaves most of the 100 workers out: the workers left out

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from scaler.core.scheduler import Command
 from scaler.core.scheduler.events import Log
 from scaler.core.worker import messages as pm
 from scaler.core.worker.agent import (
@@ -45,6 +46,7 @@ from scaler.protocol.messages import (
     Heartbeat,
     HeartbeatEcho,
     Hello,
+    Message,
     PeerKind,
     PutObjects,
     Refused,
@@ -683,6 +685,85 @@ def test_two_lost_session_errors_do_not_leave_the_worker_holding_requeued_tasks(
     scheduler.recv(b"other", ok(tid(prefix, 2)))  # "other" has room again
     # the agent holds only what the scheduler gave its live session
     assert agent.core.tasks.keys() <= scheduler.core.workers[b"w"].assigned.keys()
+
+
+def test_an_agent_awaiting_its_welcome_drops_what_the_scheduler_sent_its_previous_session() -> None:
+    """Between a hello and its welcome, work messages belong to the session the hello ends (SESSION_WORK): no result
+    (a failure for a forgotten object), no balanceResponse, nothing held; the new session starts from nothing."""
+    a = with_tasks(1)
+    a.done(0, t(1))
+    a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))  # objects dropped, hello sent
+    for message in (
+        PutObjects([X], [b"x"]),
+        dispatch((t(2), F, [b"a2"]), (t(3), F, [X])),  # F was forgotten: it would fail "was not sent"
+        CancelTasks([t(2)]),
+        BalanceRequest([t(3)]),
+        FreeObjects([F]),
+    ):
+        assert a.sched(message) == [], message
+    assert a.core.tasks == {} and a.core.objects == {} and a.core.queued == 0
+    a.sched(Welcome(8, "sched"))
+    a.sched(PutObjects([F], [b"fn"]))
+    assert a.sched(dispatch((t(2), F, [b"a2"]))) == [ToProcessor(0, run(t(2), objects=(F,), payloads=(b"fn",)))]
+
+
+def test_a_dispatch_to_the_old_session_after_a_scheduler_stall_does_not_fail_for_a_missing_object() -> None:
+    # Issue 25: a 20,000-task map failed once with "object ... was not sent to this worker" after the scheduler had
+    # stalled for 10 s on a loaded host. Hearing nothing past the worker timeout, the agent ended its session (its
+    # objects forgotten) and said hello again. The scheduler, catching up, read the agent's heartbeats before its hello
+    # and dispatched a task to the old session, which it believed held the function (so no putObjects). The agent,
+    # awaiting its welcome, failed the task for the missing function; by the time that failure came, the hello had
+    # re-queued the task and it had gone to the new session: the stale failure ended it there.
+    scheduler = Driver()  # worker timeout 10 s
+    prefix = scheduler.client(b"c")
+    function, first, second = tid(prefix, 1), tid(prefix, 2), tid(prefix, 3)
+    scheduler.put(b"c", (function, b"fn"))
+    agent = Agent(AgentConfig(name="w", queue_capacity=4))
+    hello = Hello(PeerKind.WORKER, "w", queue_capacity=4, capabilities=["payload=python"])
+    assert agent(Started(0.0)) == [ToScheduler(hello), StartProcessor(0)]
+    agent.proc(0, pm.Ready(1))
+    to_client: list[TaskResults] = []
+
+    def route(commands: list[Command]) -> list[AgentCommand]:
+        """Deliver the scheduler's messages: the client's results kept, the agent's fed to it; the agent's out."""
+        out: list[AgentCommand] = []
+        for peer, message in sends(commands):
+            if peer == b"c" and isinstance(message, TaskResults):
+                to_client.append(message)
+            elif peer == b"w":
+                out += agent.sched(message)
+        return out
+
+    def run_all(commands: list[AgentCommand]) -> list[Message]:
+        """What the agent sends the scheduler, once its processors have run every task it gave them."""
+        sent = [c.message for c in commands if isinstance(c, ToScheduler)]
+        for c in commands:
+            if isinstance(c, ToProcessor) and isinstance(c.message, pm.RunTasks):
+                done = agent.done(c.processor, *(task[0] for task in c.message.tasks))
+                sent += [d.message for d in done if isinstance(d, ToScheduler)]
+        return sent
+
+    route(scheduler.recv(b"w", hello))
+    for message in run_all(route(scheduler.recv(b"c", submit((first, function, [b"1"]))))):  # putObjects first
+        route(scheduler.recv(b"w", message))
+    assert [r.task_ids for r in to_client] == [[first]]
+    # The scheduler stalls; the client submits meanwhile; the agent beats, then gives its session up.
+    in_flight: list[Message] = []
+    for k in range(1, 22):
+        agent.now = k * 0.5
+        in_flight += [c.message for c in agent(Tick(agent.now)) if isinstance(c, ToScheduler)]
+    assert not agent.core.connected and in_flight[-1] == hello
+    # Catching up, the scheduler reads the client's submit and the agent's heartbeats, flushes, then reads the hello.
+    scheduler.now = 11.0
+    to_agent = scheduler.recv(b"c", submit((second, function, [b"2"])))
+    for message in in_flight[:-1]:
+        to_agent += scheduler.recv(b"w", message)
+    dispatched = [m.task_ids for _, m in sends(to_agent) if isinstance(m, DispatchTasks)]
+    assert dispatched == [[second]]  # to the old session
+    to_agent += scheduler.recv(b"w", in_flight[-1])  # ends it: the task goes to the new one
+    for message in run_all(route(to_agent)):
+        route(scheduler.recv(b"w", message))
+    assert [(r.task_ids, r.statuses, r.payloads) for r in to_client[1:]] == [([second], bytes([0]), [b"r"])]
 
 
 def test_waiting_tasks_are_reported_at_the_next_tick_once_the_queue_is_half_full() -> None:

@@ -187,6 +187,10 @@ LINK_GRACE_SECONDS = 2.0
 # an attempt on every fresh agent it reaches, so it cannot take workers down forever.
 EAGER_NOTICE_ABOVE_US = 1000.0
 DEATHS_WITHOUT_PROGRESS = 3  # a processor dying this often outside any task: blame the task it was given first
+# What only a session's scheduler sends about its tasks and objects. Between a hello and its welcome such messages
+# belong to the session the hello ends, and are dropped: a scheduler that stalled past our timeout may still send them
+# (it read our heartbeats before our hello), trusting objects we have forgotten, to tasks it re-queues at our hello.
+SESSION_WORK = (DispatchTasks, PutObjects, FreeObjects, CancelTasks, BalanceRequest)
 
 
 def _owner(task: AgentTask) -> int:
@@ -260,7 +264,8 @@ class AgentCore:
                 self._last_heard = event.now
                 if type(event.message) is not HeartbeatEcho:
                     self.messages_received += 1  # (a welcome starts the count again)
-                self._on_scheduler(event.now, event.message)
+                if self.connected or not isinstance(event.message, SESSION_WORK):  # else: of the session we ended
+                    self._on_scheduler(event.now, event.message)
             case Tick():
                 self._on_tick(event)
             case ProcessorExited():
