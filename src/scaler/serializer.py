@@ -6,8 +6,7 @@ import abc
 import pickle
 from typing import Any
 
-import cloudpickle
-
+from scaler import source_lines
 from scaler.protocol.frames import Pieces
 
 
@@ -52,13 +51,16 @@ def _is_plain(obj: Any, depth: int = 0) -> bool:
 class DefaultSerializer(Serializer):
     """cloudpickle with the highest pickle protocol: functions defined in __main__ travel by value. Its output is
     pickle's, read with pickle.loads (cloudpickle importable for what it pickled by value). Function objects do not
-    name it: they say None for it (scaler.payloads.pack_function), so that a worker needs no scaler package."""
+    name it: they say None for it (scaler.payloads.pack_function), so that a worker needs no scaler package.
+
+    Code pickled by value keeps its file name, and its source lines follow the pickle (scaler.source_lines), for
+    the workers' tracebacks; pickle.loads stops before them."""
 
     @staticmethod
     def serialize(obj: Any) -> bytes:
         if _is_plain(obj):
             return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-any-return]
+        return source_lines.dumps(obj)
 
     @staticmethod
     def deserialize(payload: bytes) -> Any:

@@ -40,6 +40,7 @@ from scaler.shm import (
     read_argument,
     split_payload,
 )
+from scaler.source_lines import register_shipped
 from scaler.worker import pipe
 from scaler.worker.link import BlockingLink
 from scaler.worker.output import Pieces, Sender, TaskCapture, error_text
@@ -355,7 +356,9 @@ class Processor:
             if raw is None:
                 raise RuntimeError(f"function object {function_id:#x} never reached this worker")
             made = client_module.nested_clients_made()
-            entry = unpack_function(bytes(raw))  # type: ignore[call-overload]
+            function_object = bytes(raw)  # type: ignore[call-overload]
+            entry = unpack_function(function_object)
+            register_shipped(function_object)  # for tracebacks: the lines of code that came by value
             if client_module.nested_clients_made() == made:  # one that brought a client is unpickled for every task
                 self.functions[function_id] = entry
         return entry
