@@ -427,7 +427,8 @@ class Connection:
     def _run(self) -> None:
         sock = new_dealer(self.identity, context(), self.keys)
         # Before connecting, so no failed handshake goes unseen; it also reports connections made and closed.
-        watch = HandshakeWatch(sock, self.address, self.keys, "client", links=True)
+        # It also tells when nothing listens there: the client then fails (see _check_handshakes) instead of logging.
+        watch = HandshakeWatch(sock, self.address, self.keys, "client", links=True, log_refusals=False)
         sock.connect(self.address)
         lock = self._sock_lock
         lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task)
@@ -500,13 +501,25 @@ class Connection:
 
     def _check_handshakes(self, sock: zmq.Socket[Any], watch: HandshakeWatch) -> None:
         """A failed handshake ends the session; connections closed and made again tell the core whether the
-        scheduler is still there (ClientCore.link_down, link_up)."""
+        scheduler is still there (ClientCore.link_down, link_up). A client still connecting gives up as soon as the
+        watch finds nothing listening at the address (io.curve.Attempts: refused again and again for
+        REFUSED_SECONDS), instead of waiting timeout_seconds for a scheduler that is not there."""
         failure = watch.failure()
         now = time.monotonic()
         for made in watch.take_links():
             self._execute(sock, self.core.link_up(now) if made else self.core.link_down(now))
         if failure is not None:
             self._execute(sock, self.core.unauthenticated(failure))
+        elif watch.refused is not None and self.core.state == SessionState.CONNECTING:
+            self._give_up(sock, watch.refused)
+
+    def _give_up(self, sock: zmq.Socket[Any], reason: str) -> None:
+        """End a session still connecting as unreachable: the core's disconnect, whose close (LOCAL: nothing to send
+        while connecting) is told as UNREACHABLE, so the caller gets ConnectionFailedError with `reason`."""
+        for command in self.core.disconnect(reason):
+            if isinstance(command, Closed):
+                command = Closed(CloseKind.UNREACHABLE, reason)
+            self._execute(sock, [command])
 
     def _session_open(self) -> bool:
         return self.core.state != SessionState.CLOSED
@@ -522,7 +535,9 @@ class Connection:
             self._send(sock, message)
 
     def _send(self, sock: zmq.Socket[Any], message: Message) -> None:
-        """Every message to the scheduler goes here, with the socket's lock held: the session counts them."""
+        """Every message to the scheduler goes here, with the socket's lock held: the session counts them. A message
+        ZeroMQ has nowhere to put (the connection ended for good: a handshake failed, and the watch says why at its
+        next look, at the latest on the next tick) is dropped by send_message rather than waited on for ever."""
         send_message(sock, message)
         self.core.count_sent(message)
 

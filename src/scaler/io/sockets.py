@@ -197,11 +197,21 @@ def recv_message(sock: zmq.Socket[Any], flags: int = 0, accept: frozenset[str] |
     return decode(small_to_bytes(recv_frames(sock, flags)), accept)
 
 
-def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = None) -> None:
+def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = None) -> bool:
+    """Send `message` (to `peer`, on a ROUTER). On a DEALER made by new_dealer (no send limit) a send can only find
+    nowhere to go when ZeroMQ ended the connection for good: a handshake failed (HANDSHAKE_FAILED_PROTOCOL or _AUTH,
+    which HandshakeWatch reports) and ZeroMQ does not try again. Such a send would wait for ever, so the message is
+    dropped instead and False returned; the watch says why at its next look."""
     frames = encode(message)
     if peer is not None:
         frames.insert(0, peer)
-    send_frames(sock, frames)
+        send_frames(sock, frames)
+        return True
+    try:
+        send_frames(sock, frames, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
 
 
 def send_frames(sock: zmq.Socket[Any], frames: list[Any], first_flags: int = 0) -> None:

@@ -432,8 +432,13 @@ class SchedulerServer:
         self.failed_handshakes += 1
         if not self._limiter.allow(self.driver.clock(), "failed handshake", kind):
             return
-        if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        # Either end may see a mismatch of keys first; when the peer does, it closes and this end sees NO_DETAIL.
+        mismatch = kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+        if mismatch or kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             why = "it has no keys" if self.keys is not None else "it uses keys and this scheduler runs without"
+            if not mismatch:
+                why = f"the connection ended in its handshake ({os.strerror(code)}): {why}, or it is no Scaler peer"
+            why += f" (scaler_top and scaler_ui connect to the monitor address, {self.monitor_address})"
         else:
             why = f"ZeroMQ reports {zmq.Event(kind).name} (code {code:#x}): wrong scheduler key, or not a Scaler peer"
         logger.warning("Scheduler: a connection to %s failed its handshake: %s", self.address, why)
