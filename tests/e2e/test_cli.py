@@ -430,3 +430,113 @@ def test_cluster_without_a_scheduler_gives_up_with_exit_code_1() -> None:
     result = run(cli("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "1", free_address())
     assert "Worker[0] ended (exit code 1)" in result.stdout, result.stdout
     assert result.returncode == 1, result.stdout + result.stderr
+
+
+# ----------------------------------------------------------------------------------------------- logging options
+LOGGING_PROGRAMS = ["scaler_scheduler", "scaler_cluster", "scaler_worker"]
+
+
+def usage_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The one error line of an argparse usage error (exit code 2, no traceback), holding every one of `words`."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr
+    for word in words:
+        assert word in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.mark.parametrize("program", [*LOGGING_PROGRAMS, "scaler_ui"])
+def test_an_unknown_logging_level_is_a_usage_error_naming_the_levels(program: str) -> None:
+    result = run(cli(program), "--logging-level", "LOUD", "tcp://127.0.0.1:8516")
+    usage_error(result, "--logging-level", "'LOUD'", "DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@pytest.mark.parametrize("program", LOGGING_PROGRAMS)
+def test_a_lower_case_logging_level_is_accepted(program: str) -> None:
+    result = run(cli(program), "--logging-level", "debug", "-h")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("program", LOGGING_PROGRAMS)
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_a_logging_path_that_cannot_be_written_is_a_usage_error(program: str, where: str, tmp_path: Path) -> None:
+    path = tmp_path / "no-such-folder" / "x.log" if where == "missing folder" else tmp_path
+    reason = "No such file or directory" if where == "missing folder" else "Is a directory"
+    result = run(cli(program), "--logging-paths", str(path), free_address())
+    usage_error(result, "--logging-paths", str(path), reason)
+
+
+def test_logging_paths_leave_the_address_alone(programs: list[Program], tmp_path: Path) -> None:
+    """`-lp FILE ADDRESS`: the address is not taken for a second file."""
+    log = tmp_path / "scheduler.log"
+    address = free_address()
+    scheduler = start(programs, cli("scaler_scheduler"), "-lp", str(log), address)
+    wait_until(
+        lambda: (log.exists() and "monitor address is" in log.read_text()) or scheduler.process.poll() is not None,
+        timeout=TIMEOUT,
+        what="the scheduler to log to its file",
+    )
+    assert scheduler.process.poll() is None, scheduler.output
+    assert f"listening on {address}" in log.read_text()
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0
+
+
+@pytest.mark.parametrize("form", ["1.9.9", "repeated"])
+def test_several_logging_paths_before_the_address(programs: list[Program], tmp_path: Path, form: str) -> None:
+    """scaler 1.9.9's `-lp A B ADDRESS`, and `-lp A -lp B ADDRESS`: both files get the logs, none else."""
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    paths = ["-lp", str(first), str(second)] if form == "1.9.9" else ["-lp", str(first), "-lp", str(second)]
+    address = free_address()
+    cluster = start(programs, cli("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "1", *paths, address)
+    assert cluster.wait() == 1  # no scheduler there: its worker gives up
+    for log in (first, second):
+        assert "Worker[0] ended (exit code 1)" in log.read_text(), log.read_text()
+    assert "Worker[0]" not in cluster.output  # not to stdout: the default is replaced, not added to
+
+
+def test_an_address_given_twice_around_logging_paths_is_a_usage_error(tmp_path: Path) -> None:
+    first, second = free_address(), free_address()
+    result = run(cli("scaler_scheduler"), first, "-lp", str(tmp_path / "x.log"), second)
+    usage_error(result, "unrecognized arguments", first)
+
+
+# ----------------------------------------------------------------------------------------------- files left behind
+def monitor_path(scheduler: Program) -> Path:
+    match = scheduler.wait_for_output(r"monitor address is ipc://(\S+)")
+    return Path(match.group(1))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_scheduler_removes_its_monitor_socket(programs: list[Program], sig: int) -> None:
+    scheduler = start(programs, cli("scaler_scheduler"), free_address())
+    path = monitor_path(scheduler)
+    assert path.is_socket()
+    os.kill(scheduler.pid, sig)
+    assert scheduler.wait() == 0
+    assert not path.exists(), f"{path} is left behind"
+
+
+def test_a_scheduler_on_ipc_removes_both_its_sockets(programs: list[Program], tmp_path: Path) -> None:
+    address = f"ipc://{tmp_path}/scheduler"
+    scheduler = start(programs, cli("scaler_scheduler"), address)
+    path = monitor_path(scheduler)
+    assert path.is_socket() and (tmp_path / "scheduler").is_socket()
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0
+    assert sorted(tmp_path.iterdir()) == []  # the folder the user chose stays
+
+
+# ----------------------------------------------------------------------------------------------- CPUs
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs or more"
+)
+def test_two_schedulers_with_default_options_do_not_share_a_cpu(programs: list[Program]) -> None:
+    first = start(programs, cli("scaler_scheduler"), free_address())
+    first.wait_for_output("monitor address is")
+    second = start(programs, cli("scaler_scheduler"), free_address())
+    second.wait_for_output("monitor address is")
+    cpus = [os.sched_getaffinity(first.pid), os.sched_getaffinity(second.pid)]
+    assert not (len(cpus[0]) == 1 and cpus[0] == cpus[1]), f"both schedulers on CPU {cpus[0]}"

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.loop import check_event_loop
-from scaler.io.processes import die_with_parent, parse_address, setup_logging
+from scaler.io.processes import check_logging_level, check_logging_paths, die_with_parent, parse_address, setup_logging
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.worker.cluster import run_cluster
 
@@ -90,6 +90,8 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
         if heartbeat_interval_seconds <= 0 or death_timeout_seconds <= 0:
             raise ValueError("heartbeat_interval_seconds and death_timeout_seconds must be positive")
         check_event_loop(event_loop)
+        check_logging_level(logging_level)
+        check_logging_paths(tuple(logging_paths))
         self._address = address
         self._address_text = address_text(address)
         self._worker_io_threads = worker_io_threads

@@ -22,6 +22,7 @@ from scaler.io.processes import (
     die_with_parent,
     parse_address,
     parse_size,
+    removing_own_files,
     setup_logging,
 )
 from scaler.scheduler.server import run_scheduler
@@ -47,9 +48,10 @@ def _scheduler_main(
     die_with_parent(signal.SIGTERM)
     setup_logging(log_level, log_paths)
     try:
-        run_scheduler(
-            address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None), cpu=cpu, keys=keys
-        )
+        with removing_own_files():
+            run_scheduler(
+                address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None), cpu=cpu, keys=keys
+            )
     except Exception as exc:
         ready.send(f"{type(exc).__name__}: {exc}")
         raise SystemExit(1) from exc
@@ -75,7 +77,8 @@ class SchedulerClusterCombo:
     (n_workers first), means 4 workers on a free port.
 
     scheduler_cpu: the CPU the scheduler keeps to, with its ZeroMQ I/O thread: "auto" (the default: the last CPU
-    this process may use), "none" (anywhere, as the OS decides) or a CPU number. Every message crosses between those
+    this process may use that no other scheduler of this user's on this machine holds; when every one is held, not
+    pinned), "none" (anywhere, as the OS decides) or a CPU number. Every message crosses between those
     two threads; on one CPU that costs a plain wake-up instead of an inter-processor interrupt (about 15 % of a
     round trip on a 2-vCPU virtual machine, docs/benchmarks.md). Workers and their processors are not pinned.
 

@@ -11,7 +11,15 @@ import signal
 from scaler.cluster.cluster import address_text
 from scaler.core.scheduler import SchedulerConfig
 from scaler.io.loop import check_event_loop
-from scaler.io.processes import check_cpu, default_monitor_address, die_with_parent, setup_logging
+from scaler.io.processes import (
+    check_cpu,
+    check_logging_level,
+    check_logging_paths,
+    default_monitor_address,
+    die_with_parent,
+    removing_own_files,
+    setup_logging,
+)
 from scaler.security.keys import load_server_keys, resolve
 
 DEFAULTS = SchedulerConfig()
@@ -59,6 +67,8 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
     ) -> None:
         super().__init__(name="scaler-scheduler")
         check_event_loop(event_loop)
+        check_logging_level(logging_level)
+        check_logging_paths(tuple(logging_paths if logging_paths is not None else logging_path))
         if client_timeout_seconds <= 0 or worker_timeout_seconds <= 0 or max_task_retries < 0:
             raise ValueError("timeouts must be positive and max_task_retries at least 0")
         if isinstance(keys, bool) and keys:
@@ -94,11 +104,12 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
         setup_logging(self._logging_level, self._logging_paths)
         from scaler.scheduler.server import run_scheduler
 
-        run_scheduler(
-            self._address,
-            self._monitor_address,
-            self._scheduler_config,
-            self._event_loop,
-            cpu=self._cpu,
-            keys=self._keys,
-        )
+        with removing_own_files():
+            run_scheduler(
+                self._address,
+                self._monitor_address,
+                self._scheduler_config,
+                self._event_loop,
+                cpu=self._cpu,
+                keys=self._keys,
+            )

@@ -12,9 +12,10 @@ import sys
 from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
 from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
+from scaler.entry_points.logging_options import add_logging_options, start_logging, take_address_out_of_paths
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
-from scaler.io.processes import hostname, parse_address, parse_size, setup_logging
+from scaler.io.processes import hostname, parse_address, parse_size
 from scaler.security.keys import SECRET_SUFFIX, PeerKeys, load_peer_keys, resolve
 
 DEFAULTS = AgentConfig()
@@ -91,15 +92,14 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
         default=hostname(),
         help="workers are named PREFIX-<pid>-<index>; a restarted worker keeps its name",
     )
-    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
+    add_logging_options(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     prog = os.path.basename(sys.argv[0]) if argv is None else "scaler_cluster"
     p = parser(prog if prog in ("scaler_cluster", "scaler_worker") else "scaler_cluster")
-    args = p.parse_args(argv)
+    args = p.parse_args(take_address_out_of_paths(sys.argv[1:] if argv is None else argv))
     try:
         parse_address(args.address)
         check_event_loop(args.event_loop)
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             keys = load_peer_keys(directory, "worker")
         except KeysError as exc:
             p.error(str(exc))
-    setup_logging(args.logging_level, tuple(args.logging_paths))
-    logging.info("logging to %s", tuple(args.logging_paths))
+    paths = start_logging(p, args)
+    logging.info("logging to %s", paths)
     if directory is not None:
         warn_if_secrets_readable(directory)
     from scaler.worker.cluster import run_cluster
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             config,
             args.event_loop,
             args.logging_level,
-            tuple(args.logging_paths),
+            paths,
             keys,
         )
     )

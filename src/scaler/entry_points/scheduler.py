@@ -9,9 +9,10 @@ import sys
 
 from scaler.core.scheduler import SchedulerConfig
 from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version, byte_size
+from scaler.entry_points.logging_options import add_logging_options, start_logging, take_address_out_of_paths
 from scaler.errors import KeysError
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
-from scaler.io.processes import check_cpu, default_monitor_address, parse_address, setup_logging
+from scaler.io.processes import check_cpu, default_monitor_address, parse_address, removing_own_files
 from scaler.scheduler.monitors import TASK_DATA_CHOICES
 from scaler.security.keys import ServerKeys, load_server_keys, resolve
 
@@ -106,16 +107,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cpu",
         default="auto",
-        help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use), none "
-        "(anywhere), or a CPU number; on one CPU the hand-over of each message between the two threads is cheaper",
+        help="the CPU the scheduler keeps to, with its ZeroMQ I/O thread: auto (the last CPU it may use that no "
+        "other scheduler of this user's on this machine holds; none free: anywhere), none (anywhere), or a CPU "
+        "number; on one CPU the hand-over of each message between the two threads is cheaper",
     )
-    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    p.add_argument("--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], help="where logs go")
+    add_logging_options(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(take_address_out_of_paths(sys.argv[1:] if argv is None else argv))
     try:
         parse_address(args.address)
         check_event_loop(args.event_loop)
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
             keys = load_server_keys(directory)
         except KeysError as exc:
             parser().error(str(exc))
-    setup_logging(args.logging_level, tuple(args.logging_paths))
-    logging.info("logging to %s", tuple(args.logging_paths))
+    paths = start_logging(parser(), args)
+    logging.info("logging to %s", paths)
     from scaler.protocol.messages import CODEC
     from scaler.scheduler.server import run_scheduler
 
@@ -156,17 +157,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     monitor = args.monitor_address or default_monitor_address(args.address)
     try:
-        run_scheduler(
-            args.address,
-            monitor,
-            config,
-            args.event_loop,
-            cpu=cpu,
-            keys=keys,
-            max_connections=args.max_connections,
-            max_silent_connections=args.max_silent_connections,
-            monitor_task_data=args.monitor_task_data,
-        )
+        with removing_own_files():
+            run_scheduler(
+                args.address,
+                monitor,
+                config,
+                args.event_loop,
+                cpu=cpu,
+                keys=keys,
+                max_connections=args.max_connections,
+                max_silent_connections=args.max_silent_connections,
+                monitor_task_data=args.monitor_task_data,
+            )
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)
         sys.exit(1)

@@ -1,6 +1,8 @@
 """ipc:// addresses the scheduler binds: only its own user may connect, and a path someone else holds is a clear
 start-up error, never taken over nor left to hang. The default monitor socket lives in a folder of its user's only
-(private_dir), and the programs that read a monitor take the documents' ipc:///tmp/NAME to it (find_monitor).
+(private_dir), and the programs that read a monitor take the documents' ipc:///tmp/NAME to it (find_monitor). A
+scheduler that stops removes the socket files it bound, and that folder if it made it and leaves it empty
+(remove_bound_sockets).
 
 libzmq removes whatever is at an ipc path before binding (even another program's live socket) and creates the socket
 file with the process's umask. So the path is checked first, and bound with a umask that leaves others out.
@@ -25,9 +27,17 @@ def ipc_path(address: str) -> str | None:
     return rest
 
 
+_bound: dict[str, tuple[int, int, int]] = {}  # socket path -> (pid that bound it, st_dev, st_ino)
+_made: set[str] = set()  # private folders made by this process (or by its parent before it forked this one)
+
+
 def claim(path: str) -> None:
     """Make `path` free for our socket: a stale socket file of ours (nobody listening) is removed; anything else
-    there raises OSError saying what holds it and what to do."""
+    there raises OSError saying what holds it and what to do. Our usual private folder is made again if a scheduler
+    that stopped took it away (remove_bound_sockets) since private_dir gave it."""
+    folder = os.path.dirname(path)
+    if folder in (_runtime_dir(), _tmp_dir()) and not os.path.lexists(folder):
+        _made_private(folder)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -64,6 +74,33 @@ def check_private(path: str) -> None:
         raise OSError(f"{path} belongs to {_user(info.st_uid)} right after we bound it: someone raced us there")
     if stat.S_IMODE(info.st_mode) != 0o600:
         os.chmod(path, 0o600)
+    _bound[path] = (os.getpid(), info.st_dev, info.st_ino)
+
+
+def remove_bound_sockets() -> list[str]:
+    """Remove the socket files this process bound (through check_private) that are still the very files it made,
+    then the private folders it made (private_dir) that are left empty; never another process's socket. Call it once
+    those sockets are closed (a scheduler that stopped). Returns the paths removed."""
+    me = os.getpid()
+    removed: list[str] = []
+    for path, (pid, device, inode) in list(_bound.items()):
+        if pid != me:
+            continue
+        del _bound[path]
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        same = (info.st_dev, info.st_ino) == (device, inode) and stat.S_ISSOCK(info.st_mode)
+        if same and info.st_uid == os.geteuid() and not _listening(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    for folder in list(_made):
+        with contextlib.suppress(OSError):  # not empty: another socket of this user's is there
+            os.rmdir(folder)
+            _made.discard(folder)
+    return removed
 
 
 _SEED_FOLDER = "/tmp"  # the documents' monitor address: ipc:///tmp/<host>_<port>_monitor
@@ -81,7 +118,19 @@ def private_dir() -> tuple[str, str | None]:
     problem = _made_private(usual)
     if problem is None:
         return usual, None
-    return tempfile.mkdtemp(prefix=f"scaler-{os.geteuid()}-"), f"{usual} {problem}"
+    fresh = tempfile.mkdtemp(prefix=f"scaler-{os.geteuid()}-")
+    _made.add(fresh)
+    return fresh, f"{usual} {problem}"
+
+
+def usual_private_dir() -> str | None:
+    """private_dir's folder when it is a usual one ($XDG_RUNTIME_DIR/scaler, $TMPDIR/scaler-<uid>), the same for
+    every process of this user (made if missing); None when neither is private (no fresh folder is made)."""
+    runtime = _runtime_dir()
+    if runtime is not None and _made_private(runtime) is None:
+        return runtime
+    usual = _tmp_dir()
+    return usual if _made_private(usual) is None else None
 
 
 def find_monitor(address: str) -> str:
@@ -155,8 +204,10 @@ def _made_private(path: str) -> str | None:
     try:
         info = os.fstat(descriptor)
         problem = _problem(info)
-        if problem is None and created and stat.S_IMODE(info.st_mode) != 0o700:
-            os.fchmod(descriptor, 0o700)  # a umask took bits of the owner's
+        if problem is None and created:
+            _made.add(path)
+            if stat.S_IMODE(info.st_mode) != 0o700:
+                os.fchmod(descriptor, 0o700)  # a umask took bits of the owner's
         return problem
     finally:
         os.close(descriptor)

@@ -1,9 +1,12 @@
 """Process plumbing shared by the scheduler, cluster, workers and processors: dying with the parent,
-signals, logging set-up, names."""
+signals, logging set-up, the scheduler's CPU (and its claim among this user's schedulers), names."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
+import fcntl
 import ipaddress
 import logging
 import multiprocessing
@@ -11,8 +14,9 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Iterator
 
-from scaler.io.ipc import private_dir
+from scaler.io.ipc import private_dir, remove_bound_sockets, usual_private_dir
 
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
@@ -55,22 +59,60 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_logging_level(level: str | int) -> str | int:
+    """A logging level, checked: one of LOGGING_LEVELS in any case (returned upper-cased), or a number >= 0.
+    ValueError naming the levels otherwise."""
+    if isinstance(level, int) and not isinstance(level, bool) and level >= 0:
+        return level
+    if isinstance(level, str) and level.strip().upper() in LOGGING_LEVELS:
+        return level.strip().upper()
+    raise ValueError(f"the logging level must be one of {', '.join(LOGGING_LEVELS)}, not {level!r}")
+
+
+def log_handlers(paths: tuple[str, ...]) -> list[logging.Handler]:
+    """A handler per path: /dev/stdout (or -) and /dev/stderr are the streams, anything else a file appended to.
+    ValueError naming the path and why when one cannot be opened for writing (none is left open then)."""
+    handlers: list[logging.Handler] = []
+    for path in paths:
+        try:
+            handlers.append(_log_handler(path))
+        except OSError as exc:
+            for handler in handlers:
+                handler.close()
+            raise ValueError(f"cannot log to {path}: {exc.strerror or exc}") from None
+    return handlers
+
+
+def check_logging_paths(paths: tuple[str, ...]) -> None:
+    """That every path can be logged to (files are created, empty, if missing); ValueError as log_handlers says."""
+    for handler in log_handlers(paths):
+        handler.close()
+
+
+def _log_handler(path: str) -> logging.Handler:
+    if path in ("/dev/stdout", "-"):
+        return logging.StreamHandler(sys.stdout)
+    if path == "/dev/stderr":
+        return logging.StreamHandler(sys.stderr)
+    return logging.FileHandler(path)
+
+
 def setup_logging(level: str | int = "INFO", paths: tuple[str, ...] = ("/dev/stdout",)) -> None:
+    """Log records of `level` and above to `paths` (see log_handlers), in place of the root logger's handlers.
+    ValueError, with the logging untouched, for a level that is not one or a path that cannot be written."""
+    level = check_logging_level(level)
+    handlers = log_handlers(paths)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     formatter = logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT)
-    handler: logging.Handler
-    for path in paths:
-        if path in ("/dev/stdout", "-"):
-            handler = logging.StreamHandler(sys.stdout)
-        elif path == "/dev/stderr":
-            handler = logging.StreamHandler(sys.stderr)
-        else:
-            handler = logging.FileHandler(path)
+    for handler in handlers:
         handler.setFormatter(formatter)
         root.addHandler(handler)
-    root.setLevel(level if isinstance(level, int) else level.upper())
+    root.setLevel(level)
 
 
 def allowed_cpus() -> list[int]:
@@ -118,24 +160,115 @@ def check_cpu(choice: str | int | None) -> str | int | None:
 
 def pin_to_cpu(choice: str | int | None) -> int | None:
     """Keep this process (the calling thread, and every thread it starts from now on) on one CPU: `choice` as
-    check_cpu takes it, "auto" being the last CPU this process may use. Returns the CPU, or None when not pinned
-    ("none", one CPU allowed anyway, or a system without CPU affinity).
+    check_cpu takes it. "auto" is a CPU no other scheduler of this user's on this machine claimed, the last one first
+    (see claim_cpu); when every CPU this process may use is claimed, or it may use one only, it is not pinned. Returns
+    the CPU, or None when not pinned ("none", or a system without CPU affinity).
 
     Why the scheduler does this: each message crosses from its ZeroMQ I/O thread to its main thread or back. On one
     CPU that hand-over is a plain wake-up; across two CPUs of a virtual machine it takes an inter-processor
     interrupt, which costs more than the rest of the hand-over. Start ZeroMQ after this call: its I/O thread
-    inherits the pinning."""
+    inherits the pinning. Two schedulers on one CPU would take turns on it: hence the claims."""
     choice = check_cpu(choice)
     if choice in (None, "none") or not hasattr(os, "sched_setaffinity"):
         return None
-    allowed = allowed_cpus()
     if choice == "auto":
-        if len(allowed) < 2:
+        cpu = _unclaimed_cpu(allowed_cpus())
+        if cpu is None:
             return None
-        choice = allowed[-1]
-    assert isinstance(choice, int)
-    os.sched_setaffinity(0, {choice})
-    return choice
+    else:
+        assert isinstance(choice, int)
+        cpu = choice
+        claim_cpu(cpu)  # taken or not, the CPU asked for is the one: the claim keeps "auto" schedulers off it
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def _unclaimed_cpu(allowed: list[int]) -> int | None:
+    """The CPU "auto" pins to, claimed: the one this process holds already, else the last unclaimed one; None when
+    every one is claimed, or there is only one."""
+    if len(allowed) < 2:
+        return None
+    held = [_claim[0]] if _claim is not None and _claim[0] in allowed else []
+    return next((cpu for cpu in [*held, *reversed(allowed)] if claim_cpu(cpu)), None)
+
+
+_claim: tuple[int, int, str] | None = None  # the CPU this process claimed: (cpu, the locked file's fd, its path)
+
+
+def claim_cpu(cpu: int) -> bool:
+    """Claim `cpu` for this process among this user's processes on this machine: an exclusive lock (flock) on the
+    file cpu<N>.claim in the usual private folder (ipc.usual_private_dir). True when this process holds it now (or
+    when there is no such folder: nothing tells then), False when another process does. A process holds one claim:
+    it lets go of any other; the kernel releases the lock when the process ends, however it ends."""
+    if _claim is not None and _claim[0] == cpu:
+        return True
+    release_cpu()
+    folder = usual_private_dir()
+    if folder is None:
+        return True
+    path = os.path.join(folder, f"cpu{cpu}.claim")
+    for _ in range(3):  # a holder letting go unlinks the file: lock the file at the path, not one just removed
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = os.path.samestat(os.fstat(descriptor), os.lstat(path))
+        except BlockingIOError:  # another process holds it
+            os.close(descriptor)
+            return False
+        except OSError:  # its holder let go (and removed it) in between
+            held = False
+        if held:
+            _hold(cpu, descriptor, path)
+            return True
+        os.close(descriptor)
+    return False
+
+
+def _hold(cpu: int, descriptor: int, path: str) -> None:
+    global _claim
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode())  # for whoever looks: the claim's holder
+    _claim = (cpu, descriptor, path)
+
+
+def release_cpu() -> None:
+    """Let go of this process's CPU claim (claim_cpu), removing its file; nothing when it holds none."""
+    global _claim
+    if _claim is None:
+        return
+    _cpu, descriptor, path = _claim
+    _claim = None
+    with contextlib.suppress(OSError):
+        if os.path.samestat(os.fstat(descriptor), os.lstat(path)):
+            os.unlink(path)  # under the lock: whoever opened it before sees it gone once the lock is theirs
+    os.close(descriptor)
+
+
+def _forget_claim() -> None:
+    """In a forked child: the claim is the parent's (the lock stays the parent's while its descriptor is open)."""
+    global _claim
+    if _claim is not None:
+        os.close(_claim[1])
+        _claim = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_claim)
+atexit.register(release_cpu)
+
+
+@contextlib.contextmanager
+def removing_own_files() -> Iterator[None]:
+    """Around a scheduler's run in this process: when it ends (a clean stop, or an error) its CPU claim is released
+    and the ipc socket files it bound are removed, with the private folder it made when that is left empty."""
+    try:
+        yield
+    finally:
+        release_cpu()
+        remove_bound_sockets()
 
 
 def _ranges(cpus: list[int]) -> str:
