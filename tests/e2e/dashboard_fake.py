@@ -169,6 +169,7 @@ class FakeCluster:
             for slot in worker.slots:
                 self.counts[slot.function].running += 1
         self.backlog = max(0, self.backlog - len(pending.events.task_ids) // 2 + self.random.randrange(0, 40))
+        pending.events.dropped = 3  # as a scheduler past its per-period bound would say
         status = self._status(clock_us, time_us, pending)
         self.departed = []
         return status

@@ -70,7 +70,7 @@ def test_the_overview_draws_live_charts_from_the_packaged_assets_only(dashboard:
         assert len(points) >= 3 and min(points) >= before + 4, (chart, points)
     assert page.js("echarts.version") == "5.6.0"
     assert p.inner_text("#banner").startswith("live from ipc://")
-    assert p.locator('#functions tr[data-function="fit_model"] .progress .done').count() == 1
+    assert p.locator('#functions tr[data-function="fit_model"] .progress .success').count() == 1
     page.wait("/workers\\s+15/.test(document.getElementById('chips').innerText)")  # 16, one lost
     assert p.inner_text('#tasks tr[data-state="queued"] td:last-child') != ""
     assert page.outside_requests() == [] and page.errors == []
@@ -109,6 +109,39 @@ def test_the_task_stream_shows_bars_for_the_running_functions(dashboard: Dashboa
     assert page.errors == []
 
 
+def test_the_task_stream_zooms_opens_a_clicked_bar_finds_a_task_and_says_events_were_dropped(
+    dashboard: Dashboard,
+) -> None:
+    page = dashboard.page()
+    p = page.open("stream")
+    page.wait("Number(document.getElementById('chart-stream').dataset.bars) > 20")
+    span = "() => { const o = echarts.getInstanceByDom(document.getElementById('chart-stream')).getOption();"
+    span += " return o.xAxis[0].max - o.xAxis[0].min; }"
+    p.select_option("#stream-window", "10000")
+    assert page.js(span) == 10_000
+    page.wait("!document.getElementById('stream-dropped').hidden")
+    assert "did not send" in p.inner_text("#stream-dropped") and "sample" in p.inner_text("#stream-dropped")
+    # A click on a bar opens its task: the pixel of the middle of an ended bar, clicked with the mouse.
+    where = page.js(
+        "() => { const chart = echarts.getInstanceByDom(document.getElementById('chart-stream'));"
+        " const data = chart.getOption().series[0].data;"
+        " const i = stream.drawn.findIndex(b => b.status === 'success' && b.end - b.start > 300);"
+        " const [row, start, end] = data[i];"
+        " const [x, y] = chart.convertToPixel({gridIndex: 0}, [(start + end) / 2, row]);"
+        " const box = document.getElementById('chart-stream').getBoundingClientRect();"
+        " return {x: box.left + x, y: box.top + y, task: stream.drawn[i].task}; }"
+    )
+    p.mouse.click(where["x"], where["y"])
+    page.wait("!document.getElementById('stream-task').hidden")
+    assert p.inner_text("#stream-task-id") == where["task"]
+    page.wait("/success on \\S+: started/.test(document.getElementById('stream-task-body').innerText)")
+    # Search by task id: an unknown one says so (scaler_ui answers 404).
+    p.fill("#task-search-id", "0x7777777777")
+    p.click("#task-search button")
+    page.wait("/404 no task 0x7777777777/.test(document.getElementById('stream-task-body').innerText)")
+    assert all("404 (Not Found)" in error for error in page.errors), page.errors  # the browser logs the 404
+
+
 def test_a_failing_task_appears_in_the_failures_view_with_its_error(dashboard: Dashboard) -> None:
     page = dashboard.page()
     p = page.open("tasks")
@@ -121,7 +154,7 @@ def test_a_failing_task_appears_in_the_failures_view_with_its_error(dashboard: D
     detail.wait_for()
     assert detail.inner_text().startswith("Traceback (most recent call last):")
     page.wait("() => document.querySelectorAll('#task-log tr[data-task]').length >= 50")
-    p.select_option("#log-status", "failed")
+    p.select_option("#log-status", "error")  # the status's own word, as the failures list shows it
     page.wait(
         "() => { const s = [...document.querySelectorAll('#task-log tr[data-task] td:last-child')]"
         ".map(td => td.innerText); return s.length > 0 && s.every(x => x === 'error'); }"

@@ -174,10 +174,19 @@ def test_once_prints_every_function_and_how_old_a_stale_worker_row_is(publisher:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     header = lines.index(next(line for line in lines if line.startswith("function ")))
-    assert lines[header].split() == ["function", "submitted", "running", "done", "failed", "canceled", "mean"]
+    assert lines[header].split() == [
+        "function",
+        "submitted",
+        "assigned",
+        "success",
+        "error",
+        "failed",
+        "canceled",
+        "mean",
+    ]
     first = lines[header + 1].split()
     assert first[0].startswith("pipeline.Stage.") and first[0].endswith("step_price") and "\u2026" in first[0]
-    assert first[1:] == ["1,000", "3", "990", "5", "0", "1.0ms"]  # running first; 990 ms over 994 tasks with a result
+    assert first[1:] == ["1,000", "3", "990", "4", "1", "0", "1.0ms"]  # assigned first; 990 ms over 994 with a result
     assert sum(line.startswith("batch_") for line in lines) == 30  # --once shows them all
     rows = {line.split()[0]: line for line in lines if line.lstrip().startswith("w-")}
     assert " 17s " in rows["w-late"] and " 17s " not in rows["w-fresh"]

@@ -132,8 +132,13 @@ def test_queries_are_bounded_and_long_answers_compressed() -> None:
     assert q.str("sort", "name", ("name", "cpu")) == "cpu" and q.str("q") == ""
     with pytest.raises(BadRequest, match="limit must be an integer"):
         Query("limit=many").int("limit", 50, 1, 500)
-    with pytest.raises(BadRequest, match="sort must be one of cpu, name"):
+    with pytest.raises(BadRequest, match="sort must be one of cpu, name, not 'x'"):
         Query("sort=x").str("sort", "name", ("name", "cpu"))
+    with pytest.raises(BadRequest, match=r"must be one of a, b \(or empty\), not 'x'"):
+        Query("s=x").str("s", "", ("", "a", "b"))
+    assert Query("status=error,failed").choices("status", ("success", "error", "failed")) == {"error", "failed"}
+    with pytest.raises(BadRequest, match="status must be one or more of success, error, failed, separated by commas"):
+        Query("status=error,oops").choices("status", ("success", "error", "failed"))
     assert encoded(b"short", None, "gzip") == (b"short", False)
     body = b"x" * 5000
     zipped, is_zipped = encoded(body, None, "gzip, deflate, br")
@@ -167,7 +172,12 @@ def test_the_api_answers_what_came_since_the_number_the_page_saw(fake_ui: tuple[
     for wrong in ("api/workers?sort=nonsense", "api/stream?since=x", "api/tasks?status=maybe", "api/task"):
         code, _, body = get(url + wrong)
         assert code == 400 and body.endswith(b"\n"), (wrong, body)
-    assert get(url + "api/worker?name=nobody")[0] == 400
+    assert get(url + "api/worker?name=nobody")[0] == 404
+    code, _, body = get(url + "api/task?id=0x7777777777")
+    assert code == 404 and body.startswith(b"no task 0x7777777777"), body
+    errors = api(url, "api/tasks?status=error")["tasks"]  # the word of the status itself, as every view uses it
+    assert errors and {t["status"] for t in errors} == {"error"}
+    assert {t["status"] for t in api(url, "api/tasks?status=error,failed")["tasks"]} <= {"error", "failed"}
 
 
 def test_the_page_and_its_assets_come_from_the_package(fake_ui: tuple[FakeScheduler, str]) -> None:

@@ -66,7 +66,9 @@ def test_every_kind_of_fault_happens_somewhere() -> None:
 def test_real_agents_survive_faults(seed: int) -> None:
     """Every worker is the real AgentCore (its validate() after every event), its processors simulated: it is
     killed, hangs, stalls past the timeout, stops and comes back, and its tasks crash their processors."""
-    sim = simulate(SimConfig(seed=seed, workers=120, agent_rate=1.0, waves=3, stall_rate=0.1, slow_rate=0.3))
+    # stall_rate: enough stalls that some agent comes back to a new session with work of the old one in its
+    # processors, on both seeds (how many do depends on how much placement queued on them: 0.1 no longer did)
+    sim = simulate(SimConfig(seed=seed, workers=120, agent_rate=1.0, waves=3, stall_rate=0.15, slow_rate=0.3))
     summary = sim.summary()
     print(f"seed={seed}: {summary}")
     assert all(isinstance(worker, AgentWorker) for worker in sim.workers)
@@ -174,7 +176,9 @@ class GivesBackStartedTasks(AgentCore):
 
 
 def test_the_simulation_catches_a_broken_agent() -> None:
-    with pytest.raises(AssertionError, match="runs on") as failure:
+    """A broken agent that gives back tasks it started: caught where the task runs twice, or is dispatched again to the
+    worker still running it (as the ask-back of fair placement makes it likely)."""
+    with pytest.raises(AssertionError, match=r"runs on|dispatched twice") as failure:
         simulate(SimConfig(seed=SEEDS[0], workers=100, agent_rate=1.0), agent=GivesBackStartedTasks)
     assert f"seed={SEEDS[0]}" in str(failure.value)
 

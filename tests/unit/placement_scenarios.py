@@ -2,8 +2,10 @@
 of its placement and balancing decisions.
 
 tests/unit/test_scheduler_capabilities.py checks that, when every worker can run every task, the core with
-capabilities decides exactly as the core before them did: the digests in placement_digests.json were made by this
-module on that core (`python tests/unit/placement_scenarios.py SEED...` prints them). Only what both cores understand
+capabilities decides exactly as the plain core does: the digests in placement_digests.json were made by this module
+on the plain scenarios (`python tests/unit/placement_scenarios.py SEED...` prints them); they were first made on the
+core before capabilities, and made again when placement changed on purpose (issue 25: fair placement between
+clients, which every scenario has). Only what both cores understand
 is used here; `requirement` and `offers` dress the same scenario in capabilities. Pure; no sockets, no clock.
 """
 

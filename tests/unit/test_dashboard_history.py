@@ -170,11 +170,11 @@ def test_departed_workers_are_remembered_with_their_reason_for_a_while() -> None
     assert rows["b"]["state"] == "gone" and rows["b"]["reason"] == GONE
     assert rows["c"]["state"] == "idle"
     assert fleet.counts() == {"idle": 1, "lost": 1, "gone": 1}
-    fleet.add(status(2, [c, WorkerStatus("b")]))  # b is back
-    assert {r["name"]: r["state"] for r in fleet.rows()} == {"c": "idle", "b": "idle", "a": "lost"}
+    fleet.add(status(2, [c, WorkerStatus("b")]))  # b is back: a second life, the first one kept apart
+    assert {r["name"]: r["state"] for r in fleet.rows()} == {"c": "idle", "b #2": "idle", "a": "lost", "b #1": "gone"}
     keep = fleet_module.DEPARTED_KEEP_MS / 1000
-    fleet.add(status(keep + 1, [c, WorkerStatus("b")]))
-    assert [r["name"] for r in fleet.rows()] == ["c", "b"]  # a was forgotten
+    fleet.add(status(keep + 2, [c, WorkerStatus("b")]))
+    assert [r["name"] for r in fleet.rows()] == ["c", "b #2"]  # a and b's first life were forgotten
 
 
 def test_a_departure_record_after_the_worker_vanished_gives_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,6 +225,26 @@ def test_the_workers_table_shows_sorts_and_filters_capabilities() -> None:
     assert [r["name"] for r in fleet.table("name", False, 0, 10, contains="lang=ts")["rows"]] == ["ts-c"]
     assert [r["name"] for r in fleet.table("name", False, 0, 10, contains="mem=64")["rows"]] == ["gpu-b"]
     assert fleet.table("name", False, 0, 10, contains="payload=python")["total"] == 4  # offered, though not shown
+
+
+def test_each_life_of_a_worker_restarted_under_its_name_is_kept_apart() -> None:
+    fleet = Fleet()
+    fleet.add(status(0, [WorkerStatus("w", completed=40, running=1)]))
+    fleet.add(status(1, [], departed=[DepartedWorker("w", "no heartbeat for 60 s", True, at(0.9))]))
+    fleet.add(status(2, [WorkerStatus("w", completed=1)]))  # scaler_cluster restarted it: same name
+    rows = {r["name"]: r for r in fleet.rows()}
+    assert rows["w #1"]["state"] == "lost" and rows["w #1"]["completed"] == 40
+    assert rows["w #1"]["reason"] == "no heartbeat for 60 s" and rows["w #2"]["completed"] == 1
+    assert fleet.counts() == {"lost": 1, "idle": 1}
+    detail = fleet.detail("w #1")
+    assert detail is not None and detail["history"]["t"] == [ms(0)]
+    assert fleet.detail("w #2") is not None and fleet.detail("w") is None
+    # Lost and back within one status, or back before scaler_ui noticed (its counters started again): a new life.
+    fleet.add(status(3, [WorkerStatus("w", completed=0)], departed=[DepartedWorker("w", "killed", True, at(2.5))]))
+    fleet.add(status(4, [WorkerStatus("w", completed=9)]))
+    fleet.add(status(5, [WorkerStatus("w", completed=2)]))
+    assert sorted(r["name"] for r in fleet.rows()) == ["w #1", "w #2", "w #3", "w #4"]
+    assert {r["name"]: r["state"] for r in fleet.rows()}["w #3"] == "gone"
 
 
 def test_sorting_by_state_puts_the_workers_needing_a_look_first() -> None:
@@ -342,6 +362,23 @@ def test_sampling_and_dropped_events_are_kept_for_the_page() -> None:
     assert tasks.sample_every == 4 and tasks.dropped == 35
 
 
+def test_running_is_what_the_scheduler_holds_not_unpaired_starts() -> None:
+    tasks = TaskHistory()
+    starts = [(i, 0, 0, "quick", "w", 0.1 * i, 0) for i in range(1, 6)] + [(9, 0, 0, "slow", "w", 0.05, 0)]
+    by_function = [FunctionStatus("quick", 100, running=2), FunctionStatus("slow", 1, running=1)]
+    tasks.add(now := status(1, events=events(*starts), tasks_by_state={"assigned": 3}, functions=by_function))
+    tasks.settle(now)
+    assert sorted(tasks.running) == [4, 5, 9]  # quick: the two newest; the oldest three never ended here
+    assert tasks.ends_not_seen == 3
+    tasks.settle(status(2, tasks_by_state={"assigned": 1, "canceling": 0}))  # no function row: the total alone
+    assert list(tasks.running) == [9] and tasks.ends_not_seen == 5  # the oldest went first
+    tasks.settle(status(3, tasks_by_state={"assigned": 0}))
+    assert tasks.running == {} and tasks.bars(0, 0, ms(3), 100, 100)["running"] == 0
+    tasks.add(now := status(4, events=events((7, 0, 0, "quick", "w", 3.5, 0))))  # an older scheduler: no counts
+    tasks.settle(now)
+    assert list(tasks.running) == [7]
+
+
 def test_failures_keep_their_text_and_give_a_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     text = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad chunk 7\n'
     tasks = TaskHistory()
@@ -356,6 +393,7 @@ def test_failures_keep_their_text_and_give_a_summary(monkeypatch: pytest.MonkeyP
                 "function": "f",
                 "worker": "w",
                 "status": "error",
+                "cause": "",
                 "summary": "ValueError: bad chunk 7",
                 "time": ms(2.5),
             }
@@ -402,12 +440,13 @@ def test_the_task_log_filters_by_status_function_and_worker() -> None:
     ]
     tasks.add(status(2, events=events(*rows, (9, 0, 0, "f", "lost", 1.5, 0))))
     tasks.forget_worker("lost", ms(1.8))
-    assert tasks.log(1)[0]["status"] == "lost attempt"
-    assert [e["task"] for e in tasks.log(10, status="failed")] == ["0x3", "0x1"]  # not the lost attempt: it runs again
-    assert [e["task"] for e in tasks.log(10, status="success", function="g")] == ["0x4"]
+    assert tasks.log(1)[0]["status"] == "lost"
+    assert [e["task"] for e in tasks.log(10, frozenset({"failed"}))] == ["0x3"]  # one word, one meaning
+    assert [e["task"] for e in tasks.log(10, frozenset({"error", "failed"}))] == ["0x3", "0x1"]  # not the lost one
+    assert [e["task"] for e in tasks.log(10, frozenset({"success"}), function="g")] == ["0x4"]
     assert [e["task"] for e in tasks.log(3)] == ["0x9", "0x4", "0x3"]
     assert tasks.log(10, worker="other") == []
-    assert tasks.log(10, status="failed")[0]["status"] == "timed out"
+    assert [(e["status"], e["cause"]) for e in tasks.log(10, frozenset({"failed"}))] == [("failed", "timed out")]
 
 
 # ---------------------------------------------------------------------------------------------------- history
@@ -419,6 +458,8 @@ def test_a_function_rows_progress() -> None:
     )
     assert row["queued"] == 1 and row["mean_us"] == 1_000_000
     assert function_row(FunctionStatus("g", submitted=3))["mean_us"] is None
+    sampled = function_row(FunctionStatus("h", 301, 0, 301, duration_us=100_000, timed_tasks=1))
+    assert sampled["mean_us"] == 100_000 and sampled["timed"] == 1  # one profiled call in 301: its mean, not 0.33 ms
 
 
 def test_the_history_answers_the_page_in_json() -> None:
@@ -432,6 +473,7 @@ def test_the_history_answers_the_page_in_json() -> None:
             1,
             [w],
             functions=[FunctionStatus("f", submitted=5, running=1, success=3)],
+            tasks_by_state={"assigned": 1},
             events=events((1, 0, 0, "f", "w", 0.5, 0), (2, 0, 0, "f", "x", 0.6, 0)),
             failures=[TaskFailure(3, "f", "w", 1, "ValueError: x", at(0.9))],
             clients=[ClientStatus("c", tasks=3, completed=7)],
@@ -452,7 +494,7 @@ def test_the_history_answers_the_page_in_json() -> None:
     for answer in (
         history.series_since(0),
         history.workers("cpu", True, 0, 10),
-        history.log(10, "", "", ""),
+        history.log(10, frozenset(), "", ""),
         history.failures(0, 10),
         history.outputs(0, 10),
         history.task(3),

@@ -111,3 +111,51 @@ def test_against_a_model(ops: list[tuple[str, str]]) -> None:
         assert len(q) == sum(len(lane) for lane in model.values())
         assert q.owners() == len(model)
     assert sorted(q) == sorted(item for lane in model.values() for item in lane)
+
+
+def cost_of(item: tuple[str, int]) -> float:
+    return 1000.0 if item[0] == "long" else 1.0
+
+
+def test_with_a_cost_owners_take_turns_by_time_not_by_item() -> None:
+    """Issue 25: an owner of tiny items is not held to one item per long item of another."""
+    q: FairQueue[tuple[str, int]] = FairQueue(owner, cost=cost_of)
+    for i in range(5):
+        q.append(("long", i))
+    q.append(("tiny", 0))
+    for i in range(1, 300):
+        q.append(("tiny", i))
+    taken = [q.popleft() for _ in range(len(q))]
+    assert taken[:2] == [("long", 0), ("tiny", 0)]  # level at first: in turn order
+    assert taken[2:301] == [("tiny", i) for i in range(1, 300)]  # then tiny until it has used as much as long
+    assert taken[301:] == [("long", i) for i in range(1, 5)]
+
+
+def test_with_a_cost_one_owner_is_plain_fifo_and_a_newcomer_starts_level() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner, cost=cost_of)
+    for i in range(10):
+        q.append(("long", i))
+    assert [q.popleft() for _ in range(5)] == [("long", i) for i in range(5)]  # alone: nothing charged
+    q.append(("tiny", 0))
+    q.append(("tiny", 1))
+    assert q.peek() == ("long", 5)
+    assert [q.popleft() for _ in range(4)] == [("long", 5), ("tiny", 0), ("tiny", 1), ("long", 6)]
+
+
+def test_with_a_cost_items_put_back_stay_first_of_their_lane_without_taking_the_turn() -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(owner, cost=cost_of)
+    q.append(("tiny", 0))
+    q.append(("long", 0))
+    q.append(("long", 1))
+    assert q.popleft() == ("tiny", 0)
+    q.append(("tiny", 1))
+    assert q.popleft() == ("long", 0)  # charged 1000 now
+    q.extendleft([("long", 7), ("long", 8)])
+    assert q.peek() == ("tiny", 1)  # putting back does not make it long's turn
+    assert [q.popleft() for _ in range(4)] == [("tiny", 1), ("long", 7), ("long", 8), ("long", 1)]
+    q.append(("tiny", 2))  # an owner that comes back starts level with the one served last: no saved-up credit
+    q.append(("long", 9))
+    assert [q.popleft() for _ in range(2)] == [("tiny", 2), ("long", 9)]
+    q.append(("x", 0))
+    q.clear()
+    assert not q and q.owners() == 0

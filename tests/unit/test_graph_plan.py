@@ -236,7 +236,8 @@ def test_objects_the_program_froze_stay_frozen() -> None:
         assert frozen > 0
         with collector_paused():
             made = [[i] for i in range(1000)]
-        assert gc.get_freeze_count() == frozen and len(made) == 1000
+        # neither thawed (0) nor more frozen; fewer may be: another thread of this process freed frozen objects
+        assert 0 < gc.get_freeze_count() <= frozen and len(made) == 1000
     finally:
         gc.unfreeze()
 

@@ -45,14 +45,18 @@ def parse(text: str) -> Exposition:
             out.helps[name] = help_
         elif line.startswith("# TYPE "):
             name, _, kind = line[7:].partition(" ")
-            assert re.fullmatch(NAME, name) and name not in out.types and kind in ("gauge", "counter"), line
+            assert re.fullmatch(NAME, name) and name not in out.types and kind in ("gauge", "counter", "histogram"), (
+                line
+            )
             assert kind != "counter" or name.endswith("_total"), line
             out.types[name] = kind
         else:
             match = SAMPLE.fullmatch(line)
             assert match is not None, f"not a sample line: {line!r}"
             name, labels_text, value = match.group(1), match.group(2) or "", match.group(7)
-            assert name in out.types and name.startswith("scaler_"), line
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert name in out.types or out.types.get(base) == "histogram", line
+            assert name.startswith("scaler_"), line
             pairs = re.findall(LABEL, labels_text)
             labels = frozenset((k, re.sub(r"\\[\\\"n]", lambda m: UNESCAPE[m.group()], v)) for k, v in pairs)
             assert len(labels) == len(pairs) and (name, labels) not in out.samples, line
@@ -121,7 +125,7 @@ def test_every_metric_of_a_status_with_its_type() -> None:
         "scaler_worker_processor_rss_bytes": 200,
         "scaler_worker_free_slots": 3,
         "scaler_worker_assigned_tasks": 1,
-        "scaler_worker_queued_tasks": 2,
+        "scaler_worker_prefetched_tasks": 2,
         "scaler_worker_running_tasks": 1,
         "scaler_worker_waiting_tasks": 0,
         "scaler_worker_processors": 4,
@@ -141,23 +145,44 @@ def test_every_metric_of_a_status_with_its_type() -> None:
     assert {n for n, t in m.types.items() if t == "counter"} == {n for n in m.types if n.endswith("_total")}
 
 
-def test_tasks_by_function_submitted_running_ended_and_their_run_time() -> None:
+def test_tasks_by_function_submitted_assigned_ended_and_their_run_time() -> None:
     status = a_status()
+    buckets = [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]  # the one profiled task: under 1 ms
     status.functions = [
-        FunctionStatus("abs", submitted=300, running=2, success=290, error=3, canceled=4, failed=1, duration_us=1500),
+        FunctionStatus("abs", 300, 2, 290, 3, 4, 1, duration_us=1500, timed_tasks=1, duration_buckets=buckets),
         FunctionStatus("Outer.<locals>.spin", submitted=1, running=1),
     ]
     m = parse(render_metrics(status, 0.0))
     assert m.types["scaler_function_tasks_submitted_total"] == "counter"
-    assert m.types["scaler_function_tasks_running"] == "gauge"
+    assert m.types["scaler_function_tasks_assigned"] == "gauge"
     assert m.types["scaler_function_tasks_total"] == "counter"
-    assert m.types["scaler_function_duration_seconds_total"] == "counter"
+    assert m.types["scaler_function_duration_seconds"] == "histogram"
     assert m.labelled("scaler_function_tasks_submitted_total", "function") == {"abs": 300, "Outer.<locals>.spin": 1}
-    assert m.labelled("scaler_function_tasks_running", "function") == {"abs": 2, "Outer.<locals>.spin": 1}
+    assert m.labelled("scaler_function_tasks_assigned", "function") == {"abs": 2, "Outer.<locals>.spin": 1}
     ended = {k: v for (n, k), v in m.samples.items() if n == "scaler_function_tasks_total" and ("function", "abs") in k}
     assert {dict(k)["state"]: v for k, v in ended.items()} == {"success": 290, "error": 3, "canceled": 4, "failed": 1}
     assert m.value("scaler_function_tasks_total", function="Outer.<locals>.spin", state="success") == 0
-    assert m.value("scaler_function_duration_seconds_total", function="abs") == 0.0015
+    assert m.value("scaler_function_duration_seconds_sum", function="abs") == 0.0015
+    assert m.value("scaler_function_duration_seconds_count", function="abs") == 1  # not 293: one was profiled
+    assert "scaler_function_duration_seconds_count" not in {
+        n for n, k in m.samples if ("function", "Outer.<locals>.spin") in k
+    }
+
+
+def test_run_times_are_a_prometheus_histogram_of_the_profiled_tasks() -> None:
+    status = a_status()
+    counts = [0, 0, 0, 0, 3, 296, 0, 0, 0, 0, 0, 1]  # 3 of at most 100 ms, 296 at most 500 ms, 1 over 300 s
+    status.functions = [
+        FunctionStatus("f", 300, 0, 300, duration_us=120_000_000, timed_tasks=300, duration_buckets=counts)
+    ]
+    m = parse(render_metrics(status, 0.0))
+    le = {dict(k)["le"]: v for (n, k), v in m.samples.items() if n == "scaler_function_duration_seconds_bucket"}
+    assert le == {
+        "0.001": 0, "0.005": 0, "0.01": 0, "0.05": 0, "0.1": 3, "0.5": 299, "1.0": 299, "5.0": 299, "10.0": 299,
+        "60.0": 299, "300.0": 299, "+Inf": 300,
+    }  # fmt: skip
+    assert m.value("scaler_function_duration_seconds_count", function="f") == 300 == le["+Inf"]
+    assert m.value("scaler_function_duration_seconds_sum", function="f") == 120.0
 
 
 def test_no_functions_no_function_metrics() -> None:
@@ -165,14 +190,19 @@ def test_no_functions_no_function_metrics() -> None:
 
 
 def test_function_series_are_unique_and_bounded() -> None:
-    twice = [FunctionStatus("f", submitted=2, success=1, duration_us=10), FunctionStatus("f", submitted=3, error=1)]
+    one = [1] + [0] * 11
+    twice = [
+        FunctionStatus("f", submitted=2, success=1, duration_us=10, timed_tasks=1, duration_buckets=one),
+        FunctionStatus("f", submitted=3, error=1, duration_us=20, timed_tasks=1, duration_buckets=one),
+    ]
     m = parse(render_metrics(Status(functions=twice), 0.0))  # parse() fails on a repeated series
     assert m.value("scaler_function_tasks_submitted_total", function="f") == 5
+    assert m.value("scaler_function_duration_seconds_bucket", function="f", le="0.001") == 2
     assert m.value("scaler_function_tasks_total", function="f", state="error") == 1
     many = [FunctionStatus(f"fn{i}", submitted=i) for i in range(MAX_FUNCTIONS + 50)]
     m = parse(render_metrics(Status(functions=many), 0.0))
     assert len(m.labelled("scaler_function_tasks_submitted_total", "function")) == MAX_FUNCTIONS == 200
-    assert "fn0" in m.labelled("scaler_function_tasks_running", "function")  # the first ones, in the scheduler's order
+    assert "fn0" in m.labelled("scaler_function_tasks_assigned", "function")  # the first ones, in the scheduler's order
     ended = [key for (n, key) in m.samples if n == "scaler_function_tasks_total"]
     assert len(ended) == 4 * MAX_FUNCTIONS
 
@@ -193,7 +223,7 @@ def test_label_values_are_escaped() -> None:
     assert m.value("scaler_client_objects", client=tricky) == 0
     assert m.value("scaler_scheduler_info", scheduler=tricky, protected="true") == 1
     assert m.value("scaler_function_tasks_total", function=tricky, state="failed") == 0
-    assert m.value("scaler_function_tasks_running", function='{x="1"}') == 1
+    assert m.value("scaler_function_tasks_assigned", function='{x="1"}') == 1
 
 
 def test_an_old_status_is_down_and_empty_families_are_left_out() -> None:
@@ -217,7 +247,7 @@ def test_the_content_type_is_the_0_0_4_text_format() -> None:
 
 def test_every_metric_is_in_the_table_of_docs_monitoring_md() -> None:
     status = a_status()
-    status.functions = [FunctionStatus("f", submitted=1)]
+    status.functions = [FunctionStatus("f", submitted=1, timed_tasks=1, duration_buckets=[1] + [0] * 11)]
     names = parse(render_metrics(status, 0.0)).types
     docs = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
     table = "\n".join(line for line in docs.splitlines() if line.startswith("| `scaler_"))

@@ -1,6 +1,6 @@
 """Worker capabilities and task requirements in the scheduler's core: validation at the edge, placement and balancing
 only on capable workers, tasks nobody connected can run failing (after the grace period), and, when every worker can
-run every task, exactly the decisions of the core before capabilities (recorded digests of random scenarios)."""
+run every task, exactly the decisions of the plain core (recorded digests of random scenarios)."""
 
 from __future__ import annotations
 
@@ -259,8 +259,9 @@ def _python_worker(rng: random.Random) -> list[str]:
 def test_when_every_worker_can_run_every_task_the_decisions_are_those_of_the_core_before_capabilities(
     seed: int,
 ) -> None:
-    """placement_digests.json holds the digests of these scenarios run on the core before capabilities (commit
-    2d0c9c1, `python tests/unit/placement_scenarios.py`): the same messages, without capabilities and with them."""
+    """placement_digests.json holds the digests of these scenarios (first made on the core before capabilities,
+    commit 2d0c9c1; made again for issue 25's fair placement: `python tests/unit/placement_scenarios.py`): the same
+    messages, without capabilities and with them."""
     assert placement_scenarios.run(seed) == DIGESTS[str(seed)]
     assert placement_scenarios.run(seed, _python_everywhere, _python_worker) == DIGESTS[str(seed)]
 

@@ -1041,3 +1041,67 @@ def test_a_result_is_kept_only_for_the_dependents_still_waiting() -> None:
     d.recv(C, CancelTasks([t(7)]))  # its only dependent gone: t(6)'s result is not kept
     d.recv(W1, ok(t(6)))
     assert t(6) not in d.core.objects and t(6) not in d.core.tasks
+
+
+def test_a_client_that_comes_is_not_queued_behind_another_clients_long_tasks() -> None:
+    """Issue 25: while two clients have work, a worker holding a long task gets nothing more; its tasks not started
+    are asked back, and the worker, once free, runs the newcomer's short tasks before the next long one."""
+    d = with_function()
+    d.worker(W1, capacity=100)
+    d.recv(C, submit(*((t(i), F, [b"a"]) for i in range(1, 11))))  # alone: all ten go to W1
+    assert len(d.core.workers[W1].assigned) == 10
+    d.now = 1.0
+    d.recv(W1, ok(t(1)))  # a task of C takes 1 s
+    d.recv(W1, TasksStarted([t(2)]))
+    other = d.client(b"c2")
+    g = tid(other, 1)
+    d.put(b"c2", (g, b"<g>"))
+    commands = d.recv(b"c2", submit(*((tid(other, k), g, [b"b"]) for k in range(2, 5))))
+    assert of_type(commands, DispatchTasks) == []  # not behind t(2)'s second
+    [(peer, ask)] = of_type(commands, BalanceRequest)
+    assert peer == W1 and ask.ids == [t(i) for i in range(3, 11)]
+    d.recv(W1, BalanceResponse(ask.ids))
+    d.now = 2.0
+    [(_, out)] = of_type(d.recv(W1, ok(t(2))), DispatchTasks)
+    assert out.task_ids == [tid(other, k) for k in range(2, 5)]  # and not C's next one, of 1 s
+    d.now = 2.001
+    [(_, out)] = of_type(d.recv(W1, ok(*out.task_ids)), DispatchTasks)
+    assert out.task_ids == [t(i) for i in range(3, 11)]  # c2 is done: C is alone again, its queue fills as before
+
+
+def test_before_any_task_of_a_client_ended_its_running_one_tells_how_long_its_tasks_take_at_least() -> None:
+    """Issue 25's measured case: the other client comes before any long task ended. The long task reported started
+    half a second ago says that the client's tasks take that long at least: the others queued are asked back."""
+    d = with_function()
+    d.worker(W1, capacity=100)
+    d.recv(C, submit(*((t(i), F, [b"a"]) for i in range(1, 11))))
+    d.recv(W1, TasksStarted([t(1)]))
+    d.now = 0.5
+    other = d.client(b"c2")
+    g = tid(other, 1)
+    d.put(b"c2", (g, b"<g>"))
+    commands = d.recv(b"c2", submit((tid(other, 2), g, [b"b"])))
+    assert of_type(commands, DispatchTasks) == []
+    [(_, ask)] = of_type(commands, BalanceRequest)
+    assert ask.ids == [t(i) for i in range(2, 11)]
+    d.recv(W1, BalanceResponse(ask.ids))
+    d.now = 0.6
+    [(_, out)] = of_type(d.recv(W1, ok(t(1))), DispatchTasks)
+    assert out.task_ids == [tid(other, 2)]  # the newcomer's task first
+
+
+def test_tasks_waiting_on_nested_ones_do_not_keep_a_worker_from_the_tasks_they_wait_for() -> None:
+    """Fair placement keeps a worker's queue short; while tasks wait on nested tasks (the workers' heartbeats say how
+    many), placement is by turns only, so the nested tasks reach a worker although the waiting task has run long: a
+    recursion must never wait for room."""
+    d = with_function()
+    d.worker(W1, capacity=100)
+    d.recv(C, submit((t(1), F, [b"outer"])))
+    d.recv(W1, TasksStarted([t(1)]))
+    d.now = 5.0  # t(1) has run 5 s: C's tasks take that long at least
+    nested = d.client(b"nested")
+    g = tid(nested, 1)
+    d.put(b"nested", (g, b"<g>"))
+    assert of_type(d.recv(b"nested", submit((tid(nested, 2), g, [b"inner"]))), DispatchTasks) == []
+    [(peer, out)] = of_type(d.recv(W1, Heartbeat(waiting_tasks=1)), DispatchTasks)  # t(1) waits on the nested task
+    assert peer == W1 and out.task_ids == [tid(nested, 2)]

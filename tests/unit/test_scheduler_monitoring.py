@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import logging
 
+import pytest
+
 from scaler.core.scheduler import Received, monitoring
 from scaler.core.scheduler.monitoring import EVENT_TASKS, MAX_FUNCTIONS, MAX_TEXT, OTHER_FUNCTIONS, UNNAMED
 from scaler.protocol.messages import (
@@ -39,6 +41,7 @@ from scaler.protocol.messages import (
     encode,
     read_lone,
 )
+from scaler.protocol.records import DURATION_BOUNDS_US
 from tests.core_dump import canonical, first_difference
 from tests.unit.scheduler_driver import Driver, logs, of_type, ok, results, sends, submit, tid
 
@@ -147,7 +150,21 @@ def test_durations_are_summed_for_results_only() -> None:
     d.recv(C, submit((t(1), F, []), (t(2), F, []), (t(3), F, []), flags=FLAG_PROFILING))
     d.recv(W1, TaskResults([t(1), t(2), t(3)], bytes([0, 1, 4]), [b"r", b"e", b"no"], [100, 20, 3], [0] * 3, [0] * 3))
     [f] = [f for f in d.core.status().functions if f.name == "f"]
-    assert f == FunctionStatus("f", 3, 0, 1, 1, 0, 1, duration_us=120)
+    assert f == FunctionStatus(
+        "f", 3, 0, 1, 1, 0, 1, duration_us=120, timed_tasks=2, duration_buckets=f.duration_buckets
+    )
+    assert f.buckets() == [2] + [0] * len(DURATION_BOUNDS_US)  # 100 and 20 µs: under 1 ms
+
+
+def test_the_mean_run_time_counts_only_the_tasks_that_came_with_one() -> None:
+    d = connected(capacity=400)
+    d.recv(C, submit(*((t(i), F, []) for i in range(1, 302))))
+    d.recv(W1, TaskResults([t(1)], bytes([0]), [b"r"], [100_000], [0], [0]))  # profiled: 100 ms
+    rest = [t(i) for i in range(2, 302)]
+    d.recv(W1, TaskResults(rest, bytes(300), [b"r"] * 300))  # not profiled: no run time
+    [f] = [f for f in d.core.status().functions if f.name == "f"]
+    assert (f.success, f.duration_us, f.timed_tasks) == (301, 100_000, 1)  # the mean is 100 ms, not 0.33 ms
+    assert f.buckets()[DURATION_BOUNDS_US.index(100_000)] == 1 and sum(f.buckets()) == 1
 
 
 def test_the_lone_shortcuts_count_as_the_normal_path_does() -> None:
@@ -259,6 +276,29 @@ def test_events_are_bounded_within_a_period_whatever_the_sampling() -> None:
     d.recv(W1, ok(*(t(i) for i in range(1, n + 1))))
     e = d.core.status().events
     assert len(e.task_ids) == monitoring.MAX_EVENTS and e.dropped == 10
+
+
+def test_a_task_whose_start_was_kept_has_its_end_kept_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitoring, "MAX_EVENTS", 4)
+    d = connected(monitored=True, capacity=100)
+    d.recv(C, submit(*((t(i), F, []) for i in range(1, 9))))
+    d.recv(W1, TasksStarted([t(i) for i in range(1, 9)]))  # 4 starts kept, 4 dropped
+    d.recv(W1, ok(*(t(i) for i in range(1, 9))))  # the ends of the 4 kept, past the bound
+    e = d.core.status().events
+    assert e.task_ids == [t(i) for i in range(1, 5)] * 2 and e.kinds == bytes([0] * 4 + [1] * 4)
+    assert e.dropped == 8
+
+
+def test_a_start_kept_has_its_end_kept_in_a_later_period_whatever_it_draws() -> None:
+    log = monitoring.PeriodLog(sample_every=1)
+    assert log.drawn(5) and log.drawn(6)
+    log.rows += [(5, monitoring.STARTED, 0, "f", "w", 0, 0, 0), (6, monitoring.STARTED, 0, "f", "w", 0, 0, 0)]
+    assert log.drawn(6)
+    log.rows.append((6, monitoring.ENDED, 0, "f", "w", 1, 0, 0))
+    later = monitoring.PeriodLog(sample_every=1000)
+    later.carry(log)
+    assert later.drawn(5) and not later.drawn(6) and later.dropped == 1  # 6 ended in the previous period
+    assert later.error_texts is log.error_texts
 
 
 # ----------------------------------------------------------------------------------------------- failures

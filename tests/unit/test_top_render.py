@@ -49,7 +49,8 @@ def test_sections_show_counts_and_resources() -> None:
     assert "53,704" in text and "heartbeat" in text
     assert "Total 2 worker(s)" in text
     shortcuts = (
-        "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] queued[d] waiting[W] lag[l] held[h] hb_age[a]"
+        "worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w] prefetched[d] waiting[W] lag[l] held[h]"
+        " hb_age[a]"
     )
     assert "Shortcuts: " + shortcuts in text
     assert "c-1 tasks=5 objects=1 done=12" in text
@@ -153,18 +154,20 @@ def _function_rows(lines: list[str]) -> dict[str, list[str]]:
     return rows
 
 
-def test_the_functions_show_submitted_running_done_failed_canceled_and_mean_run_time() -> None:
+def test_the_functions_show_submitted_assigned_success_error_failed_canceled_and_mean_run_time() -> None:
     status = _status()
     status.functions = _functions()
     lines = render(status)
     header = next(line for line in lines if line.startswith("function "))
-    assert header.split() == ["function", "submitted", "running", "done", "failed", "canceled", "mean"]
+    assert header.split() == ["function", "submitted", "assigned", "success", "error", "failed", "canceled", "mean"]
     rows = _function_rows(lines)
-    assert rows["abs"] == ["300", "0", "297", "2", "1", "0.1ms"]  # failed: raised (error) or failed
-    assert rows["fetch"] == ["9", "4", "5", "0", "0", "2.5s"]
-    assert rows["idle"] == ["5", "0", "0", "0", "5", "-"]  # no task ended with a result: no mean
+    assert rows["abs"] == ["300", "0", "297", "1", "1", "1", "0.1ms"]  # the words of docs/monitoring.md
+    assert rows["fetch"] == ["9", "4", "5", "0", "0", "0", "2.5s"]
+    assert rows["idle"] == ["5", "0", "0", "0", "0", "5", "-"]  # no task ended with a result: no mean
     status.functions = [FunctionStatus("untimed", submitted=3, success=3)]
-    assert _function_rows(render(status))["untimed"] == ["3", "0", "3", "0", "0", "-"]  # no run time came: no mean
+    assert _function_rows(render(status))["untimed"] == ["3", "0", "3", "0", "0", "0", "-"]  # no run time: no mean
+    status.functions = [FunctionStatus("sampled", 301, 0, 301, duration_us=100_000, timed_tasks=1)]
+    assert _function_rows(render(status))["sampled"][-1] == "100.0ms"  # the one profiled task's, not 0.3ms
     assert lines.index(header) < lines.index(next(line for line in lines if line.startswith("Shortcuts:")))
 
 
@@ -196,10 +199,22 @@ def test_long_function_names_are_cut_in_the_middle_and_rows_fit_the_width() -> N
     wide = _function_rows(render(status))
     (name,) = wide
     assert len(name) == FUNCTION_NAME_WIDTH and name.startswith("module.Outer") and name.endswith(".compute")
-    assert wide[name] == ["1,234,567", "0", "3", "0", "0", "1.2m"]
+    assert wide[name] == ["1,234,567", "0", "3", "0", "0", "0", "1.2m"]
     narrow = render(status, width=70)
     row = next(line for line in narrow if "\u2026" in line and "1,234,567" in line)
     assert len(row) <= 70 and row.endswith("1.2m")
+
+
+def test_at_80_columns_the_clients_are_listed_above_the_workers_whole() -> None:
+    status = _status()
+    status.clients = [ClientStatus(f"client-4242-{i}", tasks=5 * i, objects=i, completed=1_000 * i) for i in range(7)]
+    lines = screen(status, NOW, 0.5, width=80, max_functions=function_rows(24))
+    assert all(len(line) <= 80 for line in lines)
+    assert "Total 7 client(s)" in lines and "client-4242-3 tasks=15 objects=3 done=3,000" in lines
+    assert "\u2026 and 2 more" in lines  # five listed
+    assert lines.index("Total 7 client(s)") < lines.index("Total 2 worker(s)") < 24
+    wide = render(status, width=250)  # room enough: beside the workers, as before
+    assert any(line.endswith(" | client_manager") for line in wide) and "Total 7 client(s)" not in wide
 
 
 def test_control_characters_in_peer_names_do_not_reach_the_terminal() -> None:

@@ -158,7 +158,9 @@ class Client:
         self._lock = threading.RLock()
         self._closed_by_user = False
         self._pid = os.getpid()
-        name = f"client-{os.getpid()}-{threading.current_thread().name}"
+        with _clients_lock:  # numbered in this process: two clients of one thread are two names (monitors, /metrics)
+            _clients_made[0] += 1
+            name = f"client-{os.getpid()}-{_clients_made[0]}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout, self._keys)
         self._connection.start()
         self._connection.wait_connected(self._timeout)
@@ -974,6 +976,8 @@ def _outcome_error(status: int, payload: Payload, requirement: Sequence[str] | N
 _nested: dict[tuple[Any, ...], Client] = {}
 _nested_holders: dict[tuple[Any, ...], set[int]] = {}  # in a processor: the ids of the running tasks holding each
 _nested_lock = threading.Lock()
+_clients_made = [0]  # clients made in this process: the number in each one's name
+_clients_lock = threading.Lock()  # not _nested_lock: a nested client is made while that one is held
 _current_task: Callable[[], int | None] | None = None  # in a processor: the task running now, None between tasks
 _nested_made = 0  # clients handed out by _reconnect: a processor keeps no function or object that brought one
 

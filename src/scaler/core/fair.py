@@ -5,6 +5,11 @@ FairQueues keyed by the client that submitted each task: one client's million ta
 client's single task wait until they are all gone. Within one owner, items keep their order, except that with a
 `priority` function (the scheduler's queue: Client.options(priority=...)) an owner's higher-priority items come
 first; priorities never change whose turn it is.
+
+With a `cost` function (the scheduler's queue: an estimate of each task's run time), owners take turns by time
+instead of by item: the owner that has been charged least goes next, so an owner of tiny tasks is not held to one
+task per long task of another. An owner that (re)appears starts level with the owner served last: it neither waits
+for the others' past nor saves up credit while it had nothing queued.
 """
 
 from __future__ import annotations
@@ -76,16 +81,30 @@ class FairQueue(Generic[T]):
     """FIFO per owner; `popleft` takes from the owners with items in turn (round robin, one item per turn).
 
     `appendleft` and `extendleft` put items back at the front: theirs is then the next turn. With `priority`, an
-    owner's items of higher priority come before its others (same priority: FIFO); priority 0 costs nothing."""
+    owner's items of higher priority come before its others (same priority: FIFO); priority 0 costs nothing.
 
-    __slots__ = ("_key", "_lanes", "_priority", "_size", "_turns")
+    With `cost` (settable later: `queue.cost = ...`), turns go by time: `popleft` takes from the owner charged least
+    (ties: in turn order) and charges it the item's cost; items put back at the front are first of their owner's
+    lane but do not make it that owner's turn (an owner without items that gets one put back starts charged for it,
+    after the owner served last: these items had their turn when they were taken). With one owner nothing is
+    charged: the queue is then plain FIFO."""
 
-    def __init__(self, key: Callable[[T], Hashable], priority: Callable[[T], int] | None = None) -> None:
+    __slots__ = ("_clock", "_key", "_lanes", "_priority", "_size", "_turns", "_used", "cost")
+
+    def __init__(
+        self,
+        key: Callable[[T], Hashable],
+        priority: Callable[[T], int] | None = None,
+        cost: Callable[[T], float] | None = None,
+    ) -> None:
         self._key = key
         self._priority = priority
+        self.cost = cost
         self._lanes: dict[Hashable, deque[T] | _Levels[T]] = {}
         self._turns: deque[Hashable] = deque()  # the owners with items, whose turn comes first at the left
         self._size = 0
+        self._used: dict[Hashable, float] = {}  # with `cost`: what each owner with items was charged
+        self._clock = 0.0  # with `cost`: the charge of the owner served last, where a (re)appearing owner starts
 
     def _lane(self, owner: Hashable, lane: deque[T] | _Levels[T], item: T) -> deque[T] | _Levels[T]:
         """The lane to put `item` in: a plain deque becomes _Levels once an item of another priority than 0 comes."""
@@ -99,6 +118,7 @@ class FairQueue(Generic[T]):
         if lane is None:
             lane = self._lanes[owner] = deque()
             self._turns.append(owner)
+            self._used[owner] = self._clock
         if self._priority is not None:
             lane = self._lane(owner, lane, item)
         lane.append(item)
@@ -109,7 +129,14 @@ class FairQueue(Generic[T]):
         lane = self._lanes.get(owner)
         if lane is None:
             lane = self._lanes[owner] = deque()
-            self._turns.appendleft(owner)
+            if self.cost is None:
+                self._turns.appendleft(owner)
+                self._used[owner] = self._clock
+            else:  # by time, an item put back was taken before, in a turn this owner had: it pays for it again
+                self._turns.append(owner)
+                self._used[owner] = self._clock + self.cost(item)
+        elif self.cost is not None:
+            pass  # turns go by time: the item is first of its lane, whose turn it is stays as it was
         elif self._turns[0] != owner:
             self._turns.remove(owner)  # owners are few: clients, not tasks
             self._turns.appendleft(owner)
@@ -127,6 +154,9 @@ class FairQueue(Generic[T]):
         turns = self._turns
         if not turns:
             raise IndexError("pop from an empty FairQueue")
+        cost = self.cost
+        if cost is not None and len(turns) > 1:
+            return self._pop_by_time(cost)
         owner = turns[0]
         lane = self._lanes[owner]
         item = lane.popleft()
@@ -135,12 +165,46 @@ class FairQueue(Generic[T]):
         else:
             turns.popleft()
             del self._lanes[owner]
+            del self._used[owner]
         self._size -= 1
         return item
+
+    def _next_owner(self) -> Hashable:
+        """The owner whose item comes next: with `cost` and several owners, the one charged least."""
+        turns = self._turns
+        if self.cost is None or len(turns) == 1:
+            return turns[0]
+        used = self._used
+        return min(turns, key=used.__getitem__)  # owners are few: clients, not tasks
+
+    def _pop_by_time(self, cost: Callable[[T], float]) -> T:
+        owner = self._next_owner()
+        lane = self._lanes[owner]
+        item = lane.popleft()
+        start = self._used[owner]
+        self._clock = start
+        turns = self._turns
+        turns.remove(owner)
+        if lane:
+            self._used[owner] = start + cost(item)
+            turns.append(owner)  # among owners charged alike, the others go first
+        else:
+            del self._lanes[owner]
+            del self._used[owner]
+        self._size -= 1
+        return item
+
+    def peek(self) -> T:
+        """The item `popleft` would take, left in place."""
+        if not self._turns:
+            raise IndexError("peek into an empty FairQueue")
+        lane = self._lanes[self._next_owner()]
+        return next(iter(lane))
 
     def clear(self) -> None:
         self._lanes.clear()
         self._turns.clear()
+        self._used.clear()
         self._size = 0
 
     def owners(self) -> int:

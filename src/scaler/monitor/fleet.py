@@ -70,7 +70,7 @@ class Track:
             "t": self.times.values(),
             "cpu": self.cpu.values(),
             "rss": self.rss.values(),
-            "queued": self.queued.values(),
+            "prefetched": self.queued.values(),
             "running": self.running.values(),
             "lag_ms": self.lag_ms.values(),
         }
@@ -103,7 +103,7 @@ def row(name: str, track: Track | None, state: str, departed: Departed | None = 
         "processor_rss": w.rss_bytes,
         "free": w.free,
         "sent": w.sent,
-        "queued": w.queued,
+        "prefetched": w.queued,  # in the worker's queue, waiting for a processor (docs/monitoring.md, "Words")
         "running": w.running,
         "processors": w.processors,
         "blocked": w.blocked_processors,
@@ -129,7 +129,7 @@ SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "state": _state_key,
     **{
         column: (lambda c: lambda r: r[c])(column)
-        for column in ("cpu", "rss", "free", "sent", "queued", "running", "processors", "lag_ms", "completed")
+        for column in ("cpu", "rss", "free", "sent", "prefetched", "running", "processors", "lag_ms", "completed")
     },
     "held_back_ms": lambda r: r["held_back_ms"],
     "heartbeat_age_ms": lambda r: r["heartbeat_age_ms"],
@@ -141,12 +141,21 @@ def _matches(r: dict[str, Any], contains: str) -> bool:
     return contains in r["name"] or any(contains in c for c in r["capabilities"])
 
 
+def life_label(name: str, life: int) -> str:
+    """A worker as the page names it: its name, and from its second life on (a worker restarted under the same name)
+    the number of the life, "name #2"."""
+    return name if life <= 1 else f"{name} #{life}"
+
+
 class Fleet:
-    """The live workers' tracks and the departed workers of the last DEPARTED_KEEP_MS."""
+    """The live workers' tracks and the departed workers of the last DEPARTED_KEEP_MS. Each life of a worker is kept
+    apart: a worker that comes back under the name of one that departed (scaler_cluster restarts a dead worker under
+    its name) starts a new life, "name #2", and the departed life stays, "name #1", with its history and reason."""
 
     def __init__(self) -> None:
         self.tracks: dict[str, Track] = {}
-        self.departed: OrderedDict[str, Departed] = OrderedDict()
+        self.departed: OrderedDict[str, Departed] = OrderedDict()  # by label (life_label)
+        self.lives: dict[str, int] = {}  # worker name -> the number of its current (or latest) life
         self.now_ms = 0
 
     def add(self, status: Status) -> None:
@@ -158,36 +167,52 @@ class Fleet:
             self._depart(name, GONE, None, t_ms)
         for w in status.workers:
             track = self.tracks.get(w.name)
+            if track is not None and w.completed < track.latest.completed:  # its counters started again: a new life
+                self._depart(w.name, "restarted: its counters started again", None, t_ms)
+                track = None
             if track is None:
                 track = self.tracks[w.name] = Track(w, t_ms)
-                self.departed.pop(w.name, None)  # back (a restarted worker keeps its name)
+                self._new_life(w.name)
             track.add(w, t_ms)
-        while self.departed and (
-            len(self.departed) > DEPARTED_MAX or next(iter(self.departed.values())).time_ms < t_ms - DEPARTED_KEEP_MS
-        ):
+        cutoff = t_ms - DEPARTED_KEEP_MS
+        if any(d.time_ms < cutoff for d in self.departed.values()):
+            self.departed = OrderedDict((label, d) for label, d in self.departed.items() if d.time_ms >= cutoff)
+        while len(self.departed) > DEPARTED_MAX:
             self.departed.popitem(last=False)
 
+    def _new_life(self, name: str) -> None:
+        """`name` is seen again after a departure (or for the first time): the departed life keeps its own label."""
+        life = self.lives.get(name, 0)
+        earlier = self.departed.pop(name, None) if life <= 1 else None
+        if earlier is not None:  # its first life departed: from now on it is "name #1"
+            earlier.name = f"{name} #1"
+            self.departed[earlier.name] = earlier
+        self.lives[name] = life + 1
+
+    def label(self, name: str) -> str:
+        return life_label(name, self.lives.get(name, 1))
+
     def _depart(self, name: str, reason: str, lost: bool | None, time_ms: int) -> None:
-        earlier = self.departed.pop(name, None)
+        label = self.label(name)
+        earlier = self.departed.pop(label, None)
         track = self.tracks.pop(name, None) or (earlier.track if earlier is not None else None)
         if earlier is not None and lost is None:  # a record came first: keep its reason
             reason, lost, time_ms = earlier.reason, earlier.lost, earlier.time_ms
-        self.departed[name] = Departed(name, reason, lost, time_ms, track)
+        self.departed[label] = Departed(label, reason, lost, time_ms, track)
 
     def rows(self) -> list[dict[str, Any]]:
-        live = [row(name, track, worker_state(track.latest)) for name, track in self.tracks.items()]
-        gone = [row(d.name, d.track, d.state, d) for d in self.departed.values() if d.name not in self.tracks]
+        live = [row(self.label(name), track, worker_state(track.latest)) for name, track in self.tracks.items()]
+        gone = [row(d.name, d.track, d.state, d) for d in self.departed.values()]
         return live + gone
 
     def counts(self) -> dict[str, int]:
-        """How many workers are in each state, departed ones included."""
+        """How many workers are in each state, departed lives included."""
         result: dict[str, int] = {}
         for track in self.tracks.values():
             state = worker_state(track.latest)
             result[state] = result.get(state, 0) + 1
         for d in self.departed.values():
-            if d.name not in self.tracks:
-                result[d.state] = result.get(d.state, 0) + 1
+            result[d.state] = result.get(d.state, 0) + 1
         return result
 
     def table(self, sort: str, descending: bool, offset: int, limit: int, contains: str = "") -> dict[str, Any]:
@@ -206,21 +231,29 @@ class Fleet:
             r["spark_rss"] = track.rss.values() if track is not None else []
         return {"total": len(rows), "offset": offset, "sort": sort, "descending": descending, "rows": page}
 
-    def track(self, name: str) -> Track | None:
-        track = self.tracks.get(name)
-        if track is None and name in self.departed:
-            track = self.departed[name].track
-        return track
+    def live_name(self, label: str) -> str | None:
+        """The name of the live worker the page calls `label` (None if no live worker goes by it)."""
+        name, _, life = label.rpartition(" #")
+        if name and life.isdigit() and name in self.tracks and self.label(name) == label:
+            return name
+        return label if label in self.tracks and self.label(label) == label else None
 
-    def detail(self, name: str) -> dict[str, Any] | None:
-        """Everything about one worker, live or departed: its row and its history; None if unknown."""
+    def track(self, label: str) -> Track | None:
+        name = self.live_name(label)
+        if name is not None:
+            return self.tracks[name]
+        return self.departed[label].track if label in self.departed else None
+
+    def detail(self, label: str) -> dict[str, Any] | None:
+        """Everything about one life of a worker, live or departed: its row and its history; None if unknown."""
         track: Track | None
-        if name in self.tracks:
+        name = self.live_name(label)
+        if name is not None:
             track = self.tracks[name]
-            result = row(name, track, worker_state(track.latest))
-        elif name in self.departed:
-            d = self.departed[name]
-            track, result = d.track, row(name, d.track, d.state, d)
+            result = row(label, track, worker_state(track.latest))
+        elif label in self.departed:
+            d = self.departed[label]
+            track, result = d.track, row(label, d.track, d.state, d)
         else:
             return None
         result["history"] = track.history() if track is not None else {}

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from scaler.monitor.fleet import Fleet
-from scaler.monitor.series import SERIES_WINDOW_MS, ClusterSeries
+from scaler.monitor.render import timed_tasks
+from scaler.monitor.series import SERIES_WINDOW_MS, ClusterSeries, at_workers
 from scaler.monitor.task_history import ENDED_CAPACITY, TaskHistory
 from scaler.protocol.messages import FunctionStatus, Status
 
@@ -22,20 +23,29 @@ WORKER_TASKS = 50  # recent tasks shown in a worker's detail
 
 
 def function_row(f: FunctionStatus) -> dict[str, Any]:
-    """A function's progress: queued is what was submitted and is neither running nor ended."""
+    """A function's progress in the words of docs/monitoring.md: queued is what was submitted and is neither assigned
+    to a worker nor ended (waiting for other tasks, or queued at the scheduler); assigned (FunctionStatus.running) is
+    at workers, in their queues or running."""
     ended = f.success + f.error + f.canceled + f.failed
-    with_result = f.success + f.error
+    timed = timed_tasks(f)
     return {
         "name": f.name,
         "submitted": f.submitted,
         "queued": max(0, f.submitted - f.running - ended),
-        "running": f.running,
+        "assigned": f.running,
         "success": f.success,
         "error": f.error,
         "canceled": f.canceled,
         "failed": f.failed,
-        "mean_us": f.duration_us // with_result if with_result and f.duration_us else None,
+        "mean_us": f.duration_us // timed if timed else None,
+        "timed": timed,  # the mean is of these tasks' run times (profiled ones): fewer than success + error: a sample
     }
+
+
+def worker_name(label: str) -> str:
+    """The worker name of a label of one of its lives (fleet.life_label)."""
+    name, _, life = label.rpartition(" #")
+    return name if name and life.isdigit() else label
 
 
 class History:
@@ -57,8 +67,9 @@ class History:
         self.fleet.add(status)
         self.tasks.add(status)
         for name in before.difference(self.fleet.tracks):
-            departed = self.fleet.departed.get(name)
+            departed = self.fleet.departed.get(self.fleet.label(name))
             self.tasks.forget_worker(name, departed.time_ms if departed is not None else self.now_ms)
+        self.tasks.settle(status)
 
     @property
     def now_ms(self) -> int:
@@ -91,14 +102,14 @@ class History:
             "workers": len(s.workers),
             "worker_states": self.fleet.counts(),
             "processors": sum(w.processors for w in s.workers),
-            "running": sum(w.running for w in s.workers),
-            "queued_in_workers": sum(w.queued for w in s.workers),
+            **at_workers(s),
             "clients": [
                 {"name": c.name, "tasks": c.tasks, "objects": c.objects, "completed": c.completed} for c in s.clients
             ],
             "functions": [function_row(f) for f in s.functions],
             "sample_every": tasks.sample_every,
             "dropped_events": tasks.dropped,
+            "ends_not_seen": tasks.ends_not_seen,
             "failures": tasks.failures.total,
             "outputs": tasks.output_total,
             "ended_seq": tasks.ended.total,
@@ -113,8 +124,8 @@ class History:
 
     def worker(self, name: str) -> dict[str, Any] | None:
         detail = self.fleet.detail(name)
-        if detail is not None:
-            detail["tasks"] = self.tasks.log(WORKER_TASKS, worker=name)
+        if detail is not None:  # the tasks of every life of the worker: they are recorded under its name
+            detail["tasks"] = self.tasks.log(WORKER_TASKS, worker=worker_name(name))
         return detail
 
     def stream(self, since: int, window_ms: int, limit: int, running_limit: int) -> dict[str, Any]:
@@ -122,8 +133,8 @@ class History:
         bars = self.tasks.bars(since, now - window_ms, now, limit, running_limit)
         return {"epoch": self.epoch, "sample_every": self.tasks.sample_every, **bars}
 
-    def log(self, limit: int, status: str, function: str, worker: str) -> dict[str, Any]:
-        return {"epoch": self.epoch, "tasks": self.tasks.log(limit, status, function, worker)}
+    def log(self, limit: int, statuses: frozenset[str], function: str, worker: str) -> dict[str, Any]:
+        return {"epoch": self.epoch, "tasks": self.tasks.log(limit, statuses, function, worker)}
 
     def failures(self, since: int, limit: int) -> dict[str, Any]:
         return {"epoch": self.epoch, **self.tasks.failures_since(since, limit)}

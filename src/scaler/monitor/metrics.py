@@ -10,26 +10,30 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from scaler.monitor.series import at_workers
 from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+from scaler.protocol.records import DURATION_BOUNDS_US
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UP_WITHIN_SECONDS = 5.0  # a status older than this and the scheduler counts as down, as the web page says
 LIVE_STATES = ("waiting", "queued", "assigned", "canceling")  # gauges: tasks in these states now
 ENDED_STATES = ("success", "error", "canceled", "failed")  # counters: tasks that ended so, since the start
 MAX_FUNCTIONS = 200  # series per function metric: the scheduler sends at most this many functions
-FUNCTION_COUNTS = ("submitted", "running", "success", "error", "canceled", "failed", "duration_us")
+FUNCTION_COUNTS = ("submitted", "running", "success", "error", "canceled", "failed", "duration_us", "timed_tasks")
 
 Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
 class Family:
-    """One metric: its name, type (gauge or counter), help text and samples (labels, value)."""
+    """One metric: its name, type (gauge, counter or histogram), help text and samples (labels, value); a histogram's
+    samples each have a suffix (_bucket, _sum, _count), in `suffixes`."""
 
     name: str
     type: str
     help: str
     samples: tuple[tuple[Labels, float], ...]
+    suffixes: tuple[str, ...] = ()
 
 
 def escape_label_value(value: str) -> str:
@@ -52,11 +56,10 @@ def format_value(value: float) -> str:
 
 def format_family(family: Family) -> list[str]:
     lines = [f"# HELP {family.name} {escape_help(family.help)}", f"# TYPE {family.name} {family.type}"]
-    for labels, value in family.samples:
+    for i, (labels, value) in enumerate(family.samples):
+        name = family.name + (family.suffixes[i] if family.suffixes else "")
         inner = ",".join(f'{key}="{escape_label_value(text)}"' for key, text in labels)
-        lines.append(
-            f"{family.name}{{{inner}}} {format_value(value)}" if labels else f"{family.name} {format_value(value)}"
-        )
+        lines.append(f"{name}{{{inner}}} {format_value(value)}" if labels else f"{name} {format_value(value)}")
     return lines
 
 
@@ -76,7 +79,7 @@ WORKER_GAUGES: tuple[tuple[str, str, Callable[[WorkerStatus], float]], ...] = (
     ("processor_rss_bytes", "Resident memory of the worker's processors.", lambda w: w.rss_bytes),
     ("free_slots", "Task slots the scheduler may still fill on the worker.", lambda w: w.free),
     ("assigned_tasks", "Tasks the scheduler gave the worker that have not finished.", lambda w: w.sent),
-    ("queued_tasks", "Tasks waiting in the worker for a processor.", lambda w: w.queued),
+    ("prefetched_tasks", "Tasks waiting in the worker's queue for a processor.", lambda w: w.queued),
     ("running_tasks", "Tasks running on the worker's processors.", lambda w: w.running),
     ("waiting_tasks", "The worker's tasks waiting on nested tasks.", lambda w: w.waiting),
     ("processors", "Processors alive on the worker.", lambda w: w.processors),
@@ -89,7 +92,7 @@ WORKER_GAUGES: tuple[tuple[str, str, Callable[[WorkerStatus], float]], ...] = (
     ),
     (
         "heartbeat_age_seconds",
-        "Age of the worker's last heartbeat, which its queued, running, cpu, rss and assigned figures are as of.",
+        "Age of the worker's last heartbeat, which its prefetched, running, cpu, rss and assigned figures are as of.",
         lambda w: w.heartbeat_age_ms / 1e3,
     ),
 )
@@ -130,6 +133,14 @@ def scheduler_families(status: Status, age_seconds: float) -> list[Family]:
         single("scaler_scheduler_rss_bytes", "gauge", "Resident memory of the scheduler.", status.rss_bytes),
         by_label(
             "scaler_tasks", "gauge", "Tasks by state, now.", "state", ((s, counts.get(s, 0)) for s in LIVE_STATES)
+        ),
+        by_label(
+            "scaler_tasks_at_workers",
+            "gauge",
+            "Tasks assigned to workers, by whether they run in a processor or wait in the worker's queue (the workers'"
+            " latest heartbeats).",
+            "state",
+            ((state, at_workers(status)[state]) for state in ("running", "prefetched")),
         ),
         by_label(
             "scaler_tasks_ended_total",
@@ -202,12 +213,13 @@ def merged_functions(functions: list[FunctionStatus]) -> list[FunctionStatus]:
         elif into is not None:
             for name in FUNCTION_COUNTS:
                 setattr(into, name, getattr(into, name) + getattr(f, name))
+            into.duration_buckets = [a + b for a, b in zip(into.buckets(), f.buckets())]
     return [merged[name] for name in sorted(merged)]
 
 
 def function_families(functions: list[FunctionStatus]) -> list[Family]:
-    """Per function (`function` label, the name its client gave it): tasks submitted, running, ended by how, and
-    their run time."""
+    """Per function (`function` label, the name its client gave it): tasks submitted, assigned to workers, ended by
+    how, and the run times of those whose worker measured one (profiled tasks), as a histogram."""
     merged = merged_functions(functions)
     ended = tuple(
         ((("function", f.name), ("state", state)), getattr(f, state)) for f in merged for state in ENDED_STATES
@@ -221,21 +233,35 @@ def function_families(functions: list[FunctionStatus]) -> list[Family]:
             ((f.name, f.submitted) for f in merged),
         ),
         by_label(
-            "scaler_function_tasks_running",
+            "scaler_function_tasks_assigned",
             "gauge",
-            "Tasks of the function assigned to a worker now (queued there or running).",
+            "Tasks of the function assigned to a worker now (prefetched there or running).",
             "function",
             ((f.name, f.running) for f in merged),
         ),
         Family("scaler_function_tasks_total", "counter", "Tasks of the function that ended, by how.", ended),
-        by_label(
-            "scaler_function_duration_seconds_total",
-            "counter",
-            "Run time of the function's tasks that ended with a result (success or error).",
-            "function",
-            ((f.name, f.duration_us / 1e6) for f in merged),
-        ),
+        duration_histogram(merged),
     ]
+
+
+def duration_histogram(merged: list[FunctionStatus]) -> Family:
+    """scaler_function_duration_seconds: the run times of the function's tasks that ended with a result and a run
+    time (profiled: Client(..., profiling=True)); _count says how many, so rate(_sum) / rate(_count) is their mean."""
+    samples: list[tuple[Labels, float]] = []
+    suffixes: list[str] = []
+    for f in merged:
+        if not f.timed_tasks:
+            continue
+        total = 0
+        for bound, count in zip((*DURATION_BOUNDS_US, math.inf), f.buckets()):
+            total += count
+            le = "+Inf" if bound == math.inf else format_value(bound / 1e6)
+            samples.append(((("function", f.name), ("le", le)), total))
+            suffixes.append("_bucket")
+        samples += [((("function", f.name),), f.duration_us / 1e6), ((("function", f.name),), f.timed_tasks)]
+        suffixes += ["_sum", "_count"]
+    help_ = "Run time of the function's profiled tasks that ended with a result (success or error)."
+    return Family("scaler_function_duration_seconds", "histogram", help_, tuple(samples), tuple(suffixes))
 
 
 def render_metrics(status: Status | None, age_seconds: float | None) -> str:

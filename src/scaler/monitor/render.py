@@ -94,14 +94,14 @@ COLUMNS = [  # width 0: as wide as its widest cell
     Column("rss", "m", lambda w: w.rss_bytes, lambda w: fmt_bytes(w.rss_bytes), 7),
     Column("free", "f", lambda w: w.free, lambda w: str(w.free), 5),
     Column("sent", "w", lambda w: w.sent, lambda w: str(w.sent), 5),
-    Column("queued", "d", lambda w: w.queued, lambda w: str(w.queued), 6),
+    Column("prefetched", "d", lambda w: w.queued, lambda w: str(w.queued), 10),
     Column("waiting", "W", lambda w: w.waiting, lambda w: str(w.waiting), 7),
     Column("lag", "l", lambda w: w.lag_us, lambda w: fmt_lag(w.lag_us), 7),
     # lost repeatedly: no new tasks for this much longer
     Column(
         "held", "h", lambda w: w.held_back_ms, lambda w: f"{w.held_back_ms / 1000:.0f}s" if w.held_back_ms else "-", 5
     ),
-    # the row's queued, running, cpu, rss and sent are as of the worker's last heartbeat: its age once that is long
+    # the row's prefetched, running, cpu, rss and sent are as of the worker's last heartbeat: its age once that is long
     Column("hb_age", "a", lambda w: w.heartbeat_age_ms, _heartbeat_age, 6),
     Column("ITL", "", lambda w: _itl(w), _itl, 3),
     Column("caps", "", _capabilities, _capabilities, 0),
@@ -187,9 +187,32 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
     shortcuts = " ".join(f"{c.title}[{c.key}]" for c in COLUMNS if c.key)
     lines.append(f"Shortcuts: {shortcuts}")
     lines.append("")
-    lines.append(f"Total {len(status.workers)} worker(s)")
-    lines += _worker_table(status, sort_key)
+    workers = _worker_table(status, sort_key)
+    clients = [f"{printable(c.name)} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients]
+    if max(map(len, workers)) + 3 + max(map(len, clients), default=0) <= width:
+        lines.append(f"Total {len(status.workers)} worker(s)")
+        lines += _beside(workers, "client_manager", clients)
+    else:  # too narrow (80 columns): the clients above the workers, which may be cut on the right
+        lines.append(f"Total {len(status.clients)} client(s)")
+        lines += clients[:MAX_CLIENT_LINES]
+        if len(clients) > MAX_CLIENT_LINES:
+            lines.append(f"\u2026 and {len(clients) - MAX_CLIENT_LINES} more")
+        lines.append(f"Total {len(status.workers)} worker(s)")
+        lines += workers
     return [line[:width] for line in lines]
+
+
+MAX_CLIENT_LINES = 5  # clients listed above the workers when they do not fit beside them
+
+
+def _beside(table: list[str], title: str, side: list[str]) -> list[str]:
+    """`side` (under `title`) to the right of `table`, row by row; its rows past the table's under blank cells."""
+    pad = len(table[0])
+    lines = [f"{table[0]} | {title}"]
+    for index in range(1, max(len(table), len(side) + 1)):
+        left = table[index] if index < len(table) else " " * pad
+        lines.append(f"{left.ljust(pad)} | {side[index - 1] if index - 1 < len(side) else ''}")
+    return lines
 
 
 def _worker_table(status: Status, sort_key: str) -> list[str]:
@@ -200,30 +223,32 @@ def _worker_table(status: Status, sort_key: str) -> list[str]:
     for c, width in zip(COLUMNS, widths):
         title = f"[{c.title}]" if c is column else c.title
         headers.append(title.rjust(max(width, len(title))))
-    client_lines = [
-        f"{printable(c.name)} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients
-    ]
-    table = [" ".join(headers) + " | client_manager"]
-    for index, w in enumerate(workers):
-        cells = [c.show(w).rjust(len(h)) for c, h in zip(COLUMNS, headers)]
-        side = client_lines[index] if index < len(client_lines) else ""
-        table.append(" ".join(cells) + " | " + side)
-    for extra in client_lines[len(workers) :]:
-        table.append(" " * len(table[0].split(" | ")[0]) + " | " + extra)
+    table = [" ".join(headers)]
+    for w in workers:
+        table.append(" ".join(c.show(w).rjust(len(h)) for c, h in zip(COLUMNS, headers)))
     return table
 
 
-FUNCTION_TITLES = ("submitted", "running", "done", "failed", "canceled", "mean")
+FUNCTION_TITLES = ("submitted", "assigned", "success", "error", "failed", "canceled", "mean")
 
 
 def function_cells(f: FunctionStatus) -> tuple[str, ...]:
-    """A function's row: done is success; failed is error (the task raised) plus failed, timed out or over memory;
-    mean is the mean run time of its tasks that ended with a result (success or error), "-" if no run time came (none
-    ended so, or their workers sent no run times)."""
-    with_time = f.success + f.error
-    mean = fmt_duration(f.duration_us / with_time) if with_time and f.duration_us else "-"
-    counts = (f.submitted, f.running, f.success, f.error + f.failed, f.canceled)
+    """A function's row in the words of docs/monitoring.md: assigned is at workers (prefetched or running); error is
+    the task raised, failed is its worker could not finish it (crashed, timed out, over memory); mean is the mean run
+    time of its tasks that ended with a result (success or error), "-" if no run time came (none ended so, or their
+    workers sent no run times)."""
+    timed = timed_tasks(f)
+    mean = fmt_duration(f.duration_us / timed) if timed else "-"
+    counts = (f.submitted, f.running, f.success, f.error, f.failed, f.canceled)
     return (*(f"{n:,}" for n in counts), mean)
+
+
+def timed_tasks(f: FunctionStatus) -> int:
+    """How many tasks f.duration_us sums: those that came with a run time (profiled); a scheduler that does not say
+    (timedTasks 0 with a run time) summed its tasks that ended with a result."""
+    if f.timed_tasks or not f.duration_us:
+        return f.timed_tasks
+    return f.success + f.error
 
 
 def function_order(f: FunctionStatus) -> tuple[int, int, str]:

@@ -71,7 +71,7 @@ class ClusterSeries:
             by_state.get("waiting", 0),
             by_state.get("queued", 0),
             by_state.get("assigned", 0),
-            sum(w.running for w in workers),
+            at_workers(status)["running"],
             by_state.get("canceling", 0),
             success_rate,
             failed_rate,
@@ -96,3 +96,16 @@ class ClusterSeries:
         for i, name in enumerate(COLUMNS):
             data[name] = [row[i] for row in rows]
         return data
+
+
+def at_workers(status: Status) -> dict[str, int]:
+    """Tasks at workers (docs/monitoring.md, "Words"): assigned is the scheduler's own count (sent to a worker, not
+    ended, canceling included); running and prefetched (in a worker's queue) are the workers' heartbeat figures, which
+    lag by up to a heartbeat, capped by assigned (a status without the scheduler's counts: not capped)."""
+    running, prefetched = sum(w.running for w in status.workers), sum(w.queued for w in status.workers)
+    by_state = status.tasks_by_state
+    if "assigned" not in by_state:
+        return {"assigned": running + prefetched, "running": running, "prefetched": prefetched}
+    assigned = by_state["assigned"] + by_state.get("canceling", 0)
+    running = min(assigned, running)
+    return {"assigned": assigned, "running": running, "prefetched": min(assigned - running, prefetched)}

@@ -33,17 +33,20 @@ OUTPUT_PIECE_MAX = 64 * 1024  # characters of one piece kept
 RUNNING = -1  # the status of a bar still running, in the page's data
 LOST_ATTEMPT = -2  # the status of an attempt that started again (its worker was lost)
 BUSY = 2**62  # a lane's end while a task runs in it (laying out the running tasks)
+# The words of docs/monitoring.md ("Words"): how a task ended (TaskStatus), and, for failed, the cause.
 STATUS_NAMES = {
     0: "success",
     1: "error",
     2: "canceled",
-    3: "crashed",
+    3: "failed",
     4: "failed",
-    5: "timed out",
-    6: "over memory",
+    5: "failed",
+    6: "failed",
     RUNNING: "running",
-    LOST_ATTEMPT: "lost attempt",
+    LOST_ATTEMPT: "lost",
 }
+CAUSES = {3: "crashed", 4: "", 5: "timed out", 6: "over memory"}  # why a failed task failed ("" if not said)
+LOG_STATUSES = ("success", "error", "canceled", "failed", "lost")  # what the task log may be filtered by
 
 
 def place(lanes: list[int], start_ms: int, end_ms: int, most: int = LANES_MAX) -> int:
@@ -155,6 +158,7 @@ class TaskHistory:
         self.output_chars = 0
         self.sample_every = 1
         self.dropped = 0  # events the scheduler did not record, and running tasks forgotten here
+        self.ends_not_seen = 0  # tasks shown running until the scheduler's counts said they had ended (settle)
         self._clock_us = 0
 
     def add(self, status: Status) -> None:
@@ -202,6 +206,34 @@ class TaskHistory:
                 self._start(task_id, function, worker, t)
             else:
                 self._end(task_id, function, worker, t, ev.statuses[i], ev.durations_us[i], ev.peak_memory[i])
+
+    def settle(self, status: Status) -> None:
+        """Running is what the scheduler holds, not what pairing events suggests: a start whose end never came here
+        (a status the monitor missed, an event past the scheduler's bounds) would otherwise run for ever. No more
+        tasks run than the scheduler has assigned to workers, in all and per function (the oldest go first). After add
+        and the departed workers' forget_worker: their tasks are lost attempts, not ends unseen."""
+        if not self.running:
+            return
+        by_state = status.tasks_by_state
+        held = (
+            by_state.get("assigned", 0) + by_state.get("canceling", 0) if "assigned" in by_state else len(self.running)
+        )
+        extra = len(self.running) - held
+        by_function: dict[int, list[int]] = {}
+        for task_id, started in self.running.items():
+            by_function.setdefault(started.function, []).append(task_id)
+        gone: list[int] = []
+        for f in status.functions:
+            ids = by_function.get(self.names.ids.get(f.name, -1), [])
+            if len(ids) > f.running:
+                gone += ids[: len(ids) - f.running]
+        for task_id in gone:
+            del self.running[task_id]
+        beyond = list(self.running)[: max(0, extra - len(gone))]
+        for task_id in beyond:
+            del self.running[task_id]
+        gone += beyond
+        self.ends_not_seen += len(gone)
 
     def _start(self, task_id: int, function: int, worker: int, t: int) -> None:
         earlier = self.running.pop(task_id, None)
@@ -301,13 +333,15 @@ class TaskHistory:
         columns = self.ended.columns
         return columns["lane"][slot] >= 0 and columns["end"][slot] >= from_ms
 
-    def log(self, limit: int, status: str = "", function: str = "", worker: str = "") -> list[dict[str, Any]]:
-        """The task log: the newest `limit` ended tasks, newest first, of that status ("failed": error, crashed,
-        failed, timed out or over memory; not a lost attempt, which runs again), function and worker if given."""
+    def log(
+        self, limit: int, statuses: frozenset[str] = frozenset(), function: str = "", worker: str = ""
+    ) -> list[dict[str, Any]]:
+        """The task log: the newest `limit` ended tasks, newest first, of those statuses (LOG_STATUSES; all if
+        empty), function and worker if given."""
         result = []
         for number in self.ended.newest_first():
             entry = self.entry(self.ended.row(number))
-            if _matches(entry, status, function, worker):
+            if _matches(entry, statuses, function, worker):
                 result.append(entry)
                 if len(result) >= limit:
                     break
@@ -322,6 +356,7 @@ class TaskHistory:
             "start": start,
             "end": end,
             "status": STATUS_NAMES.get(status, str(status)),
+            "cause": CAUSES.get(status, ""),
             "duration_us": duration_us,
             "peak_memory": peak,
         }
@@ -334,6 +369,7 @@ class TaskHistory:
                 "function": f.function,
                 "worker": f.worker,
                 "status": STATUS_NAMES.get(f.status, str(f.status)),
+                "cause": CAUSES.get(f.status, ""),
                 "summary": summary(f.text),
                 "time": f.time_ms,
             }
@@ -359,6 +395,7 @@ class TaskHistory:
                 "function": f.function,
                 "worker": f.worker,
                 "status": STATUS_NAMES.get(f.status, str(f.status)),
+                "cause": CAUSES.get(f.status, ""),
                 "text": f.text,
                 "time": f.time_ms,
             }
@@ -375,14 +412,8 @@ class TaskHistory:
                 yield number
 
 
-FAILED = frozenset({"error", "crashed", "failed", "timed out", "over memory"})  # the task log's "failed"
-
-
-def _matches(entry: dict[str, Any], status: str, function: str, worker: str) -> bool:
-    if status == "failed":
-        if entry["status"] not in FAILED:
-            return False
-    elif status and entry["status"] != status:
+def _matches(entry: dict[str, Any], statuses: frozenset[str], function: str, worker: str) -> bool:
+    if statuses and entry["status"] not in statuses:
         return False
     return (not function or entry["function"] == function) and (not worker or entry["worker"] == worker)
 

@@ -61,23 +61,29 @@ def checked_monitor(p: argparse.ArgumentParser, args: argparse.Namespace) -> Pee
 
 class Subscription:
     """A monitor of a scheduler's monitor address: says hello (again whenever no status came for a while: a scheduler
-    that restarted knows nobody), and watches its handshakes (a tcp:// monitor of a scheduler with keys takes
-    authorized monitor keys only). `failure` says why the scheduler will not serve it, once known."""
+    that restarted knows nobody), and watches its connections and handshakes (a tcp:// monitor of a scheduler with
+    keys takes authorized monitor keys only). `failure` says why the scheduler will not serve it, once known, or, while
+    that holds, that nothing listens at the address (then it keeps trying: a scheduler may start there)."""
 
     def __init__(self, address: str, keys: PeerKeys | None, name: str = "") -> None:
         self.address = address
         self.name = name
         self.sock = new_subscriber(address, keys=keys)
         use_keys = keys if address.startswith("tcp://") else None
-        self.watch = HandshakeWatch(self.sock, address, use_keys, "monitor")
+        self.watch = HandshakeWatch(self.sock, address, use_keys, "monitor", log_refusals=False)
         self.sock.connect(address)
         subscribe(self.sock, name)
         self._said = time.monotonic()
-        self.failure: str | None = None
+        self._failed: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        return self._failed or self.watch.refused
 
     def next(self, timeout_ms: int) -> Status | None:
-        """The next status within `timeout_ms`; None at the deadline, or as soon as a handshake fails or the scheduler
-        refuses this monitor for the first time (`failure` then says why; later calls wait their whole timeout)."""
+        """The next status within `timeout_ms`; None at the deadline, or as soon as a handshake fails, the scheduler
+        refuses this monitor or nothing is found listening, each for the first time (`failure` then says why; later
+        calls wait their whole timeout)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             now = time.monotonic()
@@ -86,18 +92,30 @@ class Subscription:
             if isinstance(message, Status):
                 self._said = time.monotonic()
                 return message
-            if isinstance(message, Refused) and self.failure is None:
-                self.failure = f"the scheduler at {self.address} refused this monitor: {message.reason}"
+            if isinstance(message, Refused) and self._failed is None:
+                self._failed = f"the scheduler at {self.address} refused this monitor: {message.reason}"
                 return None
-            if self.failure is None:
-                self.failure = self.watch.failure()
-                if self.failure is not None:
-                    return None
+            if self._failed is None and self._watch_failed():
+                return None
             if now - self._said >= RESUBSCRIBE_SECONDS:
                 subscribe(self.sock, self.name)
                 self._said = now
             if left_ms == 0:
                 return None
+
+    def _watch_failed(self) -> bool:
+        """Whether the watch saw a handshake fail, or nothing listening, for the first time. A failed handshake may be
+        a scheduler's address for clients and workers given instead of its monitor address: that is said too."""
+        refused = self.watch.refused
+        failure = self.watch.failure()
+        if failure is not None:
+            self._failed = (
+                f"{failure}. If {self.address} is the scheduler's address for clients and workers, give this monitor "
+                'its monitor address instead (the scheduler logs "monitor address is ..." at start; '
+                "scaler_scheduler --monitor-address sets it)"
+            )
+            return True
+        return refused is None and self.watch.refused is not None
 
     def close(self) -> None:
         self.watch.close(self.sock)

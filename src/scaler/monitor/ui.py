@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from scaler.entry_points.help import HelpFormatter, add_version
+from scaler.entry_points.logging_options import add_logging_level
 from scaler.io.processes import setup_logging
 from scaler.monitor.access import (
     TOKEN_ENV,
@@ -47,6 +48,7 @@ from scaler.monitor.access import (
 from scaler.monitor.fleet import SORT_KEYS
 from scaler.monitor.history import History
 from scaler.monitor.metrics import CONTENT_TYPE, render_metrics
+from scaler.monitor.task_history import LOG_STATUSES
 from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
 from scaler.security.keys import PeerKeys
@@ -144,6 +146,10 @@ class BadRequest(ValueError):
     """A query the page (or someone) got wrong: answered 400 with the message."""
 
 
+class NotFound(LookupError):
+    """A query for something scaler_ui does not know (a task, a worker): answered 404 with the message."""
+
+
 class Query:
     """A request's query string, read with bounds."""
 
@@ -160,10 +166,21 @@ class Query:
             raise BadRequest(f"{name} must be an integer, not {text!r}") from None
         return min(max(value, low), high)
 
+    def choices(self, name: str, allowed: tuple[str, ...]) -> frozenset[str]:
+        """A comma-separated list of `allowed` words (empty: none given)."""
+        words = frozenset(w.strip() for w in self.values.get(name, "").split(",") if w.strip())
+        wrong = sorted(words.difference(allowed))
+        if wrong:
+            raise BadRequest(
+                f"{name} must be one or more of {', '.join(allowed)}, separated by commas, not {', '.join(wrong)!r}"
+            )
+        return words
+
     def str(self, name: str, default: str = "", choices: Any = None) -> str:
         value = self.values.get(name, default)
         if choices is not None and value not in choices:
-            raise BadRequest(f"{name} must be one of {', '.join(sorted(choices))}, not {value!r}")
+            named = ", ".join(sorted(c for c in choices if c))
+            raise BadRequest(f"{name} must be one of {named}{' (or empty)' if '' in choices else ''}, not {value!r}")
         return value
 
 
@@ -199,9 +216,12 @@ def api_workers(h: History, q: Query, feed: StatusFeed) -> Any:
 
 
 def api_worker(h: History, q: Query, feed: StatusFeed) -> Any:
-    detail = h.worker(q.str("name"))
+    name = q.str("name")
+    if not name:
+        raise BadRequest("name is required: /api/worker?name=W (known workers: /api/workers)")
+    detail = h.worker(name)
     if detail is None:
-        raise BadRequest(f"no worker {q.str('name')!r}")
+        raise NotFound(f"no worker {name!r} (known workers: /api/workers)")
     return detail
 
 
@@ -212,8 +232,8 @@ def api_stream(h: History, q: Query, feed: StatusFeed) -> Any:
 
 
 def api_tasks(h: History, q: Query, feed: StatusFeed) -> Any:
-    status = q.str("status", "", ("", "success", "failed", "canceled"))
-    return h.log(q.int("limit", 200, 1, MAX_LOG), status, q.str("function"), q.str("worker"))
+    statuses = q.choices("status", LOG_STATUSES)
+    return h.log(q.int("limit", 200, 1, MAX_LOG), statuses, q.str("function"), q.str("worker"))
 
 
 def api_failures(h: History, q: Query, feed: StatusFeed) -> Any:
@@ -227,7 +247,14 @@ def api_outputs(h: History, q: Query, feed: StatusFeed) -> Any:
 def api_task(h: History, q: Query, feed: StatusFeed) -> Any:
     if "id" not in q.values:
         raise BadRequest("id is missing (a task id, such as 0x10000000001)")
-    return h.task(q.int("id", 0, 0, 2**64 - 1))
+    task_id = q.int("id", 0, 0, 2**64 - 1)
+    found = h.task(task_id)
+    if not (found["runs"] or found["failures"] or found["output"]):
+        raise NotFound(
+            f"no task {task_id:#x} in scaler_ui's history: it never ran since scaler_ui started, was not among the "
+            f"sampled tasks, or ended before the newest {h.tasks.ended.capacity:,} tasks"
+        )
+    return found
 
 
 APIS: dict[str, Api] = {
@@ -278,6 +305,8 @@ def reply(feed: StatusFeed, files: dict[str, tuple[str, bytes, bytes]], path: st
                 return json_reply(APIS[path](feed.history, Query(query), feed))
         except BadRequest as error:
             return Reply(400, TEXT, f"{error}\n".encode())
+        except NotFound as error:
+            return Reply(404, TEXT, f"{error.args[0]}\n".encode())
     if path == "/status.json":
         status, age = feed.latest()
         return json_reply(status_json(status, feed.monitor_address, age))
@@ -383,7 +412,7 @@ def parser() -> argparse.ArgumentParser:
         "(default: none beyond localhost, 127.0.0.1, [::1], --host and, when --host is not loopback, this "
         "machine's hostname, FQDN and addresses)",
     )
-    p.add_argument("--logging-level", "-ll", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    add_logging_level(p)
     return p
 
 

@@ -417,6 +417,9 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
         out = b.init(column, len(items))
         for i, item in enumerate(items):
             _set_fields(out[i], item, fields)
+    for i, f in enumerate(m.functions):
+        if f.duration_buckets:
+            b.functions[i].durationBuckets = pack_u64(f.duration_buckets)
     e, events = b.events, m.events
     if events.task_ids:
         e.taskIds = pack_u64(events.task_ids)
@@ -767,6 +770,12 @@ def _dec_error(b: Any, p: Sequence[Payload]) -> Error:
     return Error(code, b.message, unpack_u64(b.ids, None, "ids"))
 
 
+def _functions(functions: list[FunctionStatus], items: Any) -> list[FunctionStatus]:
+    for f, item in zip(functions, items):
+        f.duration_buckets = unpack_u64(item.durationBuckets, None, "durationBuckets")
+    return functions
+
+
 def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
     _no_payloads(p, "status")
 
@@ -793,7 +802,7 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         refused_peers=b.refusedPeers,
         handler_errors=b.handlerErrors,
         clock_us=b.clockUs,
-        functions=records(FunctionStatus, b.functions, fieldnames.FUNCTION_STATUS),
+        functions=_functions(records(FunctionStatus, b.functions, fieldnames.FUNCTION_STATUS), b.functions),
         events=_dec_events(b.events),
         failures=records(TaskFailure, b.failures, fieldnames.TASK_FAILURE),
         outputs=records(OutputRecord, b.outputs, fieldnames.OUTPUT_RECORD),

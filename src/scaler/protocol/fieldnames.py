@@ -34,7 +34,8 @@ FUNCTION_STATUS = {
     "canceled": "canceled",
     "failed": "failed",
     "duration_us": "durationUs",
-}
+    "timed_tasks": "timedTasks",
+}  # and duration_buckets, a u64 column (durationBuckets), which the codecs pack
 
 TASK_FAILURE = {
     "task_id": "taskId",

@@ -39,8 +39,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     "Disconnect": (0, 1, (("reason", "text", 0),)),
     "Error": (1, 2, (("code", "u16", 0), ("message", "text", 0), ("ids", "data", 1))),
     "FunctionStatus": (
-        7,
-        1,
+        8,
+        2,
         (
             ("name", "text", 0),
             ("submitted", "u64", 0),
@@ -50,6 +50,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("canceled", "u64", 4),
             ("failed", "u64", 5),
             ("durationUs", "u64", 6),
+            ("timedTasks", "u64", 7),
+            ("durationBuckets", "data", 1),
         ),
     ),
     "Heartbeat": (

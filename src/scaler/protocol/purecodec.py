@@ -316,6 +316,8 @@ def _enc_status(b: Builder, at: int, name: str, m: Status) -> list[Payload]:
     ):
         for item, source in zip(b.structs(at + data + fields[column][1], struct_name, len(items)), items):
             _set_all(b, item, struct_name, source, names)
+            if isinstance(source, FunctionStatus) and source.duration_buckets:
+                b.set(item, struct_name, "durationBuckets", pack_u64(source.duration_buckets))
     e, events = b.struct(at + data + fields["events"][1], "TaskEvents"), m.events
     if events.task_ids:
         b.set(e, "TaskEvents", "taskIds", pack_u64(events.task_ids))
@@ -631,6 +633,11 @@ def _dec_error(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Error:
     return Error(ErrorCode(code), r.get(v, name, "message"), unpack_u64(r.get(v, name, "ids"), None, "ids"))
 
 
+def _with_buckets(r: Reader, item: View, f: FunctionStatus) -> FunctionStatus:
+    f.duration_buckets = unpack_u64(r.get(item, "FunctionStatus", "durationBuckets"), None, "durationBuckets")
+    return f
+
+
 def _dec_status(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Status:
     _no_payloads(p, "status")
 
@@ -649,7 +656,10 @@ def _dec_status(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Status:
         workers=records("workers", "WorkerStatus", WorkerStatus, fieldnames.WORKER_STATUS),
         clients=records("clients", "ClientStatus", ClientStatus, fieldnames.CLIENT_STATUS),
         clock_us=r.get(v, name, "clockUs"),
-        functions=records("functions", "FunctionStatus", FunctionStatus, fieldnames.FUNCTION_STATUS),
+        functions=[
+            _with_buckets(r, item, r.record(item, "FunctionStatus", FunctionStatus, fieldnames.FUNCTION_STATUS))
+            for item in r.get(v, name, "functions")
+        ],
         events=_dec_events(r, events if events is not None else View(0, 0, 0, 0)),
         failures=records("failures", "TaskFailure", TaskFailure, fieldnames.TASK_FAILURE),
         outputs=records("outputs", "OutputRecord", OutputRecord, fieldnames.OUTPUT_RECORD),

@@ -353,6 +353,22 @@ class TaskOutput:
     texts: list[str]
 
 
+# The upper bounds of FunctionStatus.duration_buckets, in µs (a last bucket counts the longer ones).
+DURATION_BOUNDS_US = (
+    1_000,
+    5_000,
+    10_000,
+    50_000,
+    100_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    60_000_000,
+    300_000_000,
+)
+
+
 @slotted
 class FunctionStatus:
     name: str
@@ -362,7 +378,15 @@ class FunctionStatus:
     error: int = 0
     canceled: int = 0
     failed: int = 0  # failed, timed out or over memory
-    duration_us: int = 0  # total run time of its tasks that ended with a result
+    duration_us: int = 0  # total run time of its tasks that ended with a result and a run time (profiled ones)
+    timed_tasks: int = 0  # how many tasks duration_us sums
+    duration_buckets: list[int] = field(default_factory=list)  # those tasks by run time: one count per
+    # DURATION_BOUNDS_US and one past them; [] when none
+
+    def buckets(self) -> list[int]:
+        """duration_buckets, len(DURATION_BOUNDS_US) + 1 counts (zeros if none or not as many came)."""
+        n = len(DURATION_BOUNDS_US) + 1
+        return list(self.duration_buckets) if len(self.duration_buckets) == n else [0] * n
 
 
 @slotted

@@ -251,7 +251,10 @@ struct FunctionStatus {
   error @4 :UInt64;
   canceled @5 :UInt64;
   failed @6 :UInt64;            # failed, timed out or over memory
-  durationUs @7 :UInt64;        # total run time of its tasks that ended with a result (success or error)
+  durationUs @7 :UInt64;        # total run time of its tasks that ended with a result and a run time (profiled)
+  timedTasks @8 :UInt64;        # how many tasks durationUs sums (the mean is durationUs / timedTasks)
+  durationBuckets @9 :Data;     # those tasks by run time: u64 little-endian counts, one per upper bound of
+                                # records.DURATION_BOUNDS_US (1 ms, 5 ms, ... 300 s) and a last one for longer ones
 }
 
 struct TaskEvents {

@@ -109,6 +109,14 @@ NAME_TAKEN = (
 # Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
 # are forgotten at the next tick.
 KEEP_NEEDS = 16
+# Fair placement, while several clients have unfinished tasks: a worker is given tasks only while the work it holds is
+# estimated under this many µs (ClientSession.task_us per task), and at least one task when it holds none; a task of a
+# client whose run time is not known yet (none of its tasks ended) counts as UNKNOWN_TASK_US, or as long as its first
+# task reported started has been running, if longer. So a task that becomes ready waits for the tasks running on a
+# worker and about this much more, not for another client's queue (docs/architecture.md, "Fairness between clients").
+FAIR_QUEUE_US = 50_000.0
+UNKNOWN_TASK_US = FAIR_QUEUE_US / 8
+_SMOOTHING = 0.25  # of the moving average of a client's task run time
 
 
 class SchedulerCore:
@@ -119,6 +127,11 @@ class SchedulerCore:
         # Within a client, higher priority first (Client.options(priority=...)). The tasks of a split need (one that
         # not every connected worker offers) wait in that need's own queue instead (scaler.core.scheduler.needs).
         self.ready = ready_queue()
+        self.ready.cost = self._task_cost  # clients take turns by time, not by task (FairQueue)
+        self.busy_clients = 0  # clients with unfinished tasks: from two on, placement is fair (_place_fairly)
+        # Tasks waiting on nested tasks, as the workers' heartbeats last said: while there are any, placement is by
+        # turns only (the nested tasks must reach workers whatever their queues hold; _place)
+        self.waiting_total = 0
         # Tasks by the capabilities they require: one Need per distinct requirement (forgotten once it has no task);
         # the split ones; the distinct capability sets of the connected workers (the Offers).
         self.no_need = Need(frozenset(), self.ready)
@@ -145,6 +158,7 @@ class SchedulerCore:
         self._dirty_clients: dict[ClientSession, None] = {}
         self._balance_due = False
         self._last_balance = -math.inf
+        self._last_ask_back = -math.inf  # the last pass of _ask_back_queued (one per balance interval at most)
         # The oldest last_seen of the workers and of the clients at the last walk over them (last_seen only moves
         # forward, and a new session starts at now): a tick walks them again only once one of these is past its
         # timeout, since no session can be before (the same subtraction as the walk's, so exactly).
@@ -231,6 +245,8 @@ class SchedulerCore:
         function = self.objects.get(task.function_id)
         if function is None or function.owner is not client:
             return None
+        if self.busy_clients > (1 if client.task_count else 0):
+            return None  # another client has work too: fair placement decides (_place_fairly)
         need = self.needs.get(task.requirement)  # (one first met takes the slow path, which checks and files it)
         if need is None:
             return None
@@ -246,12 +262,14 @@ class SchedulerCore:
         need.tasks += 1
         self.tasks[task_id] = record
         self.state_counts[TaskState.WAITING] += 1
-        client.task_count += 1
+        self._count_task(client)
         (self.functions.by_id.get(task.function_id) or self._function_stats(task.function_id)).submitted += 1
         function.refs += 1
         self._move(record, TaskEvent.READY)
         self._move(record, TaskEvent.ASSIGN)
         record.worker = worker
+        if not worker.assigned:
+            worker.mark = self.now
         worker.assigned[task_id] = record
         worker.messages_sent += 1
         self.sent["dispatchTasks"] += 1
@@ -290,6 +308,7 @@ class SchedulerCore:
         del worker.assigned[result.task_id]
         task.worker = None
         worker.completed += 1
+        self._measure(client, self._span(worker, 1))
         self._end(task, result.status, payload, forwarded=True, worker=worker)
         if not worker.assigned:
             self._balance_due = True
@@ -410,6 +429,8 @@ class SchedulerCore:
                 task = assigned.get(task_id)
                 if task is not None:
                     task.started = True
+                    if task.client.started_at < 0 and task.client.task_us < 0:
+                        task.client.started_at = self.now  # how long its tasks take: at least since then
             if self.monitored:
                 self._monitor_starts(worker, message.ids)
         elif isinstance(message, TaskOutput):
@@ -634,6 +655,7 @@ class SchedulerCore:
             if not self._resumed(worker, message):
                 return
             worker.echoed_at = self.now
+        self.waiting_total += message.waiting_tasks - worker.heartbeat.waiting_tasks
         worker.heartbeat = message
         worker.heartbeat_sent = len(worker.assigned)  # what the scheduler had sent it, at the heartbeat's moment
         worker.heartbeat_at = self.now
@@ -699,6 +721,7 @@ class SchedulerCore:
 
     def _worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
         del self.workers[worker.identity]
+        self.waiting_total -= worker.heartbeat.waiting_tasks
         if worker.prefix:  # a worker mints no ids: its prefix is free at once
             self._free_prefixes.append(worker.prefix)
             worker.prefix = 0
@@ -859,9 +882,17 @@ class SchedulerCore:
                 task.priority = options[k][2]
             self.tasks[task_id] = task
             self.state_counts[TaskState.WAITING] += 1
+            if not client.task_count:
+                self.busy_clients += 1
             client.task_count += 1
             self._link(task)
         self._count_submitted(batch.function_ids, refused)
+        self._refuse_tasks(client, bad_ids, too_large, invalid, problems)
+
+    def _refuse_tasks(
+        self, client: ClientSession, bad_ids: list[int], too_large: list[int], invalid: list[int], problems: set[str]
+    ) -> None:
+        """Tell `client` which tasks of its submitTasks were refused, and why."""
         if bad_ids:
             text = f"{len(bad_ids)} task ids are not this session's, have counter 0 or are already in use"
             self._bad_request(client.identity, text, bad_ids)
@@ -870,6 +901,12 @@ class SchedulerCore:
         if invalid:
             text = f"{len(invalid)} tasks require capabilities that are not valid: " + "; ".join(sorted(problems))
             self._bad_request(client.identity, text, invalid)
+
+    def _count_task(self, client: ClientSession) -> None:
+        """One more unfinished task of `client` (busy_clients counts the clients that have some)."""
+        if not client.task_count:
+            self.busy_clients += 1
+        client.task_count += 1
 
     def _batch_needs(self, batch: SubmitTasks) -> tuple[list[Need | frozenset[str] | None], set[str]]:
         """For each of the batch's requirements its Need, or its capabilities if it has none yet (made when a task
@@ -996,6 +1033,8 @@ class SchedulerCore:
     def _on_results(self, worker: WorkerSession, message: TaskResults) -> None:
         durations, peaks, cpu_times = message.durations_us, message.peak_memory, message.cpu_times_us
         assigned = worker.assigned
+        span = self._span(worker, len(message.task_ids))
+        measured: ClientSession | None = None  # the client last charged `span`: a batch is mostly one client's
         for k, task_id in enumerate(message.task_ids):
             task = assigned.pop(task_id, None)
             if task is None:
@@ -1022,6 +1061,9 @@ class SchedulerCore:
                     "retry", task.client.identity, f"task {task.task_id:#x} ended {what} on {worker.name}: {retry}"
                 )
             else:
+                if task.client is not measured:
+                    measured = task.client
+                    self._measure(measured, span)
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
                 cpu = cpu_times[k] if cpu_times is not None else 0
@@ -1031,6 +1073,31 @@ class SchedulerCore:
                 self._end(task, status, payload, duration, peak, cpu_us=cpu, worker=worker)
         if not assigned:
             self._balance_due = True
+
+    def _span(self, worker: WorkerSession, count: int) -> float:
+        """How long each of `count` results that came now took on their worker, in µs: the time since its previous
+        results (or since it got its first task after being idle), shared among them."""
+        span = (self.now - worker.mark) * 1e6 / count
+        worker.mark = self.now
+        return span
+
+    @staticmethod
+    def _measure(client: ClientSession, span_us: float) -> None:
+        """Count one measured run of `client`'s tasks in its moving average (ClientSession.task_us)."""
+        estimate = client.task_us
+        client.task_us = span_us if estimate < 0 else estimate + (span_us - estimate) * _SMOOTHING
+
+    def _task_cost(self, task: Task) -> float:
+        """What a task is charged in the ready queue and counts for in a worker's fair share, in µs: its client's
+        measured task run time (1 µs at least); before one is known, UNKNOWN_TASK_US, or how long its first task
+        reported started has been running if longer (it has not ended: a run takes that long at least)."""
+        client = task.client
+        estimate = client.task_us
+        if estimate >= 0:
+            return max(estimate, 1.0)
+        if client.started_at < 0:
+            return UNKNOWN_TASK_US
+        return max(UNKNOWN_TASK_US, (self.now - client.started_at) * 1e6)
 
     def _result_too_large(self, task: Task, worker: WorkerSession, size: int) -> bytes:
         limit = self.config.max_payload_bytes
@@ -1131,13 +1198,15 @@ class SchedulerCore:
                 task.worker = None
             client = task.client
             client.task_count -= 1
+            if not client.task_count:
+                self.busy_clients -= 1
             client.completed += 1
             if client.gone:
                 self._reclaim(client)
             stats = by_id.get(task.function_id) or self._function_stats(task.function_id)
             stats.ended[index] += 1
             if duration_us and status <= TaskStatus.ERROR:
-                stats.duration_us += duration_us
+                stats.ran(duration_us)
             if self.monitored:
                 reporter = worker if task is first else None  # the dependents were not assigned
                 text = self._monitor_end(task, status, payload, stats, reporter, duration_us, peak, text)
@@ -1320,13 +1389,12 @@ class SchedulerCore:
         """
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
-            if self.ready:  # only tasks that ended while queued, skipped lazily: let their arguments go
-                self.ready.clear()
-            for split_need in self._split:
-                if split_need.queue:
-                    split_need.queue.clear()
+            self._clear_ready()
             return
         split = [need for need in self._split if need.queued] if self._split else None
+        if self.busy_clients > 1 and not self.waiting_total:
+            self._place_fairly(queued, split)
+            return
         if queued == 1:  # the common lone task
             lone = split[0] if split else None
             worker = self._lone_task_worker(lone)
@@ -1350,6 +1418,97 @@ class SchedulerCore:
                 self._level(capable, need.queued, need.queue)
             else:
                 self._unplaced(need)
+
+    def _clear_ready(self) -> None:
+        """No task is queued: the ready queues hold only tasks that ended while queued (skipped lazily); let their
+        arguments go."""
+        if self.ready:
+            self.ready.clear()
+        for split_need in self._split:
+            if split_need.queue:
+                split_need.queue.clear()
+
+    def _place_fairly(self, queued: int, split: list[Need] | None) -> None:
+        """Placement while several clients have unfinished tasks: each open worker, the least loaded first, is given
+        tasks (whoever's the ready queue says: the client charged least time) while the work it holds stays under
+        FAIR_QUEUE_US, one task at least if it holds none. Queued work on workers thus stays short, so a client
+        that comes waits for the tasks running now, not behind another client's backlog; tasks already queued
+        beyond that are asked back (_ask_back_queued)."""
+        now = self.now
+        workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
+        loads = {w: self._load_us(w) for w in workers}
+        workers.sort(key=loads.__getitem__)
+        shared = queued - sum(need.queued for need in split) if split else queued
+        if shared:
+            for worker in workers:
+                loads[worker] = self._fill(worker, loads[worker], self.ready)
+        for need in split or ():
+            caps = need.caps
+            capable = [w for w in workers if len(w.assigned) < w.limit and caps <= w.capabilities]
+            if not capable:
+                self._unplaced(need)
+                continue
+            need.since = None
+            for worker in capable:
+                loads[worker] = self._fill(worker, loads[worker], need.queue)
+        if self.state_counts[_QUEUED] and now - self._last_ask_back >= self.config.balance_interval_seconds:
+            self._ask_back_queued()
+
+    def _load_us(self, worker: WorkerSession) -> float:
+        """The estimated work `worker` holds (task_cost of its tasks), counted up to just past FAIR_QUEUE_US."""
+        load = 0.0
+        for task in worker.assigned.values():
+            load += self._task_cost(task)
+            if load > FAIR_QUEUE_US:
+                break
+        return load
+
+    def _fill(self, worker: WorkerSession, load: float, queue: FairQueue[Task]) -> float:
+        """Give `worker` tasks of `queue` in its order while its work stays under FAIR_QUEUE_US (one task at least
+        if it holds none) and it has room; returns its load then."""
+        chosen: deque[Task] = deque()
+        room = worker.limit - len(worker.assigned)
+        holds = bool(worker.assigned)
+        while len(chosen) < room and queue:
+            task = queue.peek()
+            if task.state != _QUEUED:
+                queue.popleft()  # ended while queued: skipped
+                continue
+            cost = self._task_cost(task)
+            if (holds or chosen) and load + cost > FAIR_QUEUE_US:
+                break
+            chosen.append(queue.popleft())
+            load += cost
+        if chosen:
+            self._dispatch(worker, len(chosen), chosen)
+        return load
+
+    def _ask_back_queued(self) -> None:
+        """Tasks wait in the ready queue while several clients have work: ask each worker (without a request
+        pending) to give back the tasks it has not started beyond FAIR_QUEUE_US of work, except, while only one
+        client's tasks wait, that client's (they would only come back to wait in its place). The worker gives back
+        those it has not started (balanceResponse); they wait first in their clients' lanes, and go out again
+        fairly."""
+        self._last_ask_back = self.now
+        queue = self.ready if self.ready else next((n.queue for n in self._split if n.queue), None)
+        if queue is None:
+            return
+        # One client waiting: its own tasks stay (they would only come back to wait in its place). Several: any may
+        # go back, or a client whose tasks fill the workers would keep the turn it cannot take.
+        next_client = queue.peek().client if queue.owners() < 2 else None
+        for worker in self.workers.values():
+            if worker.balance_pending:
+                continue
+            load = 0.0
+            ids = []
+            for task_id, task in worker.assigned.items():
+                load += self._task_cost(task)
+                if load > FAIR_QUEUE_US and task.state == TaskState.ASSIGNED and not task.started:
+                    if task.client is not next_client:
+                        ids.append(task_id)
+            if ids:
+                worker.balance_pending = True
+                self._send(worker.identity, BalanceRequest(ids))
 
     def _level(self, workers: list[WorkerSession], count: int, queue: FairQueue[Task]) -> None:
         """Give `count` tasks of `queue` to these workers, levelling their loads (water_fill)."""
@@ -1412,7 +1571,7 @@ class SchedulerCore:
                     break
         return best
 
-    def _dispatch(self, worker: WorkerSession, count: int, ready: FairQueue[Task]) -> None:
+    def _dispatch(self, worker: WorkerSession, count: int, ready: FairQueue[Task] | deque[Task]) -> None:
         ids: list[int] = []
         function_ids: list[int] = []
         flags = bytearray()
@@ -1424,6 +1583,8 @@ class SchedulerCore:
         put_payloads: list[Payload] = []
         timeouts: list[int] | None = None
         held, assigned = worker.objects, worker.assigned
+        if not assigned:
+            worker.mark = self.now
         popleft, left = ready.popleft, len(ready)
         while len(ids) < count and left:
             left -= 1
@@ -1603,7 +1764,7 @@ class SchedulerCore:
         self._ended_at_status = ended
         if not self.monitored:
             return TaskEvents(), [], [], []
-        self._log.error_texts = log.error_texts  # they wait for their results across periods
+        self._log.carry(log)  # error texts wait for their results, kept starts for their ends, across periods
         return log.taken_events(), log.failures, log.outputs, log.departed
 
     def explain(self, task_id: int) -> str:
@@ -1660,6 +1821,15 @@ class SchedulerCore:
                 _check(self.tasks.get(task_id) is task, "{!r} holds unknown task {:#x}", worker, task_id)
             _check(worker.last_seen >= self._oldest_seen[0], "{!r} was seen before the oldest seen", worker)
         per_client = Counter(id(task.client) for task in self.tasks.values())
+        busy = len(per_client)
+        _check(self.busy_clients == busy, "{} busy clients, {} with tasks", self.busy_clients, busy)
+        waiting = sum(w.heartbeat.waiting_tasks for w in workers.values())
+        _check(
+            self.waiting_total == waiting,
+            "{} tasks wait on nested ones, the workers say {}",
+            self.waiting_total,
+            waiting,
+        )
         for client in self.clients.values():
             _check(client.task_count == per_client[id(client)], "{!r} task count is off", client)
             _check(client.last_seen >= self._oldest_seen[1], "{!r} was seen before the oldest seen", client)

@@ -8,10 +8,12 @@ Pure; no I/O, no clock: the core passes its own time in.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from scaler.protocol.frames import whole
 from scaler.protocol.records import (
+    DURATION_BOUNDS_US,
     ID_COUNTER_MASK,
     NO_NAME,
     DepartedWorker,
@@ -33,7 +35,8 @@ MAX_NAME = 200  # characters of a name kept
 STATUS_FUNCTIONS = 200  # entries in one Status
 IDLE_SECONDS = 600.0  # a name with nothing in flight and no activity this long may be forgotten, once over the bound
 EVENT_TASKS = 2_500  # tasks drawn per period (a start and an end each: about 5,000 events), see sample_every
-MAX_EVENTS = 10_000  # events kept per period whatever the sampling (a burst within one period)
+MAX_EVENTS = 10_000  # events drawn per period whatever the sampling (a burst within one period); see PeriodLog.drawn
+MAX_OPEN = 100_000  # tasks whose start was kept and whose end is awaited, carried from period to period
 MAX_FAILURES = 100
 MAX_TEXT = 4_096  # characters of a failure's text
 CUT_MARK = "[...]\n"  # starts an error text whose beginning was cut (its end holds the exception)
@@ -51,19 +54,31 @@ FAILURES = frozenset(s for s in TaskStatus if s not in (TaskStatus.SUCCESS, Task
 class FunctionStats:
     """One function name's tasks since the scheduler started (or since the name was last forgotten)."""
 
-    __slots__ = ("duration_us", "ended", "last_active", "name", "seen", "submitted")
+    __slots__ = ("_duration_us", "buckets", "ended", "last_active", "name", "seen", "submitted", "timed")
 
     def __init__(self, name: str, now: float) -> None:
         self.name = name
         self.submitted = 0
         self.ended = [0, 0, 0, 0]  # success, error, canceled, failed (ENDED_INDEX)
-        self.duration_us = 0  # summed over tasks that ended with a result (success or error)
+        self._duration_us = 0  # summed over tasks that ended with a result (success or error) and a run time
+        self.timed = 0  # how many tasks _duration_us sums: those whose worker sent a run time (profiled)
+        self.buckets = [0] * (len(DURATION_BOUNDS_US) + 1)  # those tasks by run time (DURATION_BOUNDS_US)
         self.seen = 0  # submitted + ended at the last status period's end: activity since shows as a change
         self.last_active = now  # the end of the status period in which activity was last seen
 
     @property
     def in_flight(self) -> int:
         return self.submitted - sum(self.ended)
+
+    def ran(self, duration_us: int) -> None:
+        """A task ended with a result and its worker's run time: summed, counted, and put in its bucket."""
+        self._duration_us += duration_us
+        self.timed += 1
+        self.buckets[bisect_left(DURATION_BOUNDS_US, duration_us)] += 1
+
+    @property
+    def duration_us(self) -> int:
+        return self._duration_us
 
     def __repr__(self) -> str:
         return f"<Function {self.name} submitted={self.submitted} ended={self.ended}>"
@@ -149,7 +164,18 @@ class FunctionTable:
 
 def _function_status(stats: FunctionStats, running: int) -> FunctionStatus:
     success, error, canceled, failed = stats.ended
-    return FunctionStatus(stats.name, stats.submitted, running, success, error, canceled, failed, stats.duration_us)
+    return FunctionStatus(
+        stats.name,
+        stats.submitted,
+        running,
+        success,
+        error,
+        canceled,
+        failed,
+        stats._duration_us,
+        stats.timed,
+        list(stats.buckets) if stats.timed else [],
+    )
 
 
 def next_sample_every(ended: int) -> int:
@@ -172,13 +198,26 @@ class PeriodLog:
     """The records of one status period, while a monitor subscribes; Status takes them and a new period starts.
 
     The core draws the tasks whose events are kept (sample_every, MAX_EVENTS) and appends rows itself, inline: most
-    events are not drawn, and those that are cost one tuple."""
+    events are not drawn, and those that are cost one tuple. A task once drawn keeps being drawn (`kept`), past
+    MAX_EVENTS and across periods whose sampling differs (carry): a start sent is followed by its end, and a monitor
+    never has to guess whether a task still runs."""
 
-    __slots__ = ("departed", "dropped", "error_texts", "failures", "output_chars", "outputs", "rows", "sample_every")
+    __slots__ = (
+        "departed",
+        "dropped",
+        "error_texts",
+        "failures",
+        "kept",
+        "output_chars",
+        "outputs",
+        "rows",
+        "sample_every",
+    )
 
     def __init__(self, sample_every: int = 1) -> None:
         self.sample_every = sample_every  # a task's events are kept if its id counter is a multiple of this
         self.rows: list[EventRow] = []
+        self.kept: set[int] = set()  # tasks drawn this period, and those carried whose end is awaited
         self.dropped = 0  # events not kept (not drawn, or past MAX_EVENTS)
         self.failures: list[TaskFailure] = []
         self.outputs: list[OutputRecord] = []
@@ -189,11 +228,23 @@ class PeriodLog:
         self.error_texts: dict[int, str] = {}
 
     def drawn(self, task_id: int) -> bool:
-        """Whether the events of `task_id` are kept now (counted as dropped if not)."""
+        """Whether the events of `task_id` are kept now (counted as dropped if not): those of a task drawn before
+        always are (the end of a start that was sent)."""
         if (task_id & ID_COUNTER_MASK) % self.sample_every or len(self.rows) >= MAX_EVENTS:
+            if task_id in self.kept:
+                return True
             self.dropped += 1
             return False
+        self.kept.add(task_id)
         return True
+
+    def carry(self, previous: PeriodLog) -> None:
+        """Start where `previous` (the period just ended) left: the error texts still waiting for their results, and
+        the tasks whose start was kept and end not yet (their end will be kept whatever this period draws)."""
+        self.error_texts = previous.error_texts
+        last = {task_id: kind for task_id, kind, *_ in previous.rows}
+        kept = {task_id for task_id in previous.kept if last.get(task_id, STARTED) == STARTED}
+        self.kept = kept if len(kept) <= MAX_OPEN else set(list(kept)[:MAX_OPEN])
 
     def taken_events(self) -> TaskEvents:
         """The period's events as columns (the log is not used afterwards)."""

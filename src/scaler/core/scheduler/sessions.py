@@ -91,7 +91,9 @@ class ClientSession:
         "outbox",
         "output",
         "prefix",
+        "started_at",
         "task_count",
+        "task_us",
     )
 
     def __init__(self, identity: bytes, name: str, prefix: int, now: float, key: bytes | None = None) -> None:
@@ -102,6 +104,10 @@ class ClientSession:
         self.gone = False  # the session ended; its id prefix is reused once nothing of it remains
         self.last_seen = now
         self.task_count = 0  # unfinished tasks
+        # How long one of its tasks takes on a worker, in µs (a moving average; negative: not known yet). Measured by
+        # SchedulerCore._measure from when results come; what fair placement charges it per task.
+        self.task_us = -1.0
+        self.started_at = -1.0  # while task_us is not known: when a worker first said it started one of its tasks
         self.completed = 0
         self.objects: set[int] = set()  # ids of objects it owns
         self.outbox = ResultBuffer()
@@ -133,6 +139,7 @@ class WorkerSession:
         "identity",
         "key",
         "last_seen",
+        "mark",
         "messages_received",
         "messages_sent",
         "name",
@@ -168,6 +175,7 @@ class WorkerSession:
         self.echoed_at = -math.inf  # when its heartbeat was last answered (SchedulerCore._on_worker_heartbeat)
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
+        self.mark = now  # since when its latest results were worked on: its last results, or its first task since idle
         self.allowance_peak = 0  # the most waiting tasks it ever reported (the invariants' bound)
         self.held_until = 0.0  # lost repeatedly: no new tasks before this time
         self.record: WorkerName | None = None  # its name's, which counts it; None: it shares another key's name

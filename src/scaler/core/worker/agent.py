@@ -604,9 +604,10 @@ class AgentCore:
             if over is not None:
                 self._over_memory(over, rss)
         waiting = self._waiting_tasks()
-        # The scheduler leaves room for waiting tasks on top of our queue capacity: once we hold half of it, tell it
-        # at the next tick when their number changes, not at the next heartbeat.
-        soon = self.connected and waiting != self._waiting_said and 2 * len(self.tasks) >= self.config.queue_capacity
+        # The scheduler leaves room for waiting tasks on top of our queue capacity, and does not count them as work
+        # we hold (fair placement between clients): tell it at the next tick when their number changes, not at the
+        # next heartbeat.
+        soon = self.connected and waiting != self._waiting_said
         if now - self._last_heartbeat >= self.heartbeat_interval or soon:
             self._last_heartbeat = now
             self._waiting_said = waiting

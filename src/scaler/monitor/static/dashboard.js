@@ -109,7 +109,7 @@ function baseChart(id, extra) {
 
 // ------------------------------------------------------------------------------------------------ overview
 const SERIES = {
-  throughput: [["done/s", "success_rate", "#3a9b4f"], ["failed/s", "failed_rate", BAD], ["canceled/s", "canceled_rate", CANCELED]],
+  throughput: [["success/s", "success_rate", "#3a9b4f"], ["error or failed/s", "failed_rate", BAD], ["canceled/s", "canceled_rate", CANCELED]],
   states: [["queued", "queued", "#4e79a7"], ["waiting", "waiting", "#b07aa1"], ["assigned", "assigned", "#76b7b2"],
            ["running", "running", "#59a14f"], ["canceling", "canceling", "#f28e2b"]],
   cpu: [["processors", "processors_cpu", "#4e79a7"], ["agents", "agents_cpu", "#76b7b2"], ["scheduler", "scheduler_cpu", "#f28e2b"]],
@@ -165,17 +165,21 @@ const overview = {
     if (!s) return;
     const body = $("functions").tBodies[0];
     body.replaceChildren(...s.functions.map(f => {
-      const failed = f.error + f.failed;
-      const bar = progressBar([["done", f.success], ["failed", failed], ["canceled", f.canceled],
-                               ["running", f.running]], Math.max(f.submitted, f.success + failed + f.canceled + f.running));
+      const bad = f.error + f.failed;
+      const bar = progressBar([["success", f.success], ["failed", bad], ["canceled", f.canceled],
+                               ["assigned", f.assigned]], Math.max(f.submitted, f.success + bad + f.canceled + f.assigned));
+      const mean = f.mean_us == null ? "-" : duration(f.mean_us) + (f.timed < f.success + f.error ? " *" : "");
       return el("tr", {"data-function": f.name},
         el("td", {class: "name", text: f.name, title: f.name}), el("td", {class: "bar-col"}, bar),
-        el("td", {text: num(f.submitted)}), el("td", {text: num(f.queued)}), el("td", {text: num(f.running)}),
-        el("td", {text: num(f.success)}), el("td", {class: failed ? "status-bad" : "", text: num(failed)}),
-        el("td", {text: num(f.canceled)}), el("td", {text: duration(f.mean_us)}));
+        el("td", {text: num(f.submitted)}), el("td", {text: num(f.queued)}), el("td", {text: num(f.assigned)}),
+        el("td", {text: num(f.success)}), el("td", {class: f.error ? "status-bad" : "", text: num(f.error)}),
+        el("td", {class: f.failed ? "status-bad" : "", text: num(f.failed)}),
+        el("td", {text: num(f.canceled)}),
+        el("td", {text: mean, title: f.mean_us == null ? "no run time came (profiling is off)" :
+                  "mean of the " + num(f.timed) + " tasks that were profiled, of " + num(f.success + f.error)}));
     }));
     if (!s.functions.length) {
-      body.append(el("tr", {}, el("td", {colspan: 9, class: "muted", text: "no function has tasks yet"})));
+      body.append(el("tr", {}, el("td", {colspan: 10, class: "muted", text: "no function has tasks yet"})));
     }
     pairs("scheduler", [
       ["cpu", percent(s.cpu_percent)], ["memory", bytes(s.rss_bytes)], ["protected", s.protected ? "yes" : "no"],
@@ -183,7 +187,8 @@ const overview = {
       ["dropped messages", num(s.dropped_messages)], ["refused peers", num(s.refused_peers)],
       ["handler errors", num(s.handler_errors)],
       ["task events", s.sample_every > 1 ? "1 task in " + num(s.sample_every) : "every task"],
-      ["events not recorded", num(s.dropped_events)],
+      ["task events not sent", num(s.dropped_events)],
+      ["task ends not seen", num(s.ends_not_seen)],
     ], "field");
     pairs("tasks", Object.entries(s.tasks_by_state).map(([k, v]) => [k, num(v)]), "state");
     const bySize = o => Object.entries(o).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, num(v)]);
@@ -195,8 +200,10 @@ const overview = {
 };
 
 // ------------------------------------------------------------------------------------------------ task stream
-const STATUS_OF = {0: "success", 1: "error", 2: "canceled", 3: "crashed", 4: "failed", 5: "timed out",
-                   6: "over memory", "-1": "running", "-2": "lost attempt"};
+// The words of docs/monitoring.md ("Words"); a failed task's cause is in CAUSE_OF.
+const STATUS_OF = {0: "success", 1: "error", 2: "canceled", 3: "failed", 4: "failed", 5: "failed",
+                   6: "failed", "-1": "running", "-2": "lost"};
+const CAUSE_OF = {3: "crashed", 5: "timed out", 6: "over memory"};
 
 const stream = {
   seq: 0,
@@ -227,6 +234,24 @@ const stream = {
     this.labels = new Map();
     $("stream-window").addEventListener("change", () => this.draw());
     $("stream-pause").addEventListener("change", () => refreshSoon());
+    this.chart.on("click", p => { const b = this.drawn[p.value[3]]; if (b) this.open(b.task); });
+    $("task-search").addEventListener("submit", event => {
+      event.preventDefault();
+      const id = $("task-search-id").value.trim();
+      if (id) this.open(id);
+    });
+    $("stream-task-close").addEventListener("click", () => { $("stream-task").hidden = true; });
+  },
+  async open(task) {
+    const panel = $("stream-task");
+    panel.hidden = false;
+    panel.dataset.task = task;
+    $("stream-task-id").textContent = task;
+    const body = $("stream-task-body");
+    body.replaceChildren(el("span", {class: "muted", text: "loading…"}));
+    let parts;
+    try { parts = await taskDetail(task); } catch (e) { parts = [el("p", {class: "muted", text: e.message})]; }
+    if (panel.dataset.task === task) body.replaceChildren(...parts);
   },
   reset() { this.seq = 0; this.bars = []; this.running = []; },
   decode(data, from, count) {
@@ -234,11 +259,13 @@ const stream = {
     for (let i = from; i < from + count; i++) {
       out.push({task: data.task[i], fn: data.names[data.function[i]], worker: data.names[data.worker[i]],
                 lane: data.lane[i], start: data.start[i], end: data.end[i], status: STATUS_OF[data.status[i]],
+                cause: CAUSE_OF[data.status[i]] || "",
                 dur: data.duration_us[i], mem: data.peak_memory[i]});
     }
     return out;
   },
-  async refresh() {
+  async refresh(summary) {
+    this.summary = summary && summary.status;
     if ($("stream-pause").checked) return;
     const data = await getJSON(`/api/stream?since=${this.seq}&window=${KEEP_MS}&limit=20000&running=${BARS_DRAWN}`);
     if (data.epoch !== ui.epoch) return;
@@ -259,7 +286,7 @@ const stream = {
   color(bar) {
     if (bar.status === "running" || bar.status === "success") return colorOf(bar.fn);
     if (bar.status === "canceled") return CANCELED;
-    return bar.status === "lost attempt" ? LOST : BAD;
+    return bar.status === "lost" ? LOST : BAD;
   },
   draw() {
     const windowMs = Number($("stream-window").value);
@@ -288,14 +315,20 @@ const stream = {
     const fns = [...new Set(drawn.map(b => b.fn))].sort(naturalCompare);
     $("stream-legend").replaceChildren(...fns.map(fn => el("span", {"data-function": fn},
       el("span", {class: "swatch", style: "background:" + colorOf(fn)}), fn)),
-      el("span", {}, el("span", {class: "swatch", style: "background:" + BAD}), "failed"),
-      el("span", {}, el("span", {class: "swatch", style: "background:" + LOST}), "lost attempt"));
+      el("span", {}, el("span", {class: "swatch", style: "background:" + BAD}), "error or failed"),
+      el("span", {}, el("span", {class: "swatch", style: "background:" + LOST}), "lost (its worker was lost)"));
     const notes = [num(inWindow.length) + " ended and " + num(this.running.length) + " running in the window",
                    num(rows.length) + " processor rows"];
     if (thin > 1) notes.push("drawing 1 ended task in " + num(thin));
     if (this.skipped) notes.push(num(this.skipped) + " older ones not loaded");
     if (this.sample > 1) notes.push("1 task in " + num(this.sample) + " recorded");
     $("stream-note").textContent = notes.join(" · ");
+    const s = this.summary || {};
+    $("stream-dropped").hidden = !s.dropped_events;
+    $("stream-dropped").textContent = !s.dropped_events ? "" :
+      "The scheduler did not send " + num(s.dropped_events) + " task events (more than it sends in a second): " +
+      "the bars are a sample. Running tasks follow the scheduler's counts" +
+      (s.ends_not_seen ? "; " + num(s.ends_not_seen) + " bars stopped when they said the task had ended." : ".");
     $("chart-stream").dataset.bars = String(drawn.length);
     $("chart-stream").dataset.functions = fns.join(",");
   },
@@ -319,7 +352,7 @@ const stream = {
     const b = this.drawn[p.value[3]];
     if (!b) return "";
     const lines = [["function", b.fn], ["task", b.task], ["worker", b.worker + " (lane " + b.lane + ")"],
-                   ["status", b.status], ["started", clock(b.start)]];
+                   ["status", b.status + (b.cause ? " (" + b.cause + ")" : "")], ["started", clock(b.start)]];
     if (b.status === "running") lines.push(["running for", duration((this.now - b.start) * 1000)]);
     else lines.push(["ended", clock(b.end)], ["duration", duration(b.dur || (b.end - b.start) * 1000)]);
     if (b.mem) lines.push(["peak memory", bytes(b.mem)]);
@@ -335,7 +368,7 @@ const WORKER_COLUMNS = [
   ["state", "state", null],
   ["cpu", "cpu", r => percent(r.cpu), "spark_cpu"],
   ["rss", "memory", r => bytes(r.rss), "spark_rss"],
-  ["queued", "queued", r => num(r.queued)],
+  ["prefetched", "prefetched", r => num(r.prefetched)],
   ["running", "running", r => num(r.running)],
   ["processors", "processors", r => num(r.processors)],
   ["free", "free", r => num(r.free)],
@@ -478,7 +511,7 @@ const workers = {
       ["agent cpu", percent(d.agent_cpu)], ["agent memory", bytes(d.agent_rss)],
       ["processors cpu", percent(d.processor_cpu)], ["processors memory", bytes(d.processor_rss)],
       ["processors", num(d.processors) + (d.blocked ? " (" + num(d.blocked) + " blocked)" : "")],
-      ["running", num(d.running)], ["queued", num(d.queued)], ["waiting on nested tasks", num(d.waiting)],
+      ["running", num(d.running)], ["prefetched", num(d.prefetched)], ["waiting on nested tasks", num(d.waiting)],
       ["assigned", num(d.sent)], ["free slots", num(d.free)], ["lag", d.lag_ms.toFixed(2) + " ms"],
       ["completed", num(d.completed)], ["held back", d.held_back_ms ? (d.held_back_ms / 1000).toFixed(0) + " s" : "no"],
       ["last heartbeat", (d.heartbeat_age_ms / 1000).toFixed(1) + " s ago"], ["first seen", clock(d.since_ms)],
@@ -497,7 +530,7 @@ const workers = {
       tooltip: {trigger: "axis"}, xAxis: TIME_AXIS,
       yAxis: [{type: "value", min: 0, minInterval: 1}, {type: "value", min: 0, splitLine: {show: false},
               axisLabel: {formatter: v => v + " ms"}}],
-      series: [line("running", h.running, "#59a14f"), line("queued", h.queued, "#f28e2b"), line("lag", h.lag_ms, "#b07aa1", 1)]});
+      series: [line("running", h.running, "#59a14f"), line("prefetched", h.prefetched, "#f28e2b"), line("lag", h.lag_ms, "#b07aa1", 1)]});
     $("detail-tasks").tBodies[0].replaceChildren(...(d.tasks || []).slice(0, 30).map(task => el("tr", {},
       el("td", {text: clock(task.end)}), el("td", {class: "name", text: task.function}),
       el("td", {text: runTime(task)}), el("td", {class: statusClass(task.status), text: task.status}))));
@@ -510,11 +543,13 @@ async function taskDetail(task) {
   const d = await getJSON("/api/task?id=" + encodeURIComponent(task));
   const parts = [];
   for (const f of d.failures) {
-    parts.push(el("div", {}, el("b", {text: f.status + " on " + (f.worker || "no worker") + " at " + clock(f.time)})),
+    const what = f.status + (f.cause ? " (" + f.cause + ")" : "");
+    parts.push(el("div", {}, el("b", {text: what + " on " + (f.worker || "no worker") + " at " + clock(f.time)})),
                el("pre", {class: "error", text: f.text}));
   }
   for (const run of d.runs) {
-    parts.push(el("div", {class: "muted", text: `${run.status} on ${run.worker || "no worker"}: started ${clock(run.start)}` +
+    const what = run.status + (run.cause ? " (" + run.cause + ")" : "");
+    parts.push(el("div", {class: "muted", text: `${what} on ${run.worker || "no worker"}: started ${clock(run.start)}` +
       (run.end ? `, ended ${clock(run.end)}, ${runTime(run)}` : "") +
       (run.peak_memory ? `, peak memory ${bytes(run.peak_memory)}` : "")}));
   }
@@ -592,7 +627,8 @@ const tasks = {
     for (const f of this.failures.slice(0, FAILURES_SHOWN)) {
       const tr = el("tr", {"data-task": f.task}, el("td", {text: clock(f.time)}), el("td", {class: "l", text: f.task}),
         el("td", {class: "l name", text: f.function}), el("td", {class: "l", text: f.worker}),
-        el("td", {class: "l status-bad", text: f.status}), el("td", {class: "text", text: f.summary}));
+        el("td", {class: "l status-bad", text: f.status + (f.cause ? " (" + f.cause + ")" : "")}),
+        el("td", {class: "text", text: f.summary}));
       expandable(tr, f.task, 6, this.expanded);
       rows.push(tr);
     }
@@ -610,7 +646,7 @@ const tasks = {
     body.replaceChildren(...entries.map(t => {
       const tr = el("tr", {"data-task": t.task}, el("td", {text: clock(t.end)}), el("td", {class: "l", text: t.task}),
         el("td", {class: "l name", text: t.function}), el("td", {class: "l", text: t.worker}), el("td", {text: runTime(t)}),
-        el("td", {text: t.peak_memory ? bytes(t.peak_memory) : ""}), el("td", {class: statusClass(t.status), text: t.status}));
+        el("td", {text: t.peak_memory ? bytes(t.peak_memory) : ""}), el("td", {class: statusClass(t.status), text: t.status + (t.cause ? " (" + t.cause + ")" : "")}));
       expandable(tr, t.task, 7, this.logExpanded);
       return tr;
     }));
@@ -689,9 +725,11 @@ function header(summary) {
   const chip = (label, value, bad) => el("span", {class: "chip" + (bad ? " bad" : "")}, label + " ", el("b", {text: value}));
   $("chips").replaceChildren(
     chip("workers", num(s.workers)), chip("needing a look", num(trouble), trouble > 0),
-    chip("running", num(s.running)), chip("queued", num(s.tasks_by_state.queued || 0)),
-    chip("tasks/s", rate.toFixed(rate < 10 ? 1 : 0)),
-    chip("failed", num((s.tasks_by_state.error || 0) + (s.tasks_by_state.failed || 0)), s.failures > 0));
+    chip("queued", num(s.tasks_by_state.queued || 0)), chip("assigned", num(s.assigned)),
+    chip("running", num(s.running)), chip("tasks/s", rate.toFixed(rate < 10 ? 1 : 0)),
+    chip("error", num(s.tasks_by_state.error || 0), (s.tasks_by_state.error || 0) > 0),
+    chip("failed", num(s.tasks_by_state.failed || 0), (s.tasks_by_state.failed || 0) > 0),
+    chip("events not sent", num(s.dropped_events), s.dropped_events > 0));
   $("count-workers").textContent = num(s.workers);
   $("count-clients").textContent = num(s.clients.length);
   $("count-failures").textContent = s.failures ? num(s.failures) : "";
