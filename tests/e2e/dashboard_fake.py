@@ -106,6 +106,7 @@ class FakeCluster:
         self.departed: list[DepartedWorker] = []
         self.clock0 = 0
         self.steps = 0
+        self.extra_clients: list[ClientStatus] = []  # listed after the two clients of every status
 
     def _start(self, slot: Slot, worker: FakeWorker, now_us: int, pending: Pending) -> None:
         f = self.random.randrange(len(FUNCTIONS))
@@ -219,8 +220,9 @@ class FakeCluster:
             received={"taskResults": done // 10, "submitTasks": 50},
             workers=[self._worker_status(w) for w in self.workers],
             clients=[
-                ClientStatus("client-analytics", tasks=self.backlog // 2 + 120, objects=3, completed=done * 2 // 3),
-                ClientStatus("client-batch", tasks=self.backlog // 2, objects=1, completed=done // 3),
+                ClientStatus("client-analytics", self.backlog // 2 + 120, 3, done * 2 // 3, assigned=120),
+                ClientStatus("client-batch", self.backlog // 2, 1, done // 3, assigned=min(40, self.backlog // 2)),
+                *self.extra_clients,
             ],
             protected=True,
             clock_us=clock_us,

@@ -114,7 +114,7 @@ def golden_messages() -> dict[str, m.Message]:
                     "worker-1", 0.5, 40_000_000, 99.0, 80_000_000, 998, 2, 1, 270, 1, 0, 1, 10, 0, 4500, 120, ["gpu"]
                 )
             ],
-            clients=[m.ClientStatus("client-1", 5, 1, 10)],
+            clients=[m.ClientStatus("client-1", 5, 1, 10, 3)],
             protected=True,
             dropped_messages=1,
             refused_peers=2,

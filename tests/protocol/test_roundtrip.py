@@ -381,7 +381,7 @@ statuses = st.builds(
     counters,
     counters,
     st.lists(st.builds(m.WorkerStatus, text, f32, u64, f32, u64, u32, u32, u32, u64, u32, u32, u32, u64), max_size=3),
-    st.lists(st.builds(m.ClientStatus, text, u32, u32, u64), max_size=3),
+    st.lists(st.builds(m.ClientStatus, text, u32, u32, u64, u32), max_size=3),
     st.booleans(),
     u64,
 )

@@ -476,13 +476,14 @@ def test_the_history_answers_the_page_in_json() -> None:
             tasks_by_state={"assigned": 1},
             events=events((1, 0, 0, "f", "w", 0.5, 0), (2, 0, 0, "f", "x", 0.6, 0)),
             failures=[TaskFailure(3, "f", "w", 1, "ValueError: x", at(0.9))],
-            clients=[ClientStatus("c", tasks=3, completed=7)],
+            clients=[ClientStatus("c", tasks=3, completed=7, assigned=1), ClientStatus("nested-42-1", tasks=1)],
         )
     )
     s = history.summary("ipc:///m", 0.5)["status"]
     assert s["workers"] == 1 and s["worker_states"] == {"busy": 1, "gone": 1} and s["running"] == 1
     assert s["functions"][0]["queued"] == 1 and s["clients"] == [
-        {"name": "c", "tasks": 3, "objects": 0, "completed": 7}
+        {"name": "c", "tasks": 3, "queued": 2, "assigned": 1, "objects": 0, "completed": 7, "nested": False},
+        {"name": "nested-42-1", "tasks": 1, "queued": 1, "assigned": 0, "objects": 0, "completed": 0, "nested": True},
     ]
     assert s["failures"] == 1 and s["ended_seq"] == 1
     stream = history.stream(0, 60_000, 100, 100)

@@ -25,6 +25,7 @@ from scaler.io.sockets import bind_socket
 def tmp() -> Iterator[Path]:
     """This test's $TMPDIR (short: socket paths must fit in 107 bytes), with no $XDG_RUNTIME_DIR."""
     folder = Path(tempfile.mkdtemp(prefix="ipcc"))
+    remove_bound_sockets()  # sockets earlier tests in this process bound (tests/unit/test_exposure.py) are not ours
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TMPDIR", str(folder))
         env.setattr(tempfile, "tempdir", str(folder))

@@ -90,7 +90,7 @@ def a_status() -> Status:
             ),
             WorkerStatus("w2", blocked_processors=1, completed=7, waiting=2, held_back_ms=250),
         ],
-        clients=[ClientStatus("c1", tasks=4, objects=2, completed=9)],
+        clients=[ClientStatus("c1", tasks=4, objects=2, completed=9, assigned=3)],
         protected=False,
         dropped_messages=3,
         refused_peers=4,
@@ -140,6 +140,8 @@ def test_every_metric_of_a_status_with_its_type() -> None:
     assert m.types["scaler_worker_completed_tasks_total"] == "counter"
     assert m.types["scaler_worker_lag_seconds"] == "gauge"
     assert m.value("scaler_client_unfinished_tasks", client="c1") == 4
+    assert m.value("scaler_client_queued_tasks", client="c1") == 1
+    assert m.value("scaler_client_assigned_tasks", client="c1") == 3
     assert m.value("scaler_client_objects", client="c1") == 2
     assert m.value("scaler_client_completed_tasks_total", client="c1") == 9
     assert {n for n, t in m.types.items() if t == "counter"} == {n for n in m.types if n.endswith("_total")}

@@ -466,3 +466,16 @@ def test_dropped_output_warning_is_rate_limited() -> None:
         commands = d.recv(W1, output((t(1), OUTPUT_STDOUT, "x" * (5 << 20))))
         warnings += sum(log.level == logging.WARNING for log in logs(commands))
     assert d.core.output_dropped == 40 and warnings < 40
+
+
+# ----------------------------------------------------------------------------------------------- clients
+def test_a_client_row_says_how_many_of_its_unfinished_tasks_are_at_workers() -> None:
+    d = connected(capacity=2)
+    d.client(b"c2")
+    d.recv(C, submit(*((t(i), F, []) for i in range(1, 6))))  # the worker holds 2, 3 are queued
+    rows = {c.name: c for c in d.core.status().clients}
+    mine, other = rows["c1"], rows["c2"]
+    assert (mine.tasks, mine.assigned, other.tasks, other.assigned) == (5, 2, 0, 0)
+    d.recv(W1, ok(t(1)))  # one ends, the next queued one takes its place
+    mine = next(c for c in d.core.status().clients if c.name == "c1")
+    assert (mine.tasks, mine.assigned, mine.completed) == (4, 2, 1)

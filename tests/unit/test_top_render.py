@@ -38,7 +38,7 @@ def _status() -> Status:
             WorkerStatus("w-a", agent_cpu_percent=0.5, rss_bytes=100, free=998, sent=2, lag_us=700, processors=1),
             WorkerStatus("w-b", agent_cpu_percent=3.0, rss_bytes=300, free=1000, sent=0, lag_us=2500, running=1),
         ],
-        clients=[ClientStatus("c-1", tasks=5, objects=1, completed=12)],
+        clients=[ClientStatus("c-1", tasks=5, objects=1, completed=12, assigned=2)],
     )
 
 
@@ -53,7 +53,7 @@ def test_sections_show_counts_and_resources() -> None:
         " hb_age[a]"
     )
     assert "Shortcuts: " + shortcuts in text
-    assert "c-1 tasks=5 objects=1 done=12" in text
+    assert "c-1 queued=3 assigned=2 objects=1 done=12" in text
 
 
 def test_sort_by_name_then_by_agent_cpu_descending() -> None:
@@ -207,10 +207,10 @@ def test_long_function_names_are_cut_in_the_middle_and_rows_fit_the_width() -> N
 
 def test_at_80_columns_the_clients_are_listed_above_the_workers_whole() -> None:
     status = _status()
-    status.clients = [ClientStatus(f"client-4242-{i}", tasks=5 * i, objects=i, completed=1_000 * i) for i in range(7)]
+    status.clients = [ClientStatus(f"client-4242-{i}", 5 * i, i, 1_000 * i, assigned=i) for i in range(7)]
     lines = screen(status, NOW, 0.5, width=80, max_functions=function_rows(24))
     assert all(len(line) <= 80 for line in lines)
-    assert "Total 7 client(s)" in lines and "client-4242-3 tasks=15 objects=3 done=3,000" in lines
+    assert "Total 7 client(s)" in lines and "client-4242-3 queued=12 assigned=3 objects=3 done=3,000" in lines
     assert "\u2026 and 2 more" in lines  # five listed
     assert lines.index("Total 7 client(s)") < lines.index("Total 2 worker(s)") < 24
     wide = render(status, width=250)  # room enough: beside the workers, as before
@@ -224,7 +224,7 @@ def test_control_characters_in_peer_names_do_not_reach_the_terminal() -> None:
     status.functions = [FunctionStatus("f\r\x07", submitted=1)]
     text = "\n".join(render(status))
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text
-    assert "w-?[2J" in text and "c?1 tasks=5" in text and "f??" in text
+    assert "w-?[2J" in text and "c?1 queued=3" in text and "f??" in text
     assert printable("plain") == "plain" and printable("a\tb") == "a?b"
 
 

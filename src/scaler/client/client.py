@@ -160,7 +160,8 @@ class Client:
         self._pid = os.getpid()
         with _clients_lock:  # numbered in this process: two clients of one thread are two names (monitors, /metrics)
             _clients_made[0] += 1
-            name = f"client-{os.getpid()}-{_clients_made[0]}"
+            kind = "client" if _current_task is None else "nested"  # nested: made in a worker's processor, in a task
+            name = f"{kind}-{os.getpid()}-{_clients_made[0]}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout, self._keys)
         self._connection.start()
         self._connection.wait_connected(self._timeout)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaler.monitor.fleet import Fleet
-from scaler.monitor.render import timed_tasks
+from scaler.monitor.render import is_nested, timed_tasks
 from scaler.monitor.series import SERIES_WINDOW_MS, ClusterSeries, at_workers
 from scaler.monitor.task_history import ENDED_CAPACITY, TaskHistory
 from scaler.protocol.messages import FunctionStatus, Status
@@ -104,7 +104,16 @@ class History:
             "processors": sum(w.processors for w in s.workers),
             **at_workers(s),
             "clients": [
-                {"name": c.name, "tasks": c.tasks, "objects": c.objects, "completed": c.completed} for c in s.clients
+                {
+                    "name": c.name,
+                    "tasks": c.tasks,
+                    "queued": c.queued,
+                    "assigned": c.assigned,
+                    "objects": c.objects,
+                    "completed": c.completed,
+                    "nested": is_nested(c.name),
+                }
+                for c in s.clients
             ],
             "functions": [function_row(f) for f in s.functions],
             "sample_every": tasks.sample_every,

@@ -99,6 +99,12 @@ WORKER_GAUGES: tuple[tuple[str, str, Callable[[WorkerStatus], float]], ...] = (
 
 CLIENT_GAUGES: tuple[tuple[str, str, Callable[[ClientStatus], float]], ...] = (
     ("unfinished_tasks", "The client's tasks that have not finished.", lambda c: c.tasks),
+    (
+        "queued_tasks",
+        "The client's unfinished tasks not at a worker: waiting on other tasks or queued at the scheduler.",
+        lambda c: c.queued,
+    ),
+    ("assigned_tasks", "The client's tasks at workers: prefetched or running.", lambda c: c.assigned),
     ("objects", "Objects the client holds in the scheduler.", lambda c: c.objects),
 )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scaler.core.capabilities import PYTHON_PAYLOAD
-from scaler.protocol.messages import FunctionStatus, Status, WorkerStatus
+from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
     lines.append(f"Shortcuts: {shortcuts}")
     lines.append("")
     workers = _worker_table(status, sort_key)
-    clients = [f"{printable(c.name)} tasks={c.tasks} objects={c.objects} done={c.completed:,}" for c in status.clients]
+    clients = [client_line(c) for c in status.clients]
     if max(map(len, workers)) + 3 + max(map(len, clients), default=0) <= width:
         lines.append(f"Total {len(status.workers)} worker(s)")
         lines += _beside(workers, "client_manager", clients)
@@ -203,6 +203,18 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
 
 
 MAX_CLIENT_LINES = 5  # clients listed above the workers when they do not fit beside them
+NESTED_PREFIX = "nested-"  # the name of a client made inside a task (scaler.client.client: nested-<pid>-<n>)
+
+
+def client_line(c: ClientStatus) -> str:
+    """A client's unfinished tasks in the words of docs/monitoring.md: queued (waiting or queued at the scheduler) and
+    assigned (at workers), then its objects and completed tasks."""
+    return f"{printable(c.name)} queued={c.queued:,} assigned={c.assigned:,} objects={c.objects} done={c.completed:,}"
+
+
+def is_nested(name: str) -> bool:
+    """Whether a client of this name was made inside a task (a nested client)."""
+    return name.startswith(NESTED_PREFIX)
 
 
 def _beside(table: list[str], title: str, side: list[str]) -> list[str]:

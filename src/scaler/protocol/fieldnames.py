@@ -23,7 +23,13 @@ WORKER_STATUS = {
     "capabilities": "capabilities",
 }
 
-CLIENT_STATUS = {"name": "name", "tasks": "tasks", "objects": "objects", "completed": "completed"}
+CLIENT_STATUS = {
+    "name": "name",
+    "tasks": "tasks",
+    "objects": "objects",
+    "completed": "completed",
+    "assigned": "assigned",
+}
 
 FUNCTION_STATUS = {
     "name": "name",

@@ -33,7 +33,17 @@ MESSAGE_UNION: dict[str, tuple[int, str]] = {
 }
 
 STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
-    "ClientStatus": (2, 1, (("name", "text", 0), ("tasks", "u32", 0), ("objects", "u32", 1), ("completed", "u64", 1))),
+    "ClientStatus": (
+        3,
+        1,
+        (
+            ("name", "text", 0),
+            ("tasks", "u32", 0),
+            ("objects", "u32", 1),
+            ("completed", "u64", 1),
+            ("assigned", "u32", 4),
+        ),
+    ),
     "Counter": (1, 1, (("name", "text", 0), ("value", "u64", 0))),
     "DepartedWorker": (2, 2, (("name", "text", 0), ("reason", "text", 1), ("lost", "bool", 0), ("timeUs", "u64", 1))),
     "Disconnect": (0, 1, (("reason", "text", 0),)),

@@ -339,9 +339,15 @@ class WorkerStatus:
 @slotted
 class ClientStatus:
     name: str
-    tasks: int = 0
+    tasks: int = 0  # unfinished tasks
     objects: int = 0
     completed: int = 0
+    assigned: int = 0  # of tasks, those at workers (prefetched or running); tasks - assigned are queued
+
+    @property
+    def queued(self) -> int:
+        """Its unfinished tasks not at a worker: waiting on their arguments or queued at the scheduler."""
+        return max(0, self.tasks - self.assigned)
 
 
 @slotted

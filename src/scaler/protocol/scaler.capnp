@@ -333,4 +333,6 @@ struct ClientStatus {
   tasks @1 :UInt32;             # unfinished tasks
   objects @2 :UInt32;
   completed @3 :UInt64;
+  assigned @4 :UInt32;          # of its unfinished tasks, those at workers (prefetched or running); the others are
+                                # queued (waiting on their arguments or queued at the scheduler). 0 from old schedulers
 }

@@ -1719,7 +1719,11 @@ class SchedulerCore:
             )
             for w in self.workers.values()
         ]
-        clients = [ClientStatus(c.name, c.task_count, len(c.objects), c.completed) for c in self.clients.values()]
+        at_workers = Counter(task.client.identity for w in self.workers.values() for task in w.assigned.values())
+        clients = [
+            ClientStatus(c.name, c.task_count, len(c.objects), c.completed, at_workers[c.identity])
+            for c in self.clients.values()
+        ]
         running = self._running_by_function()
         events, failures, outputs, departed = self.end_period()
         return Status(

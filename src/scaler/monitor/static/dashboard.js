@@ -662,9 +662,11 @@ const clients = {
     const list = summary.status ? summary.status.clients : [];
     $("clients-title").textContent = "Clients (" + list.length + ")";
     $("clients").tBodies[0].replaceChildren(...list.map(c => el("tr", {"data-client": c.name},
-      el("td", {class: "name", text: c.name, title: c.name}),
-      el("td", {class: "bar-col"}, progressBar([["done", c.completed]], c.completed + c.tasks)),
-      el("td", {text: num(c.tasks)}), el("td", {text: num(c.completed)}), el("td", {text: num(c.objects)}))));
+      el("td", {class: "name", title: c.nested ? c.name + ": made inside a task, on a worker" : c.name},
+        c.name, ...(c.nested ? [el("span", {class: "tag", text: "nested"})] : [])),
+      el("td", {class: "bar-col"}, progressBar([["done", c.completed], ["assigned", c.assigned]], c.completed + c.tasks)),
+      el("td", {class: "queued", text: num(c.queued)}), el("td", {class: "assigned", text: num(c.assigned)}),
+      el("td", {text: num(c.completed)}), el("td", {text: num(c.objects)}))));
   },
 };
 
