@@ -65,6 +65,19 @@ def closure() -> dict[str, str]:
     return modules
 
 
+def test_pyproject_lists_exactly_the_closure_for_ruff_at_python_3_9(closure: dict[str, str]) -> None:
+    """The one list of the scheduler's modules is pyproject.toml's [tool.ruff.per-file-target-version] (ruff then
+    refuses 3.10 syntax in them): a module the scheduler comes to import must be added, one it no longer imports
+    removed."""
+    text = (SRC.parent / "pyproject.toml").read_text()  # (tomllib is 3.11+; the section is lines "path" = "version")
+    section = text.split("[tool.ruff.per-file-target-version]\n", 1)[1].split("\n[", 1)[0]
+    listed = dict(re.findall(r'^"([^"]+)" = "([^"]+)"$', section, re.MULTILINE))
+    assert listed and set(listed.values()) == {"py39"}
+    closure_files = {str(Path(path).resolve().relative_to(SRC.parent)) for path in closure.values()}
+    assert closure_files - set(listed) == set(), "add these to pyproject.toml's per-file-target-version"
+    assert set(listed) - closure_files == set(), "the scheduler no longer imports these: remove them there"
+
+
 def test_the_closure_is_the_schedulers_without_pycapnp(closure: dict[str, str]) -> None:
     for name in (*ROOTS, "scaler.core.scheduler.core", "scaler.protocol.records", "scaler.protocol.purecodec"):
         assert name in closure

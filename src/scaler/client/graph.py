@@ -28,7 +28,7 @@ class ValueArg:
     value: Any
 
 
-Arg = Union[KeyArg, ValueArg]  # noqa: UP007 (this runs, on Python 3.9 too: the scheduler imports it on PyPy)
+Arg = Union[KeyArg, ValueArg]  # not `|`: this runs on Python 3.9 too (the scheduler imports it on PyPy)
 
 
 @slotted

@@ -465,7 +465,7 @@ class Status:
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)
-Message = Union[  # noqa: UP007
+Message = Union[
     Hello,
     Welcome,
     Refused,

@@ -80,7 +80,7 @@ class Tick:
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)
-Event = Union[Received, Malformed, Undeliverable, Forbidden, Revoked, Tick]  # noqa: UP007
+Event = Union[Received, Malformed, Undeliverable, Forbidden, Revoked, Tick]
 
 
 @slotted(frozen=True)
@@ -110,4 +110,4 @@ class Stop:
     reason: str
 
 
-Command = Union[Send, Log, Stop]  # noqa: UP007
+Command = Union[Send, Log, Stop]
