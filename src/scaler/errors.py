@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import graphlib
+from collections.abc import Hashable, Sequence
 
-from scaler.client.graph import GraphCycleError
-from scaler.payloads import RemoteError
 from scaler.protocol.capabilities import MISSING_PREFIX
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.records import Payload, TaskStatus
@@ -13,6 +12,21 @@ from scaler.protocol.records import Payload, TaskStatus
 
 class ScalerError(Exception):
     """Base of the errors raised by Scaler itself (not by your tasks)."""
+
+
+class RemoteError(Exception):
+    """A task raised an exception that could not be brought back as itself; its text and traceback are here."""
+
+
+class GraphCycleError(graphlib.CycleError):
+    """The graph has a cycle: a graphlib.CycleError (a ValueError), as scaler 1.9 raised. As with graphlib, args[1]
+    lists the keys of the cycle, each needed by the next, the first one again at the end."""
+
+    def __init__(self, message: str, cycle: list[Hashable]) -> None:
+        super().__init__(message, cycle)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class ConnectionFailedError(ScalerError, ConnectionError, TimeoutError):

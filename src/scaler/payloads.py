@@ -13,6 +13,7 @@ import cloudpickle
 from tblib import pickling_support
 
 from scaler.client import shipped
+from scaler.errors import RemoteError as RemoteError
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer
 
 # The functions Python clients' tasks run for graphs, grouped blocks and dask nodes travel by value, so that a worker
@@ -21,10 +22,6 @@ cloudpickle.register_pickle_by_value(shipped)
 
 _TEXT_LENGTH = struct.Struct("<I")
 PICKLED_FRAMES_AT_MOST = 100  # of a traceback too deep to pickle whole (the text keeps every frame)
-
-
-class RemoteError(Exception):
-    """A task raised an exception that could not be brought back as itself; its text and traceback are here."""
 
 
 def pack_function(serializer: Serializer | type[Serializer], function: Any) -> bytes:

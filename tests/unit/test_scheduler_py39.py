@@ -40,7 +40,8 @@ CLOSURE_CODE = textwrap.dedent(
     for name in {ROOTS!r}:
         __import__(name)
     modules = {{n: m.__file__ for n, m in sys.modules.items() if n == "scaler" or n.startswith("scaler.")}}
-    print(json.dumps({{"modules": modules, "capnp": "capnp" in sys.modules}}))
+    foreign = [n for n in ("capnp", "cloudpickle", "tblib") if n in sys.modules]
+    print(json.dumps({{"modules": modules, "capnp": "capnp" in sys.modules, "foreign": foreign}}))
     """
 )
 
@@ -82,7 +83,14 @@ def test_the_closure_is_the_schedulers_without_pycapnp(closure: dict[str, str]) 
     for name in (*ROOTS, "scaler.core.scheduler.core", "scaler.protocol.records", "scaler.protocol.purecodec"):
         assert name in closure
     assert "scaler.protocol.codec" not in closure, "something in the scheduler imports the pycapnp codec directly"
+    # no upward imports: the errors and the protocol stand on their own, without the client's code or its pickling
+    assert not [name for name in closure if name.startswith("scaler.client")]
+    assert "scaler.payloads" not in closure and "scaler.serializer" not in closure
     assert len(closure) >= 40
+
+
+def test_the_scheduler_loads_no_pickling_library() -> None:
+    assert run_closure(sys.executable)["foreign"] == []  # cloudpickle, tblib (and pycapnp: SCALER_CODEC=pure)
 
 
 # ------------------------------------------------------------------------------------------------ the source check

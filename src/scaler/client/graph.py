@@ -7,15 +7,15 @@ is a task of its own; a list is a list of such arguments. Anything else is a pla
 
 from __future__ import annotations
 
-import graphlib
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 # The helpers tasks run on workers: they travel by value (no reference to scaler in the payload).
 from scaler.client.shipped import build_list as build_list
 from scaler.client.shipped import identity as identity
 from scaler.core.slotted import slotted
+from scaler.errors import GraphCycleError as GraphCycleError
 
 
 @slotted
@@ -28,7 +28,7 @@ class ValueArg:
     value: Any
 
 
-Arg = Union[KeyArg, ValueArg]  # not `|`: this runs on Python 3.9 too (the scheduler imports it on PyPy)
+Arg = KeyArg | ValueArg
 
 
 @slotted
@@ -153,17 +153,6 @@ class _Planner:
             else:
                 args.append(ValueArg(value))
         return args
-
-
-class GraphCycleError(graphlib.CycleError):
-    """The graph has a cycle: a graphlib.CycleError (a ValueError), as scaler 1.9 raised. As with graphlib, args[1]
-    lists the keys of the cycle, each needed by the next, the first one again at the end."""
-
-    def __init__(self, message: str, cycle: list[Hashable]) -> None:
-        super().__init__(message, cycle)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def _cycle(stack: list[tuple[TaskNode, int]], dep: Hashable) -> GraphCycleError:
