@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from scaler.core.exhaustive import unreachable
+from scaler.core.common import unreachable
 from scaler.core.scheduler import Log
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker import messages as pm

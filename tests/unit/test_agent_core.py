@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from scaler.core.common import Log
 from scaler.core.scheduler import Command
-from scaler.core.scheduler.events import Log
 from scaler.core.worker import messages as pm
 from scaler.core.worker.agent import (
     QUEUED,
@@ -496,7 +496,7 @@ def test_a_blocked_processor_gives_up_its_cancelled_and_its_asked_back_tasks_at_
 
 
 def test_a_processor_message_out_of_turn_is_an_invariant_error() -> None:
-    from scaler.core.scheduler.tasks import InvariantError
+    from scaler.core.common import InvariantError
 
     a = connected()
     with pytest.raises(InvariantError, match="cannot become unblocked while ready"):

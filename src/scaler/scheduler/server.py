@@ -20,7 +20,7 @@ import psutil
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from scaler.core.exhaustive import unreachable
+from scaler.core.common import unreachable
 from scaler.core.limiter import LogLimiter
 from scaler.core.scheduler import (
     Command,

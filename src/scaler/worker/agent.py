@@ -20,8 +20,7 @@ from typing import Any
 import psutil
 import zmq
 
-from scaler.core.exhaustive import unreachable
-from scaler.core.scheduler.events import Log
+from scaler.core.common import Log, unreachable
 from scaler.core.worker.agent import (
     AgentCommand,
     AgentConfig,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 
-from scaler.core.exhaustive import unreachable
+from scaler.core.common import unreachable
 from scaler.core.fair import FairQueue
 from scaler.core.limiter import LogLimiter, peer_label
 from scaler.core.scheduler.config import SchedulerConfig

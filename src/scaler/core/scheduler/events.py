@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Union
 
+from scaler.core.common import Log as Log
 from scaler.core.slotted import slotted
 from scaler.protocol.records import Message, PeerKind
 
@@ -87,20 +87,6 @@ Event = Union[Received, Malformed, Undeliverable, Forbidden, Revoked, Tick]
 class Send:
     peer: bytes
     message: Message
-
-
-@slotted(frozen=True)
-class Log:
-    level: int
-    text: str
-
-    @staticmethod
-    def info(text: str) -> Log:
-        return Log(logging.INFO, text)
-
-    @staticmethod
-    def warning(text: str) -> Log:
-        return Log(logging.WARNING, text)
 
 
 @slotted(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scaler.core.common import InvariantError as InvariantError
 from scaler.protocol.records import DEFAULT_OPTIONS, Payload, TaskOptions
 
 if TYPE_CHECKING:
@@ -53,10 +54,6 @@ TRANSITIONS: dict[tuple[int, int], int] = {
 TRANSITION_TABLE: list[list[int | None]] = [
     [TRANSITIONS.get((state, event)) for event in range(len(EVENT_NAMES))] for state in range(len(STATE_NAMES))
 ]
-
-
-class InvariantError(AssertionError):
-    """The core reached a state its own rules forbid: a bug in Scaler, never the peer's fault."""
 
 
 class Task:

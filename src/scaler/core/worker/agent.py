@@ -11,10 +11,8 @@ import logging
 from dataclasses import dataclass
 
 from scaler.core.capabilities import worker_capabilities
-from scaler.core.exhaustive import unreachable
+from scaler.core.common import InvariantError, Log, unreachable
 from scaler.core.fair import FairQueue, owner_of_task
-from scaler.core.scheduler.events import Log
-from scaler.core.scheduler.tasks import InvariantError
 from scaler.core.worker import messages as pm
 from scaler.core.worker.states import (
     AgentTask,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from scaler.core.scheduler.tasks import InvariantError
+from scaler.core.common import InvariantError
 from scaler.protocol.records import Payload
 
 
