@@ -6,6 +6,9 @@ import io
 import os
 import pickle
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -158,3 +161,27 @@ def modules_named(payload: bytes) -> set[str]:
 
     Recording(io.BytesIO(payload)).load()
     return named
+
+
+def scheduler_command(address: str) -> list[str]:
+    """A scheduler on `address`, its monitor on a short ipc path (unix socket paths are limited to ~100 bytes)."""
+    monitor = f"ipc://{tempfile.gettempdir()}/scaler-kit-{os.getpid()}-{address.rsplit(':', 1)[1]}"
+    command = [sys.executable, "-m", "scaler.entry_points.scheduler", address, "--logging-level", "ERROR"]
+    return [*command, "--monitor-address", monitor]
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process this test started (and remove the ipc socket files its arguments name, if any)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    for arg in process.args if isinstance(process.args, list) else []:
+        if isinstance(arg, str) and arg.startswith("ipc://"):
+            try:
+                os.unlink(arg[len("ipc://") :])
+            except OSError:
+                pass

@@ -8,10 +8,7 @@ reach the new worker in seconds, not at the worker timeout (set to a minute here
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ import zmq
 
 from scaler.conformance.scheduler_checks import WORKER_NOISE, RawClient, SchedulerKit
 from scaler.conformance.wire import CANCELED, SUCCESS
-from tests.helpers import free_port
+from tests.helpers import free_port, scheduler_command, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 40
@@ -29,25 +26,13 @@ BURST = 3000
 
 @pytest.fixture()
 def address() -> Iterator[str]:
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    monitor = f"ipc://{tempfile.gettempdir()}/scaler-reuse-{os.getpid()}-{port}"
-    command = [sys.executable, "-m", "scaler.entry_points.scheduler", address, "--monitor-address", monitor]
-    command += ["--worker-timeout-seconds", "60", "--client-timeout-seconds", "60", "--logging-level", "ERROR"]
+    address = f"tcp://127.0.0.1:{free_port()}"
+    command = [*scheduler_command(address), "--worker-timeout-seconds", "60", "--client-timeout-seconds", "60"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield address
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        try:
-            os.unlink(monitor[len("ipc://") :])
-        except OSError:
-            pass
+        stop_process(process)
 
 
 def busy(client: RawClient) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import free_port, scheduler_command
+from tests.helpers import stop_process as stop
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = [sys.executable, "-m", "scaler.conformance"]
@@ -42,40 +42,16 @@ def outcomes(lines: list[str]) -> dict[str, str]:
     return table
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop a process this test started (and remove its monitor socket file, if it named one)."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    for arg in process.args if isinstance(process.args, list) else []:
-        if isinstance(arg, str) and arg.startswith("ipc://"):
-            try:
-                os.unlink(arg[len("ipc://") :])
-            except OSError:
-                pass
-
-
 @pytest.fixture()
 def scheduler_address(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    command = [*scheduler_command(address, tmp_path), "--max-payload-bytes", "4000000"]  # 3 MiB + 5 may span frames
+    command = [*scheduler_command(address), "--max-payload-bytes", "4000000"]  # 3 MiB + 5 may span frames
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         yield address
     finally:
         stop(process)
-
-
-def scheduler_command(address: str, tmp_path: Path) -> list[str]:
-    """A scheduler on `address`, its monitor on a short ipc path (unix socket paths are limited to ~100 bytes)."""
-    monitor = f"ipc://{tempfile.gettempdir()}/scaler-kit-{os.getpid()}-{address.rsplit(':', 1)[1]}"
-    command = [sys.executable, "-m", "scaler.entry_points.scheduler", address, "--logging-level", "ERROR"]
-    return [*command, "--monitor-address", monitor]
 
 
 # ================================================================================================ the package
@@ -133,7 +109,7 @@ def test_only_runs_the_named_checks(scheduler_address: str) -> None:
 
 def test_shutdown_is_skipped_against_an_unprotected_scheduler(tmp_path: Path) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
-    command = [*scheduler_command(address, tmp_path), "--no-protected"]
+    command = [*scheduler_command(address), "--no-protected"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         code, lines, _ = run_kit("scheduler", address, "--only", "shutdown_protected,too_large")
@@ -569,7 +545,7 @@ def keys(tmp_path: Path) -> str:
 
 def test_scheduler_mode_with_keys(tmp_path: Path, keys: str) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
-    command = [*scheduler_command(address, tmp_path), "--keys", keys]
+    command = [*scheduler_command(address), "--keys", keys]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         only = "hello_welcome,refused_key_role,frame_limit,round_trip,spanning_payloads,capability_placement"
