@@ -349,7 +349,7 @@ class Simulation:
 
     def _tick(self) -> None:
         self._to_scheduler.append(Tick(self.now / 1000))
-        self.held_names.update(name for name, record in self.core._lost_names.items() if record.held_until)
+        self.held_names.update(name for name, record in self.core.names.lost.items() if record.held_until)
         if self.finished_at is None:
             self.after(TICK_MS, self._tick)
 

@@ -515,7 +515,7 @@ def test_ticks_end_exactly_the_sessions_silent_past_their_timeout_though_few_tic
             if now - at > timeout:
                 del heard[peer]
         assert sorted(heard) == sorted([*d.core.workers, *d.core.clients]), now
-    assert min(d.core._oldest_seen) < now - 0.05  # the last walk was before the last tick: walks were skipped
+    assert min(d.core.oldest_seen) < now - 0.05  # the last walk was before the last tick: walks were skipped
 
 
 def test_worker_lost_too_often_fails_the_task_with_a_clear_error() -> None:
@@ -567,12 +567,12 @@ def test_a_worker_lost_repeatedly_is_held_back_longer_each_time_and_shows_it() -
     [(peer, message)] = of_type(d.tick(6.0), DispatchTasks)  # the hold is over
     assert peer == W1 and message.task_ids == [t(1), t(2)]  # type: ignore[union-attr]
     d.gone(W1)  # the third loss: 10 s; the fourth: 20 s, capped at 12
-    assert d.core.workers == {} and d.core._names["w1"].held_until == 16.0
+    assert d.core.workers == {} and d.core.names.records["w1"].held_until == 16.0
     d.worker(W1)
     d.gone(W1)
-    assert d.core._names["w1"].held_until == 18.0
+    assert d.core.names.records["w1"].held_until == 18.0
     d.tick(700.0)  # everything forgotten once out of the window
-    assert d.core._names == {} and d.core._lost_names == {}
+    assert d.core.names.records == {} and d.core.names.lost == {}
 
 
 def test_a_failed_task_with_retries_runs_again_and_ends_with_its_own_last_error() -> None:

@@ -235,9 +235,9 @@ def test_a_gone_clients_prefix_waits_for_its_objects() -> None:
     d.worker(W1)
     d.recv(C, submit((tid(prefix, 2), tid(prefix, 1), [b"x"])))
     d.gone(C)
-    assert prefix not in d.core._free_prefixes
+    assert prefix not in d.core.free_prefixes
     d.recv(W1, results((tid(prefix, 2), TaskStatus.CANCELED, b"")))
-    assert prefix in d.core._free_prefixes and not d.core.objects
+    assert prefix in d.core.free_prefixes and not d.core.objects
 
 
 # ------------------------------------------------------------------------------------------------ payload limits

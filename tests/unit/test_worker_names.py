@@ -97,7 +97,7 @@ def test_a_refused_hello_leaves_the_intruders_own_session_as_it_was() -> None:
 def test_the_binding_is_forgotten_with_the_name_after_a_goodbye() -> None:
     d = with_real_worker()
     d.recv(REAL, Disconnect("bye"), KEY_A)  # a goodbye: no loss, nothing left to remember of the name
-    assert d.core._names == {}
+    assert d.core.names.records == {}
     assert welcomed(d.recv(INTRUDER, hello(), KEY_B))  # the name is free: the first key to join takes it
     assert sends(d.recv(REAL, hello(), KEY_A)) == [(REAL, Refused(TAKEN))]
 
@@ -107,9 +107,9 @@ def test_the_binding_is_forgotten_once_the_losses_leave_the_window() -> None:
     d.gone(REAL)
     assert sends(d.recv(INTRUDER, hello(), KEY_B)) == [(INTRUDER, Refused(TAKEN))]
     d.tick(599.0)
-    assert NAME in d.core._names
+    assert NAME in d.core.names.records
     d.tick(601.0)  # the loss is out of the 10 min window: the name is forgotten, binding and all
-    assert d.core._names == {} and d.core._lost_names == {}
+    assert d.core.names.records == {} and d.core.names.lost == {}
     assert welcomed(d.recv(INTRUDER, hello(), KEY_B))
 
 
@@ -118,18 +118,18 @@ def test_a_revoked_key_lets_go_of_its_names() -> None:
     d.gone(REAL)
     d.gone(REAL)
     d._after(d.core.handle(Revoked(d.now, frozenset({KEY_A.public}))))
-    assert d.core._names == {}  # the key can never come back: its names are free
+    assert d.core.names.records == {}  # the key can never come back: its names are free
     assert welcomed(d.recv(INTRUDER, hello(), KEY_B))
 
 
 def test_several_sessions_of_one_key_share_its_name_and_its_hold() -> None:
     d = with_real_worker(losses_before_hold_back=1)
     assert welcomed(d.recv(OTHER, hello(), KEY_A))
-    assert d.core._names[NAME].sessions == 2
+    assert d.core.names.records[NAME].sessions == 2
     d.gone(OTHER)  # one loss holds the name back: the other session of that name too
     assert d.core.workers[REAL].held_until == 5.0
     d.recv(REAL, Disconnect("bye"), KEY_A)
-    assert d.core._names[NAME].sessions == 0 and NAME in d.core._lost_names  # kept for its loss
+    assert d.core.names.records[NAME].sessions == 0 and NAME in d.core.names.lost  # kept for its loss
 
 
 def test_a_nameless_worker_does_not_inherit_a_generated_name_another_key_took() -> None:
@@ -140,10 +140,10 @@ def test_a_nameless_worker_does_not_inherit_a_generated_name_another_key_took() 
     assert welcomed(d.recv(REAL, hello(""), KEY_A))
     assert d.core.workers[REAL].name == "unnamed-worker-2"
     d.gone(INTRUDER)  # the intruder's name is lost once: held back
-    assert d.core._names["unnamed-worker-2"].key == KEY_B.public
+    assert d.core.names.records["unnamed-worker-2"].key == KEY_B.public
     assert d.core.workers[REAL].held_until == 0.0
     d.gone(REAL)  # and the nameless worker's losses are not the intruder's name's
-    assert d.core._names["unnamed-worker-2"].losses == [0.0]
+    assert d.core.names.records["unnamed-worker-2"].losses == [0.0]
 
 
 def test_without_keys_a_name_is_shared_as_before() -> None:
@@ -167,6 +167,6 @@ def test_names_are_remembered_no_longer_than_their_sessions_losses_and_holds() -
             d.gone(peer)
         else:
             d.recv(peer, Disconnect("bye"), KEY_B)
-    assert len(d.core._names) == len(d.core._lost_names) == 250  # only the lost ones are remembered
+    assert len(d.core.names.records) == len(d.core.names.lost) == 250  # only the lost ones are remembered
     d.tick(601.0)
-    assert d.core._names == {} and d.core._lost_names == {}
+    assert d.core.names.records == {} and d.core.names.lost == {}

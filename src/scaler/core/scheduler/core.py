@@ -13,6 +13,7 @@ from collections import Counter, deque
 from scaler.core.common import unreachable
 from scaler.core.fair import FairQueue
 from scaler.core.limiter import LogLimiter, peer_label
+from scaler.core.scheduler import views
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.events import (
     Command,
@@ -28,6 +29,7 @@ from scaler.core.scheduler.events import (
     Tick,
     Undeliverable,
 )
+from scaler.core.scheduler.hello import PEER_KIND_NAMES, refusal
 from scaler.core.scheduler.monitoring import (
     ENDED,
     ENDED_INDEX,
@@ -41,12 +43,13 @@ from scaler.core.scheduler.monitoring import (
     next_sample_every,
     payload_text,
 )
+from scaler.core.scheduler.names import WorkerNames
 from scaler.core.scheduler.needs import Need, Offers, ready_queue
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import plan_balance, water_fill
-from scaler.core.scheduler.sessions import ClientSession, WorkerName, WorkerSession
-from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, InvariantError, Task, TaskEvent, TaskState
-from scaler.protocol.capabilities import MAX_OFFERED, MAX_REQUIRED, capabilities_problem, missing_text
+from scaler.core.scheduler.sessions import ClientSession, WorkerSession
+from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, TaskEvent, TaskState
+from scaler.protocol.capabilities import MAX_REQUIRED, capabilities_problem, missing_text
 from scaler.protocol.records import (
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
@@ -55,12 +58,10 @@ from scaler.protocol.records import (
     MAX_ID_PREFIX,
     MESSAGE_NAMES,
     OUTPUT_ERROR,
-    PROTOCOL_VERSION,
     RETRIABLE_STATUSES,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
-    ClientStatus,
     DepartedWorker,
     Disconnect,
     DispatchTasks,
@@ -89,23 +90,15 @@ from scaler.protocol.records import (
     TasksStarted,
     TaskStatus,
     Welcome,
-    WorkerStatus,
 )
 
 _EMPTY = b""
 # Id prefixes of ended sessions are reused only once this many are waiting: ids stay unique for a long while in
 # normal use, and a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
 REUSE_PREFIXES_FROM = 4096
-_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
 _WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
-_MAX_U32 = 2**32 - 1
-# The refusal of a worker hello whose name is bound to another key (SchedulerCore._worker_problem).
-NAME_TAKEN = (
-    "the worker name {name!r} belongs to another key; choose another name (scaler_cluster --worker-name-prefix, or "
-    "Cluster(worker_names=...))"
-)
 # Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
 # are forgotten at the next tick.
 KEEP_NEEDS = 16
@@ -136,7 +129,7 @@ class SchedulerCore:
         # the split ones; the distinct capability sets of the connected workers (the Offers).
         self.no_need = Need(frozenset(), self.ready)
         self.needs: dict[frozenset[str], Need] = {self.no_need.caps: self.no_need}
-        self._split: dict[Need, None] = {}
+        self.split: dict[Need, None] = {}
         self.offers = Offers()
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
@@ -150,7 +143,7 @@ class SchedulerCore:
         self.now = 0.0
         self._next_prefix = 1
         self.max_prefix = MAX_ID_PREFIX
-        self._free_prefixes: deque[int] = deque()  # of ended sessions of which nothing remains, oldest first
+        self.free_prefixes: deque[int] = deque()  # of ended sessions of which nothing remains, oldest first
         self._limiter = LogLimiter()  # repeated warnings per peer: a few per window, then a summary
         self._out: list[Command] = []
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
@@ -162,13 +155,9 @@ class SchedulerCore:
         # The oldest last_seen of the workers and of the clients at the last walk over them (last_seen only moves
         # forward, and a new session starts at now): a tick walks them again only once one of these is past its
         # timeout, since no session can be before (the same subtraction as the walk's, so exactly).
-        self._oldest_seen = (-math.inf, -math.inf)
+        self.oldest_seen = (-math.inf, -math.inf)
         self._stopped = False
-        # Worker names: the key each is bound to (its first session's), its sessions, when it was lost (within the
-        # window) and until when it is held back (no new tasks). A name is remembered while a session has it or a loss
-        # or hold of it is; _lost_names holds the latter, which every tick prunes (only them).
-        self._names: dict[str, WorkerName] = {}
-        self._lost_names: dict[str, WorkerName] = {}
+        self.names = WorkerNames(self.config)  # the key each worker name is bound to, its losses and holds
         # For monitors: counters by function, always; the status period's records only while `monitored` (the shell
         # sets it while a monitor subscribes). status() takes the period's records.
         self.functions = FunctionTable()
@@ -263,7 +252,7 @@ class SchedulerCore:
         self.tasks[task_id] = record
         self.state_counts[TaskState.WAITING] += 1
         self._count_task(client)
-        (self.functions.by_id.get(task.function_id) or self._function_stats(task.function_id)).submitted += 1
+        (self.functions.by_id.get(task.function_id) or self.function_stats(task.function_id)).submitted += 1
         function.refs += 1
         self._move(record, TaskEvent.READY)
         self._move(record, TaskEvent.ASSIGN)
@@ -318,7 +307,7 @@ class SchedulerCore:
 
     def _split_ready(self) -> bool:
         """Whether the queue of some split need holds anything (queued tasks, or ended ones not yet skipped)."""
-        for need in self._split:
+        for need in self.split:
             if need.queue:
                 return True
         return False
@@ -514,10 +503,7 @@ class SchedulerCore:
                 reason = "its key was removed from the authorized keys"
                 self._send(session.identity, Refused(reason, key_problem=True))
                 self._end_session(session, reason)
-        for name, record in list(self._names.items()):  # their names are free: those keys cannot come back
-            if record.key is not None and record.key in keys and not record.sessions:
-                del self._names[name]
-                self._lost_names.pop(name, None)
+        self.names.forget_keys(keys)
 
     def _end_session(self, session: ClientSession | WorkerSession, reason: str) -> None:
         if isinstance(session, ClientSession):
@@ -527,38 +513,14 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------------------------------- sessions
     def _on_hello(self, peer: bytes, hello: Hello, key: PeerKey | None) -> None:
-        if hello.protocol_version != PROTOCOL_VERSION:
-            reason = (
-                f"protocol version {hello.protocol_version} is not supported; this scheduler speaks {PROTOCOL_VERSION}"
-            )
-            self._refuse_hello(peer, hello, reason)
-            return
-        if hello.kind not in _PEER_KIND_NAMES:
-            reason = "a monitor says hello on the scheduler's monitor address (it logs it at start), not on this one"
-            self._refuse_hello(peer, hello, reason)
-            return
-        kind = _PEER_KIND_NAMES[hello.kind]
-        if key is not None and key.role != hello.kind:
-            self.refused += 1
-            role = _PEER_KIND_NAMES[key.role]
-            reason = (
-                f"the key {key.name!r} is authorized for {role}s only, and a {role} key cannot be used as a {kind}: "
-                f"give this {kind} a {kind} key (scaler_keygen makes them)"
-            )
-            self._refuse_hello(peer, hello, reason, key_problem=True, key=key)
-            return
-        public = key.public if key is not None else None
         current = self.clients.get(peer) or self.workers.get(peer)
-        if current is not None and current.key != public:
-            self.refused += 1
-            reason = "this connection's routing id belongs to a session of another key"
-            self._refuse_hello(peer, hello, reason, key_problem=True, key=key)
+        refused = refusal(hello, key, (current.key,) if current is not None else None, self.names)
+        if refused is not None:
+            self.refused += refused.counted
+            self._refuse_hello(peer, hello, refused.reason, refused.key_problem, key)
             return
-        if hello.kind == PeerKind.WORKER:
-            problem = self._worker_problem(hello, public)
-            if problem is not None:
-                self._refuse_hello(peer, hello, problem, key=key)
-                return
+        kind = PEER_KIND_NAMES[hello.kind]
+        public = key.public if key is not None else None
         if peer in self.clients:
             self._client_gone(self.clients[peer], "it said hello again")
         if peer in self.workers:
@@ -581,7 +543,7 @@ class SchedulerCore:
             worker = self.workers[peer] = WorkerSession(
                 peer, name, hello.queue_capacity, self.now, prefix, public, caps
             )
-            worker.held_until = self._join_name(worker)
+            worker.held_until = self.names.join(worker)
             held = f"; held back for {worker.held_until - self.now:.0f}s" if worker.held_until > self.now else ""
             offers = f"; capabilities: {', '.join(sorted(caps))}" if caps else ""
             self._info("session", peer, f"{who} joined (queue capacity {hello.queue_capacity}{offers}){held}")
@@ -597,43 +559,14 @@ class SchedulerCore:
     ) -> None:
         if self._limiter.allow(self.now, "refused hello", peer):
             self._send(peer, Refused(reason, key_problem=key_problem))
-            kind = _PEER_KIND_NAMES.get(hello.kind, hello.kind.name.lower())
+            kind = PEER_KIND_NAMES.get(hello.kind, hello.kind.name.lower())
             who = f"{kind} {hello.name!r}" + (f" (key {key.name})" if key is not None else "")
             self._out.append(Log.warning(f"refused {who}: {reason}"))
-
-    def _worker_problem(self, hello: Hello, public: bytes | None) -> str | None:
-        """Why a worker's hello is refused; None if it is not. A name is bound to the key it first joined with for as
-        long as the scheduler remembers it (WorkerName): a hello with it from another key is refused, so that it can
-        neither add losses to the name nor hold its worker back (counted in `refused`, as hellos refused for their key
-        are). Without keys every key is None: never refused."""
-        if hello.queue_capacity < 1:
-            return "a worker must accept at least one task (queueCapacity >= 1)"
-        problem = capabilities_problem(hello.capabilities, MAX_OFFERED, "the worker's capabilities")
-        if problem is not None:
-            return problem
-        record = self._names.get(hello.name) if hello.name else None
-        if record is not None and record.key != public:
-            self.refused += 1
-            return NAME_TAKEN.format(name=hello.name)
-        return None
-
-    def _join_name(self, worker: WorkerSession) -> float:
-        """Count a new worker session in its name's record (made now, bound to its key, if the name is not
-        remembered); returns until when the name is held back. A generated name (its hello had none) that another
-        key holds gets no record: the session shares nothing with that key's name (no losses, no hold)."""
-        record = self._names.get(worker.name)
-        if record is None:
-            record = self._names[worker.name] = WorkerName(worker.key)
-        elif record.key != worker.key:
-            return 0.0
-        record.sessions += 1
-        worker.record = record
-        return record.held_until
 
     def _take_prefix(self) -> int | None:
         """An id prefix for a new session: a fresh one, or the oldest one of an ended session of which nothing
         remains once enough are waiting (or the fresh ones are used up); None if there is none at all."""
-        free = self._free_prefixes
+        free = self.free_prefixes
         if free and (len(free) >= REUSE_PREFIXES_FROM or self._next_prefix > self.max_prefix):
             return free.popleft()
         if self._next_prefix > self.max_prefix:
@@ -647,7 +580,7 @@ class SchedulerCore:
         then be confused with one a new session mints (a worker's late result for a task of an ended session finds
         no task, since tasks are looked up in the worker session they were assigned to)."""
         if client.gone and not client.task_count and not client.objects and client.prefix:
-            self._free_prefixes.append(client.prefix)
+            self.free_prefixes.append(client.prefix)
             client.prefix = 0
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
@@ -675,14 +608,14 @@ class SchedulerCore:
 
     def _on_tick(self) -> None:
         now = self.now
-        oldest_worker, oldest_client = self._oldest_seen
+        oldest_worker, oldest_client = self.oldest_seen
         config = self.config
         if now - oldest_worker > config.worker_timeout_seconds or now - oldest_client > config.client_timeout_seconds:
             self._time_out_silent(now)
         if now - self._last_balance >= self.config.balance_interval_seconds:
             self._balance_due = True
-        if self._lost_names:
-            self._prune_losses()
+        if self.names.lost:
+            self.names.prune(now)
         if len(self.needs) > KEEP_NEEDS:
             self._prune_needs()
         for line in self._limiter.summary(now, self._label):
@@ -696,7 +629,7 @@ class SchedulerCore:
             self._worker_lost(worker, f"no heartbeat for {silence:.1f}s", count_attempt=True)
         for client in [c for c in self.clients.values() if now - c.last_seen > client_timeout]:
             self._client_gone(client, f"no heartbeat for {now - client.last_seen:.1f}s")
-        self._oldest_seen = (
+        self.oldest_seen = (
             min((w.last_seen for w in self.workers.values()), default=now),  # now: a session that starts later
             min((c.last_seen for c in self.clients.values()), default=now),
         )
@@ -723,7 +656,7 @@ class SchedulerCore:
         del self.workers[worker.identity]
         self.waiting_total -= worker.heartbeat.waiting_tasks
         if worker.prefix:  # a worker mints no ids: its prefix is free at once
-            self._free_prefixes.append(worker.prefix)
+            self.free_prefixes.append(worker.prefix)
             worker.prefix = 0
         tasks = list(worker.assigned.values())
         worker.assigned.clear()
@@ -762,62 +695,28 @@ class SchedulerCore:
         self._leave_name(worker, count_attempt)
 
     def _leave_name(self, worker: WorkerSession, count_attempt: bool) -> None:
-        """A worker session ended: it no longer counts in its name's record; a loss (not a goodbye) is counted there.
-        The name is forgotten once nothing keeps it."""
+        """A worker session ended: its name's record no longer counts it; a loss (not a goodbye) may hold it back."""
         record = worker.record
-        if record is None:
+        hold = self.names.leave(worker, self.now if count_attempt else None)
+        if not hold or record is None:
             return
-        worker.record = None
-        record.sessions -= 1
-        if count_attempt:
-            self._count_loss(worker.name, record)
-        self._forget_if_unused(worker.name, record)
-
-    def _count_loss(self, name: str, record: WorkerName) -> None:
-        """A worker of this name was lost (not a goodbye): once it happens often, hold the name back, longer each
-        time, so that a crash-looping worker does not keep taking tasks it will lose."""
-        config = self.config
-        recent = [t for t in record.losses if self.now - t <= config.loss_window_seconds]
-        recent.append(self.now)
-        record.losses = recent
-        self._lost_names[name] = record
-        if len(recent) < config.losses_before_hold_back:
-            return
-        extra = len(recent) - config.losses_before_hold_back
-        hold = min(config.hold_back_seconds * 2 ** min(extra, 30), config.max_hold_back_seconds)
-        record.held_until = self.now + hold
-        minutes = config.loss_window_seconds / 60
+        minutes = self.config.loss_window_seconds / 60
         self._out.append(
             Log.warning(
-                f"worker {name} was lost {len(recent)} times in {minutes:g} min: no new tasks for it for {hold:g}s "
-                "if it comes back (its tasks that had not started were not charged an attempt)"
+                f"worker {worker.name} was lost {len(record.losses)} times in {minutes:g} min: no new tasks for it for "
+                f"{hold:g}s if it comes back (its tasks that had not started were not charged an attempt)"
             )
         )
-        for worker in self.workers.values():  # another session of the same name, already back
-            if worker.record is record:
-                worker.held_until = record.held_until
-
-    def _forget_if_unused(self, name: str, record: WorkerName) -> None:
-        """Forget a name, and so the key it is bound to, once no session has it and no loss or hold is remembered."""
-        if not record.sessions and name not in self._lost_names and self._names.get(name) is record:
-            del self._names[name]
+        for other in self.workers.values():  # another session of the same name, already back
+            if other.record is record:
+                other.held_until = record.held_until
 
     def _prune_needs(self) -> None:
         """Forget the needs no task has any more (but the empty one, the default)."""
         for caps in [caps for caps, need in self.needs.items() if not need.tasks and need is not self.no_need]:
             need = self.needs.pop(caps)
             need.queue.clear()
-            self._split.pop(need, None)
-
-    def _prune_losses(self) -> None:
-        """Forget the losses out of the window and the holds that are over; then the names nothing else keeps."""
-        window, now = self.config.loss_window_seconds, self.now
-        for name, record in list(self._lost_names.items()):
-            if now - record.losses[-1] > window and record.held_until <= now:
-                record.losses = []
-                record.held_until = 0.0
-                del self._lost_names[name]
-                self._forget_if_unused(name, record)
+            self.split.pop(need, None)
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
@@ -937,7 +836,7 @@ class SchedulerCore:
             self.offers.check(need)
             if not need.everywhere:
                 need.ready = need.queue
-                self._split[need] = None
+                self.split[need] = None
         return need
 
     def _offers_changed(self) -> None:
@@ -948,12 +847,12 @@ class SchedulerCore:
         joining: list[Need] = []
         for need in self.needs.values():
             self.offers.check(need)
-            if need.everywhere == (need in self._split):
+            if need.everywhere == (need in self.split):
                 (joining if need.everywhere else leaving).append(need)
         if leaving:
             for need in leaving:
                 need.ready = need.queue
-                self._split[need] = None
+                self.split[need] = None
             shared, self.ready = self.ready, ready_queue()
             for need in self.needs.values():
                 if need.ready is shared:
@@ -963,7 +862,7 @@ class SchedulerCore:
                 if task.state == _QUEUED:
                     task.need.ready.append(task)
         for need in joining:
-            del self._split[need]
+            del self.split[need]
             need.ready = self.ready
             need.since = None
             queue = need.queue
@@ -978,7 +877,7 @@ class SchedulerCore:
         counts.subtract(refused)
         for function_id, count in counts.items():
             if count:
-                self._function_stats(function_id).submitted += count
+                self.function_stats(function_id).submitted += count
 
     def _link(self, task: Task) -> None:
         """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
@@ -1140,7 +1039,7 @@ class SchedulerCore:
         """Put tasks back at the front of their ready queues, in their order."""
         if not tasks:
             return
-        if not self._split:  # the common case: one queue
+        if not self.split:  # the common case: one queue
             self.ready.extendleft(tasks)
             return
         by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
@@ -1203,7 +1102,7 @@ class SchedulerCore:
             client.completed += 1
             if client.gone:
                 self._reclaim(client)
-            stats = by_id.get(task.function_id) or self._function_stats(task.function_id)
+            stats = by_id.get(task.function_id) or self.function_stats(task.function_id)
             stats.ended[index] += 1
             if duration_us and status <= TaskStatus.ERROR:
                 stats.ran(duration_us)
@@ -1270,7 +1169,7 @@ class SchedulerCore:
             if task.flags & FLAG_STREAM_OUTPUT:
                 self._forward_output(task, stream, text)
             if monitored:
-                name = self._function_stats(task.function_id).name
+                name = self.function_stats(task.function_id).name
                 log.output(task_id, name, worker.name, stream, text, int(self.now * 1e6))
 
     def _forward_output(self, task: Task, stream: int, text: str) -> None:
@@ -1290,7 +1189,7 @@ class SchedulerCore:
         output.add(task.task_id, stream, text)
         self._dirty_clients[client] = None
 
-    def _function_stats(self, function_id: int) -> FunctionStats:
+    def function_stats(self, function_id: int) -> FunctionStats:
         """The counters of a task's function (FunctionTable). The hot paths try functions.by_id first, inline."""
         functions = self.functions
         return functions.by_id.get(function_id) or functions.of(function_id, self.objects.get(function_id), self.now)
@@ -1300,7 +1199,7 @@ class SchedulerCore:
         for task_id in ids:
             task = assigned.get(task_id)
             if task is not None and log.drawn(task_id):
-                name = self._function_stats(task.function_id).name
+                name = self.function_stats(task.function_id).name
                 log.rows.append((task_id, STARTED, 0, name, worker.name, time_us, 0, 0))
 
     def _monitor_end(
@@ -1391,7 +1290,7 @@ class SchedulerCore:
         if not queued:
             self._clear_ready()
             return
-        split = [need for need in self._split if need.queued] if self._split else None
+        split = [need for need in self.split if need.queued] if self.split else None
         if self.busy_clients > 1 and not self.waiting_total:
             self._place_fairly(queued, split)
             return
@@ -1424,7 +1323,7 @@ class SchedulerCore:
         arguments go."""
         if self.ready:
             self.ready.clear()
-        for split_need in self._split:
+        for split_need in self.split:
             if split_need.queue:
                 split_need.queue.clear()
 
@@ -1490,7 +1389,7 @@ class SchedulerCore:
         those it has not started (balanceResponse); they wait first in their clients' lanes, and go out again
         fairly."""
         self._last_ask_back = self.now
-        queue = self.ready if self.ready else next((n.queue for n in self._split if n.queue), None)
+        queue = self.ready if self.ready else next((n.queue for n in self.split if n.queue), None)
         if queue is None:
             return
         # One client waiting: its own tasks stay (they would only come back to wait in its place). Several: any may
@@ -1685,65 +1584,8 @@ class SchedulerCore:
         return Counter({name: n for name, n in zip(ENDED_NAMES, self.functions.ended()) if n})
 
     def status(self) -> Status:
-        """A snapshot for the monitor socket (the shell adds the process's own cpu and memory). It takes the status
-        period's records (events, failures, output, departed workers) and starts the next period (end_period): once
-        per status period."""
-        now = self.now
-        counts = self.state_counts
-        by_state = {
-            "waiting": counts[TaskState.WAITING],
-            "queued": counts[TaskState.QUEUED],
-            "assigned": counts[TaskState.ASSIGNED],
-            "canceling": counts[TaskState.CANCELING],
-            **dict(zip(ENDED_NAMES, self.functions.ended())),
-        }
-        workers = [
-            WorkerStatus(
-                name=w.name,
-                agent_cpu_percent=w.heartbeat.cpu_percent,
-                agent_rss_bytes=w.heartbeat.rss_bytes,
-                cpu_percent=w.heartbeat.processor_cpu_percent,
-                rss_bytes=w.heartbeat.processor_rss_bytes,
-                free=max(0, w.limit - len(w.assigned)),
-                sent=w.heartbeat_sent,
-                queued=w.heartbeat.queued,
-                lag_us=w.heartbeat.lag_us,
-                processors=w.heartbeat.processors,
-                blocked_processors=w.heartbeat.blocked_processors,
-                running=w.heartbeat.running,
-                completed=w.completed,
-                waiting=w.heartbeat.waiting_tasks,
-                held_back_ms=max(0, int((w.held_until - now) * 1000)),
-                heartbeat_age_ms=min(_MAX_U32, max(0, int((now - w.heartbeat_at) * 1000))),
-                capabilities=sorted(w.capabilities),
-            )
-            for w in self.workers.values()
-        ]
-        at_workers = Counter(task.client.identity for w in self.workers.values() for task in w.assigned.values())
-        clients = [
-            ClientStatus(c.name, c.task_count, len(c.objects), c.completed, at_workers[c.identity])
-            for c in self.clients.values()
-        ]
-        running = self._running_by_function()
-        events, failures, outputs, departed = self.end_period()
-        return Status(
-            scheduler_name=self.config.name,
-            time_us=int(self.now * 1e6),
-            tasks_by_state=by_state,
-            sent=dict(self.sent),
-            received=dict(self.received),
-            workers=workers,
-            clients=clients,
-            protected=self.config.protected,
-            dropped_messages=self.dropped,
-            refused_peers=self.refused,
-            clock_us=int(now * 1e6),
-            functions=self.functions.report(running),
-            events=events,
-            failures=failures,
-            outputs=outputs,
-            departed=departed,
-        )
+        """A snapshot for the monitor socket (scaler.core.scheduler.views.status); takes the status period's records."""
+        return views.status(self)
 
     def end_period(self) -> tuple[TaskEvents, list[TaskFailure], list[OutputRecord], list[DepartedWorker]]:
         """End the status period: note the functions' activity (and forget idle ones over the bound), take the
@@ -1751,14 +1593,6 @@ class SchedulerCore:
         so that building no status leaves the core as building one would."""
         self.functions.end_period(self.now)
         return self._take_period()
-
-    def _running_by_function(self) -> dict[FunctionStats, int]:
-        running: dict[FunctionStats, int] = {}  # tasks assigned to workers now, by function
-        for worker in self.workers.values():
-            for task in worker.assigned.values():
-                stats = self._function_stats(task.function_id)
-                running[stats] = running.get(stats, 0) + 1
-        return running
 
     def _take_period(self) -> tuple[TaskEvents, list[TaskFailure], list[OutputRecord], list[DepartedWorker]]:
         """The status period's records (empty unless monitored); the next period draws one task in k, k from how
@@ -1772,179 +1606,9 @@ class SchedulerCore:
         return log.taken_events(), log.failures, log.outputs, log.departed
 
     def explain(self, task_id: int) -> str:
-        """Why a task is where it is, in words."""
-        task = self.tasks.get(task_id)
-        if task is None:
-            return f"task {task_id:#x} is not in the scheduler (never submitted, or already ended)"
-        if task.state == TaskState.WAITING:
-            waiting = [f"{r:#x}" for r in task.arg_refs if r in self.tasks]
-            return f"task {task_id:#x} waits for the results of {', '.join(waiting)}"
-        if task.state == TaskState.QUEUED:
-            if not self.workers:
-                return f"task {task_id:#x} is queued: no worker is connected"
-            self.offers.check(task.need)
-            if not task.need.offered:
-                return f"task {task_id:#x} is queued: {missing_text(task.need.caps, self.offers.counts)}"
-            if all(w.held_until > self.now for w in self.workers.values()):
-                return f"task {task_id:#x} is queued: every worker is held back (lost repeatedly)"
-            return f"task {task_id:#x} is queued: every worker's queue is full ({len(self.workers)} workers)"
-        assert task.worker is not None
-        verb = "is being cancelled on" if task.state == TaskState.CANCELING else "was sent to"
-        return f"task {task_id:#x} {verb} worker {task.worker.name} (attempt {task.attempts + 1})"
+        """Why a task is where it is, in words (scaler.core.scheduler.views.explain)."""
+        return views.explain(self, task_id)
 
     def validate(self) -> None:
-        """Check every invariant; raise InvariantError on the first broken one. For tests, simulations and
-        SCALER_DEBUG (after every flush): one cheap pass, and the words only for what is broken."""
-        counts = [0] * len(STATE_NAMES)
-        in_ready = {id(t) for t in self.ready if t.state == TaskState.QUEUED and t.need.ready is self.ready}
-        for need in self._split:
-            in_ready.update(id(t) for t in need.queue if t.state == TaskState.QUEUED and t.need is need)
-        self._validate_needs()
-        workers = self.workers
-        assigned, queued, waiting = (TaskState.ASSIGNED, TaskState.CANCELING), TaskState.QUEUED, TaskState.WAITING
-        for task_id, task in self.tasks.items():
-            state = task.state
-            counts[state] += 1
-            worker = task.worker
-            if state in assigned:
-                ok = (
-                    worker is not None
-                    and workers.get(worker.identity) is worker
-                    and worker.assigned.get(task_id) is task
-                )
-            else:
-                ok = worker is None and state != TaskState.ENDED and not task.started
-                ok = ok and (state != queued or id(task) in in_ready) and (state != waiting or task.waiting_on > 0)
-            if not ok or task.task_id != task_id:
-                self._task_invariant(task_id, task, in_ready)
-        _check(counts == self.state_counts, "state counts {} but tasks say {}", self.state_counts, counts)
-        for worker in workers.values():
-            limit = worker.capacity + worker.allowance_peak
-            _check(len(worker.assigned) <= limit, "{!r} is over capacity", worker)
-            for task_id, task in worker.assigned.items():
-                _check(self.tasks.get(task_id) is task, "{!r} holds unknown task {:#x}", worker, task_id)
-            _check(worker.last_seen >= self._oldest_seen[0], "{!r} was seen before the oldest seen", worker)
-        per_client = Counter(id(task.client) for task in self.tasks.values())
-        busy = len(per_client)
-        _check(self.busy_clients == busy, "{} busy clients, {} with tasks", self.busy_clients, busy)
-        waiting = sum(w.heartbeat.waiting_tasks for w in workers.values())
-        _check(
-            self.waiting_total == waiting,
-            "{} tasks wait on nested ones, the workers say {}",
-            self.waiting_total,
-            waiting,
-        )
-        for client in self.clients.values():
-            _check(client.task_count == per_client[id(client)], "{!r} task count is off", client)
-            _check(client.last_seen >= self._oldest_seen[1], "{!r} was seen before the oldest seen", client)
-        for obj in self.objects.values():
-            _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
-        self._validate_prefixes()
-        self._validate_functions()
-        self._validate_names()
-
-    def _validate_needs(self) -> None:
-        """Each need counts its tasks and its queued ones; its tasks wait in its own queue; a task held by a worker
-        can run there; the offers are the connected workers' capability sets, each one object."""
-        needs = self.needs
-        _check(needs.get(self.no_need.caps) is self.no_need, "the empty need is not filed")
-        tasks: Counter[int] = Counter()
-        queued: Counter[int] = Counter()
-        for task in self.tasks.values():
-            need = task.need
-            _check(needs.get(need.caps) is need, "{!r} has a need that is not filed: {!r}", task, need)
-            tasks[id(need)] += 1
-            if task.state == TaskState.QUEUED:
-                queued[id(need)] += 1
-            worker = task.worker
-            if worker is not None:
-                _check(need.caps <= worker.capabilities, "{!r} is on a worker that cannot run it: {!r}", task, need)
-        for need in needs.values():
-            _check(need.tasks == tasks[id(need)], "{!r} counts {} tasks, {} have it", need, need.tasks, tasks[id(need)])
-            _check(need.queued == queued[id(need)], "{!r}: {} queued by its tasks", need, queued[id(need)])
-            self.offers.check(need)
-            split = need in self._split
-            _check(split != need.everywhere, "{!r} is split but offered everywhere, or the reverse", need)
-            _check(need.ready is (need.queue if split else self.ready), "{!r} queues its tasks elsewhere", need)
-            _check(split or not need.queue, "{!r} is not split but its own queue holds tasks", need)
-        offered: Counter[frozenset[str]] = Counter(w.capabilities for w in self.workers.values())
-        _check(
-            offered == Counter(self.offers.counts), "offers {} but the workers offer {}", self.offers.counts, offered
-        )
-        for worker in self.workers.values():
-            _check(self.offers._keys[worker.capabilities] is worker.capabilities, "{!r}: not interned", worker)
-
-    def _validate_names(self) -> None:
-        """A name record counts the sessions that point to it, each of its key and name; it is kept only for them or
-        for a remembered loss or hold (those, and only those, are in _lost_names)."""
-        sessions: Counter[int] = Counter()
-        for worker in self.workers.values():
-            record = worker.record
-            if record is not None:
-                sessions[id(record)] += 1
-                _check(self._names.get(worker.name) is record, "{!r} counted under another name", worker)
-                _check(record.key == worker.key, "{!r} counted in a name of another key", worker)
-        for name, record in self._names.items():
-            _check(record.sessions == sessions[id(record)], "{!r} of {!r}: sessions miscounted", record, name)
-            lost = self._lost_names.get(name)
-            _check(lost is record or (lost is None and not record.losses), "{!r} of {!r}: losses unfiled", record, name)
-            _check(record.sessions > 0 or lost is record, "{!r} of {!r} is kept for nothing", record, name)
-        for name, record in self._lost_names.items():
-            _check(self._names.get(name) is record, "{!r} of {!r} is lost but not remembered", record, name)
-
-    def _validate_functions(self) -> None:
-        """Each function's tasks submitted = ended + in flight; its cache by id follows the objects."""
-        functions, objects = self.functions, self.objects
-        in_flight: Counter[int] = Counter()
-        for task in self.tasks.values():
-            stats = functions.peek(task.function_id, objects.get(task.function_id))
-            if stats is None:
-                raise InvariantError(f"{task!r}'s function {task.function_id:#x} has no counters")
-            in_flight[id(stats)] += 1
-        for name, stats in functions.by_name.items():
-            _check(stats.name == name, "{!r} filed under {!r}", stats, name)
-            _check(
-                stats.in_flight == in_flight[id(stats)],
-                "{!r}: {} in flight by its counters, {} tasks",
-                stats,
-                stats.in_flight,
-                in_flight[id(stats)],
-            )
-        for function_id, stats in functions.by_id.items():
-            _check(function_id in objects, "counters cached for {:#x}, not an object", function_id)
-            _check(functions.by_name.get(stats.name) is stats, "{!r} cached but not filed", stats)
-
-    def _task_invariant(self, task_id: int, task: Task, in_ready: set[int]) -> None:
-        """Which invariant `task` breaks, in words (validate found one)."""
-        worker = task.worker
-        _check(task.task_id == task_id, "{!r} filed under {:#x}", task, task_id)
-        _check(task.state != TaskState.ENDED, "{!r} ended but is still filed", task)
-        if task.state in (TaskState.ASSIGNED, TaskState.CANCELING):
-            _check(worker is not None and self.workers.get(worker.identity) is worker, "{!r} has no worker", task)
-            _check(worker is not None and worker.assigned.get(task_id) is task, "{!r} not on its worker", task)
-        _check(task.state in (TaskState.ASSIGNED, TaskState.CANCELING) or worker is None, "{!r} has a worker", task)
-        _check(task.state in (TaskState.ASSIGNED, TaskState.CANCELING) or not task.started, "{!r} started", task)
-        _check(task.state != TaskState.QUEUED or id(task) in in_ready, "{!r} is not in the ready queue", task)
-        _check(task.state != TaskState.WAITING or task.waiting_on > 0, "{!r} waits for nothing", task)
-        raise InvariantError(f"{task!r} breaks an invariant")
-
-    def _validate_prefixes(self) -> None:
-        """A free prefix belongs to no session and to no task or object still here; sessions' prefixes differ."""
-        free = set(self._free_prefixes)
-        _check(len(free) == len(self._free_prefixes), "a prefix is free twice")
-        live = [c.prefix for c in self.clients.values()] + [w.prefix for w in self.workers.values()]
-        _check(len(set(live)) == len(live), "two sessions share a prefix")
-        _check(all(p and p not in free for p in live), "a session's prefix is free (or 0)")
-        if free:
-            for record_id in (*self.tasks, *self.objects):
-                if record_id >> ID_PREFIX_SHIFT in free:
-                    raise InvariantError(f"{record_id:#x} remains under a free prefix")
-        for task in self.tasks.values():
-            if task.client.prefix != task.task_id >> ID_PREFIX_SHIFT:
-                raise InvariantError(f"{task!r}'s client lost its prefix early")
-
-
-def _check(condition: bool, text: str, *values: object) -> None:
-    """Raise InvariantError(text.format(*values)) unless `condition`: the text is built only then."""
-    if not condition:
-        raise InvariantError(text.format(*values))
+        """Check every invariant; raise InvariantError on the first broken one (scaler.core.scheduler.views)."""
+        views.validate(self)

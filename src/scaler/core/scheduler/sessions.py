@@ -196,7 +196,7 @@ class WorkerName:
     """What the scheduler remembers of one worker name: the key it is bound to (the public key of the first session
     that joined with it; None without keys), how many sessions have it now, when it was lost lately (within the loss
     window) and until when it is held back. Kept while a session has the name or a loss or a hold is remembered, then
-    forgotten, binding and all (SchedulerCore._forget_if_unused): as many records as live sessions and remembered
+    forgotten, binding and all (names.WorkerNames): as many records as live sessions and remembered
     losses, no more."""
 
     __slots__ = ("held_until", "key", "losses", "sessions")
