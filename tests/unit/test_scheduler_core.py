@@ -14,7 +14,7 @@ import pytest
 from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, SchedulerCore, Send, Stop
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
 from scaler.core.scheduler.needs import Need, ready_queue
-from scaler.core.scheduler.placement import water_fill
+from scaler.core.scheduler.placement import lone_worker, water_fill
 from scaler.core.scheduler.tasks import (
     EVENT_NAMES,
     STATE_NAMES,
@@ -797,7 +797,7 @@ def test_a_big_batch_goes_to_the_least_loaded_workers_a_grain_each_not_to_all() 
 
 
 def test_a_lone_task_goes_where_water_fill_would_put_one_task() -> None:
-    """The lone task's worker (SchedulerCore._lone_task_worker, one pass that stops at the first idle worker) is
+    """The lone task's worker (placement.lone_worker, one pass that stops at the first idle worker) is
     water_fill's Q = 1 choice over the open workers: the least loaded with room, the first of ties; none if all
     are full. Random loads, built by submitting and answering."""
     rng = random.Random(11)
@@ -818,7 +818,7 @@ def test_a_lone_task_goes_where_water_fill_would_put_one_task() -> None:
         open_workers = [w for w in d.core.workers.values() if len(w.assigned) < w.limit]
         shares = water_fill([len(w.assigned) for w in open_workers], [w.limit for w in open_workers], 1, grain=64)
         expected = [w for w, share in zip(open_workers, shares) if share]
-        assert [d.core._lone_task_worker()] == (expected or [None])
+        assert [lone_worker(d.core.workers.values(), None, d.core.now)] == (expected or [None])
 
 
 def test_a_grain_never_overfills_a_worker_it_takes_more_workers_instead() -> None:

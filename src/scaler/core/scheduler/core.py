@@ -46,7 +46,7 @@ from scaler.core.scheduler.monitoring import (
 from scaler.core.scheduler.names import WorkerNames
 from scaler.core.scheduler.needs import Need, Offers, ready_queue
 from scaler.core.scheduler.objects import StoredObject
-from scaler.core.scheduler.placement import plan_balance, water_fill
+from scaler.core.scheduler.placement import Lane, lone_worker, plan_balance, plan_fair, plan_level
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, TaskEvent, TaskState
 from scaler.protocol.capabilities import MAX_REQUIRED, capabilities_problem, missing_text
@@ -239,7 +239,7 @@ class SchedulerCore:
         need = self.needs.get(task.requirement)  # (one first met takes the slow path, which checks and files it)
         if need is None:
             return None
-        worker = self._lone_task_worker(None if need.ready is self.ready else need)
+        worker = lone_worker(self.workers.values(), None if need.ready is self.ready else need.caps, self.now)
         if worker is None or task.function_id not in worker.objects:
             return None  # it would need the function sent first: PutObjects, then the dispatch
         need.since = None  # as placement leaves it
@@ -1280,23 +1280,22 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------------------------------- placement
     def _place(self) -> None:
-        """Give ready tasks to workers that can run them. The shared queue's tasks (of the needs every connected
-        worker offers) are levelled over the open workers (water_fill); then each split need's, over the open workers
-        that offer what it requires; a lone task goes to the least loaded such worker. Split needs no connected
-        worker offers fail their queued tasks (after the grace period). When every worker offers what every task
+        """Give ready tasks to workers that can run them, by a pure plan over a snapshot of the open workers
+        (scaler.core.scheduler.placement): levelled (one client has work: plan_level) or fair (several: plan_fair),
+        the shared queue's tasks (of the needs every connected worker offers) first, then each split need's. A lone
+        task goes to the least loaded worker that can run it (lone_worker: one pass). Split needs no connected worker
+        offers fail their queued tasks after the grace period (_unplaced). When every worker offers what every task
         requires (the common case), no need is split: this is placement without capabilities, decision for decision.
         """
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
             self._clear_ready()
             return
-        split = [need for need in self.split if need.queued] if self.split else None
-        if self.busy_clients > 1 and not self.waiting_total:
-            self._place_fairly(queued, split)
-            return
-        if queued == 1:  # the common lone task
+        split = [need for need in self.split if need.queued] if self.split else []
+        fair = self.busy_clients > 1 and not self.waiting_total
+        if queued == 1 and not fair:  # the common lone task
             lone = split[0] if split else None
-            worker = self._lone_task_worker(lone)
+            worker = lone_worker(self.workers.values(), lone.caps if lone is not None else None, self.now)
             if worker is not None:
                 if lone is not None:
                     lone.since = None
@@ -1305,18 +1304,27 @@ class SchedulerCore:
                 self._unplaced(lone)
             return
         now = self.now
-        open_workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
-        shared = queued - sum(need.queued for need in split) if split else queued
-        if shared and open_workers:
-            self._level(open_workers, shared, self.ready)
-        for need in split or ():
-            caps = need.caps
-            capable = [w for w in open_workers if len(w.assigned) < w.limit and caps <= w.capabilities]
-            if capable:
-                need.since = None
-                self._level(capable, need.queued, need.queue)
-            else:
+        workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
+        caps = [w.capabilities for w in workers]
+        lanes: list[Lane] = [(None, queued - sum(need.queued for need in split))]
+        lanes.extend((need.caps, need.queued) for need in split)
+        if fair:
+            self._place_fairly(workers, caps, lanes, split)
+            return
+        plan = plan_level(
+            [len(w.assigned) for w in workers], [w.limit for w in workers], caps, lanes, self.config.placement_grain
+        )
+        for lane, grants in enumerate(plan):
+            need = split[lane - 1] if lane else None
+            if grants is None:
+                assert need is not None  # the shared lane always has grants (none without open workers)
                 self._unplaced(need)
+                continue
+            if need is not None:
+                need.since = None
+            queue = need.queue if need is not None else self.ready
+            for index, count in grants:
+                self._dispatch(workers[index], count, queue)
 
     def _clear_ready(self) -> None:
         """No task is queued: the ready queues hold only tasks that ended while queued (skipped lazily); let their
@@ -1327,30 +1335,27 @@ class SchedulerCore:
             if split_need.queue:
                 split_need.queue.clear()
 
-    def _place_fairly(self, queued: int, split: list[Need] | None) -> None:
-        """Placement while several clients have unfinished tasks: each open worker, the least loaded first, is given
-        tasks (whoever's the ready queue says: the client charged least time) while the work it holds stays under
-        FAIR_QUEUE_US, one task at least if it holds none. Queued work on workers thus stays short, so a client
-        that comes waits for the tasks running now, not behind another client's backlog; tasks already queued
-        beyond that are asked back (_ask_back_queued)."""
-        now = self.now
-        workers = [w for w in self.workers.values() if len(w.assigned) < w.limit and w.held_until <= now]
-        loads = {w: self._load_us(w) for w in workers}
-        workers.sort(key=loads.__getitem__)
-        shared = queued - sum(need.queued for need in split) if split else queued
-        if shared:
-            for worker in workers:
-                loads[worker] = self._fill(worker, loads[worker], self.ready)
-        for need in split or ():
-            caps = need.caps
-            capable = [w for w in workers if len(w.assigned) < w.limit and caps <= w.capabilities]
-            if not capable:
+    def _place_fairly(
+        self, workers: list[WorkerSession], caps: list[frozenset[str]], lanes: list[Lane], split: list[Need]
+    ) -> None:
+        """Placement while several clients have unfinished tasks: each open worker, the least loaded first
+        (plan_fair), is given tasks (whoever's the ready queue says: the client charged least time) while the work it
+        holds stays under FAIR_QUEUE_US, one task at least if it holds none (_fill). Queued work on workers thus
+        stays short, so a client that comes waits for the tasks running now, not behind another client's backlog;
+        tasks already queued beyond that are asked back (_ask_back_queued)."""
+        loads = [self._load_us(w) for w in workers]
+        for lane, visits in enumerate(plan_fair(loads, caps, lanes)):
+            need = split[lane - 1] if lane else None
+            if visits is None:
+                assert need is not None
                 self._unplaced(need)
                 continue
-            need.since = None
-            for worker in capable:
-                loads[worker] = self._fill(worker, loads[worker], need.queue)
-        if self.state_counts[_QUEUED] and now - self._last_ask_back >= self.config.balance_interval_seconds:
+            if need is not None:
+                need.since = None
+            queue = need.queue if need is not None else self.ready
+            for index in visits:
+                loads[index] = self._fill(workers[index], loads[index], queue)
+        if self.state_counts[_QUEUED] and self.now - self._last_ask_back >= self.config.balance_interval_seconds:
             self._ask_back_queued()
 
     def _load_us(self, worker: WorkerSession) -> float:
@@ -1409,14 +1414,6 @@ class SchedulerCore:
                 worker.balance_pending = True
                 self._send(worker.identity, BalanceRequest(ids))
 
-    def _level(self, workers: list[WorkerSession], count: int, queue: FairQueue[Task]) -> None:
-        """Give `count` tasks of `queue` to these workers, levelling their loads (water_fill)."""
-        loads = [len(w.assigned) for w in workers]
-        shares = water_fill(loads, [w.limit for w in workers], count, self.config.placement_grain)
-        for worker, share in zip(workers, shares):
-            if share:
-                self._dispatch(worker, share, queue)
-
     def _unplaced(self, need: Need) -> None:
         """No open worker can take `need`'s queued tasks now. If workers are connected and none offers every
         capability it requires, its queued tasks fail once that has lasted the grace period (with no worker at all,
@@ -1444,31 +1441,6 @@ class SchedulerCore:
                 self._end(task, TaskStatus.FAILED, payload)
         if failed:  # rate-limited per client (of the last one failed): a client may keep submitting such tasks
             self._warn("missing capabilities", client, f"{failed} tasks failed: {text}")
-
-    def _lone_task_worker(self, need: Need | None = None) -> WorkerSession | None:
-        """Where a single ready task goes (of a split `need`; None: of the shared queue, which every worker can run):
-        the least loaded worker with room that offers what it requires, the first of them (as water_fill would
-        choose); None if there is none. One pass, ending at the first idle such worker: none can be less loaded, so
-        with idle workers a lone task does not walk the whole fleet (1,000 workers: 224 µs a task)."""
-        now = self.now
-        best: WorkerSession | None = None
-        least = math.inf
-        if need is None:
-            for worker in self.workers.values():
-                load = len(worker.assigned)
-                if load < least and load < worker.limit and worker.held_until <= now:
-                    best, least = worker, load
-                    if not load:
-                        break
-            return best
-        caps = need.caps
-        for worker in self.workers.values():
-            load = len(worker.assigned)
-            if load < least and load < worker.limit and worker.held_until <= now and caps <= worker.capabilities:
-                best, least = worker, load
-                if not load:
-                    break
-        return best
 
     def _dispatch(self, worker: WorkerSession, count: int, ready: FairQueue[Task] | deque[Task]) -> None:
         ids: list[int] = []

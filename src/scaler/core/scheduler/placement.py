@@ -1,9 +1,92 @@
-"""Placement arithmetic: how many ready tasks each worker gets, and which busy workers give some back.
+"""Placement as a pure plan: which open worker gets how many ready tasks of which lane, and which busy workers give
+some back.
 
-Pure functions over numbers; the core applies their answers.
+Pure functions over a snapshot the core takes (loads, capacities, capability sets; lanes: the shared ready queue and
+each split need's queue, with their queued counts); the core applies their answers (SchedulerCore._place). Nothing
+here reads or changes a session. Python 3.9 (the scheduler runs on PyPy).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from scaler.core.scheduler.sessions import WorkerSession
+
+# A lane of ready tasks: the capabilities its tasks require (None: the shared queue, whose tasks every connected worker
+# can run) and how many are queued in it.
+Lane = tuple[Optional[frozenset[str]], int]
+# Per lane, the (open worker index, task count) grants in dispatch order; None: no open worker can run its tasks.
+Grants = Optional[list[tuple[int, int]]]
+
+
+def plan_level(
+    loads: list[int], limits: list[int], caps: Sequence[frozenset[str]], lanes: Sequence[Lane], grain: int
+) -> list[Grants]:
+    """Placement while one client has work (or tasks wait on nested ones): each lane's queued tasks are levelled
+    over the open workers that can run them (water_fill), lane after lane, the loads rising with each grant. Open
+    worker i holds loads[i] tasks and may hold limits[i]; it offers caps[i]. Returns, per lane, its grants
+    [(worker index, count)] in worker order, or None if no open worker offers what its tasks require."""
+    loads = list(loads)
+    plan: list[Grants] = []
+    everyone = range(len(loads))
+    for required, count in lanes:
+        if required is None:
+            chosen: Sequence[int] = everyone
+        else:
+            chosen = [i for i in everyone if required <= caps[i]]
+            if not chosen:
+                plan.append(None)
+                continue
+        grants: list[tuple[int, int]] = []
+        if count and chosen:
+            shares = water_fill([loads[i] for i in chosen], [limits[i] for i in chosen], count, grain)
+            for i, share in zip(chosen, shares):
+                if share:
+                    grants.append((i, share))
+                    loads[i] += share
+        plan.append(grants)
+    return plan
+
+
+def plan_fair(loads_us: list[float], caps: Sequence[frozenset[str]], lanes: Sequence[Lane]) -> list[list[int] | None]:
+    """Placement while several clients have work: the open workers are visited least loaded first (loads_us[i]: the
+    estimated µs of work worker i holds), each given tasks while its work stays under the fair bound (the core fills
+    it: SchedulerCore._fill, since how many fit depends on whose tasks the queue yields). Returns, per lane, the worker
+    indexes to visit in order, or None if no open worker offers what its tasks require."""
+    order = sorted(range(len(loads_us)), key=loads_us.__getitem__)
+    plan: list[list[int] | None] = []
+    for required, count in lanes:
+        if required is None:
+            plan.append(order if count else [])
+            continue
+        capable = [i for i in order if required <= caps[i]]
+        plan.append(capable if capable else None)
+    return plan
+
+
+def lone_worker(workers: Iterable[WorkerSession], required: frozenset[str] | None, now: float) -> WorkerSession | None:
+    """Where a single ready task goes: the least loaded worker with room, not held back, that offers `required` (None:
+    any), the first of ties, as water_fill would choose; None if there is none. One pass, ending at the first idle
+    such worker: none can be less loaded, so with idle workers a lone task does not walk the whole fleet."""
+    best: WorkerSession | None = None
+    least = 1 << 62
+    if required is None:
+        for worker in workers:
+            load = len(worker.assigned)
+            if load < least and load < worker.limit and worker.held_until <= now:
+                best, least = worker, load
+                if not load:
+                    break
+        return best
+    for worker in workers:
+        load = len(worker.assigned)
+        if load < least and load < worker.limit and worker.held_until <= now and required <= worker.capabilities:
+            best, least = worker, load
+            if not load:
+                break
+    return best
 
 
 def water_fill(loads: list[int], capacities: list[int], count: int, grain: int = 1) -> list[int]:
