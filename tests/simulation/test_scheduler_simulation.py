@@ -11,7 +11,7 @@ import os
 import pytest
 
 from scaler.core.scheduler import SchedulerConfig, SchedulerCore, views
-from scaler.core.scheduler.needs import Need
+from scaler.core.scheduler.needs import Need, NeedTable
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore, ToScheduler
 from scaler.protocol.messages import FLAG_SILENT, BalanceRequest, BalanceResponse, Payload, TaskStatus
@@ -252,19 +252,24 @@ def test_capabilities_under_faults_no_task_lands_on_a_worker_that_cannot_run_it(
     assert summary["tasks"] > 500 and summary["workers_lost"] >= 3
     assert missing > 10
     assert sim.core.sent["balanceRequest"] > 0
-    assert len(sim.core.offers.counts) >= 3  # several distinct capability sets were connected
+    assert len(sim.core.needs.offers.counts) >= 3  # several distinct capability sets were connected
 
 
 def test_the_simulation_catches_a_task_dispatched_to_a_worker_that_cannot_run_it() -> None:
-    class IgnoresCapabilities(SchedulerCore):
+    class BlindNeeds(NeedTable):
         def _offers_changed(self) -> None:  # every need stays in the shared queue: placed on any worker
             return None
 
-        def _need(self, caps: frozenset[str]) -> Need:
-            need = super()._need(caps)
+        def of(self, caps: frozenset[str]) -> Need:
+            need = super().of(caps)
             if self.split.pop(need, False) is None:  # it was just split: share it instead
                 need.ready = self.ready
             return need
+
+    class IgnoresCapabilities(SchedulerCore):
+        def __init__(self, config: SchedulerConfig | None = None) -> None:
+            super().__init__(config)
+            self.needs = BlindNeeds(self._task_cost)
 
         def validate(self) -> None:  # every check but the needs' (which would see it)
             views.validate(self, skip=(views.validate_needs,))

@@ -281,12 +281,12 @@ def test_needs_no_task_has_are_forgotten_once_there_are_more_than_a_few() -> Non
     d.worker(W1, capacity=100, capabilities=[f"c{i}" for i in range(40)])
     batch = requiring(tasks(*range(1, 41)), *([f"c{i}"] for i in range(40)), index=list(range(40)))
     d.recv(C, batch)
-    assert len(d.core.needs) == 41
+    assert len(d.core.needs.by_caps) == 41
     d.recv(W1, ok(*(t(i) for i in range(1, 41))))
     d.tick(1.0)
-    assert list(d.core.needs) == [frozenset()]  # the empty one stays
+    assert list(d.core.needs.by_caps) == [frozenset()]  # the empty one stays
     d.recv(C, requiring(tasks(41), ["c1"]))  # a need made again when a task has it
-    assert d.core.needs[frozenset({"c1"})].tasks == 1
+    assert d.core.needs.by_caps[frozenset({"c1"})].tasks == 1
 
 
 def test_the_scheduler_cli_takes_the_capability_grace_period_and_refuses_a_negative_one(

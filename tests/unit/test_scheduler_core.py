@@ -966,12 +966,12 @@ def test_tasks_that_end_while_queued_leave_the_ready_queue_with_their_arguments(
     client's 4,000 tasks kept their 100 KB arguments in the ready queue (384 MiB) until something else was queued."""
     d = with_function()
     d.recv(C, submit(*((t(i), F, [b"x" * 1000]) for i in range(1, 51))))
-    assert len(d.core.ready) == 50
+    assert len(d.core.needs.ready) == 50
     d.recv(C, CancelTasks([t(i) for i in range(1, 51)]))
-    assert len(d.core.ready) == 0
+    assert len(d.core.needs.ready) == 0
     d.recv(C, submit((t(60), F, [b"y"])))
     d.recv(C, Disconnect("bye"))
-    assert len(d.core.ready) == 0 and d.core.tasks == {}
+    assert len(d.core.needs.ready) == 0 and d.core.tasks == {}
 
 
 # ----------------------------------------------------------------------------------------------- hot paths

@@ -44,12 +44,12 @@ from scaler.core.scheduler.monitoring import (
     payload_text,
 )
 from scaler.core.scheduler.names import WorkerNames
-from scaler.core.scheduler.needs import Need, Offers, ready_queue
+from scaler.core.scheduler.needs import Need, NeedTable
 from scaler.core.scheduler.objects import StoredObject
 from scaler.core.scheduler.placement import Lane, lone_worker, plan_balance, plan_fair, plan_level
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, TaskEvent, TaskState
-from scaler.protocol.capabilities import MAX_REQUIRED, capabilities_problem, missing_text
+from scaler.protocol.capabilities import missing_text
 from scaler.protocol.records import (
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
@@ -99,9 +99,6 @@ REUSE_PREFIXES_FROM = 4096
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
 _WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
-# Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
-# are forgotten at the next tick.
-KEEP_NEEDS = 16
 # Fair placement, while several clients have unfinished tasks: a worker is given tasks only while the work it holds is
 # estimated under this many µs (ClientSession.task_us per task), and at least one task when it holds none; a task of a
 # client whose run time is not known yet (none of its tasks ended) counts as UNKNOWN_TASK_US, or as long as its first
@@ -119,18 +116,15 @@ class SchedulerCore:
         # Tasks ready to be placed, taken client by client in turns; may hold tasks that ended meanwhile (skipped).
         # Within a client, higher priority first (Client.options(priority=...)). The tasks of a split need (one that
         # not every connected worker offers) wait in that need's own queue instead (scaler.core.scheduler.needs).
-        self.ready = ready_queue()
-        self.ready.cost = self._task_cost  # clients take turns by time, not by task (FairQueue)
+        # Tasks ready to be placed wait in ready queues, taken client by client in turns, by time (FairQueue, cost:
+        # _task_cost); within a client, higher priority first (Client.options(priority=...)). One queue is shared by
+        # the needs every connected worker offers; the others (split) have one each (scaler.core.scheduler.needs). A
+        # queue may hold tasks that ended meanwhile (skipped).
+        self.needs = NeedTable(self._task_cost)
         self.busy_clients = 0  # clients with unfinished tasks: from two on, placement is fair (_place_fairly)
         # Tasks waiting on nested tasks, as the workers' heartbeats last said: while there are any, placement is by
         # turns only (the nested tasks must reach workers whatever their queues hold; _place)
         self.waiting_total = 0
-        # Tasks by the capabilities they require: one Need per distinct requirement (forgotten once it has no task);
-        # the split ones; the distinct capability sets of the connected workers (the Offers).
-        self.no_need = Need(frozenset(), self.ready)
-        self.needs: dict[frozenset[str], Need] = {self.no_need.caps: self.no_need}
-        self.split: dict[Need, None] = {}
-        self.offers = Offers()
         self.clients: dict[bytes, ClientSession] = {}
         self.workers: dict[bytes, WorkerSession] = {}
         self.objects: dict[int, StoredObject] = {}
@@ -216,7 +210,7 @@ class SchedulerCore:
         """The worker to forward this lone submitTasks to, already assigned its task; or None (feed it instead)."""
         # An empty ready queue, not only no queued task: the slow path would also drop the ended tasks the queue
         # still holds (it skips them lazily), and the state must end up the same either way.
-        if self._stopped or self._out or self._dirty_workers or self.ready or self._split_ready():
+        if self._stopped or self._out or self._dirty_workers or self.needs.any_ready():
             return None
         client = self.clients.get(peer)
         task_id = task.task_id
@@ -236,10 +230,12 @@ class SchedulerCore:
             return None
         if self.busy_clients > (1 if client.task_count else 0):
             return None  # another client has work too: fair placement decides (_place_fairly)
-        need = self.needs.get(task.requirement)  # (one first met takes the slow path, which checks and files it)
+        need = self.needs.by_caps.get(
+            task.requirement
+        )  # (one first met takes the slow path, which checks and files it)
         if need is None:
             return None
-        worker = lone_worker(self.workers.values(), None if need.ready is self.ready else need.caps, self.now)
+        worker = lone_worker(self.workers.values(), None if need.ready is self.needs.ready else need.caps, self.now)
         if worker is None or task.function_id not in worker.objects:
             return None  # it would need the function sent first: PutObjects, then the dispatch
         need.since = None  # as placement leaves it
@@ -304,13 +300,6 @@ class SchedulerCore:
         self.sent["taskResults"] += 1
         client.messages_sent += 1
         return client.identity
-
-    def _split_ready(self) -> bool:
-        """Whether the queue of some split need holds anything (queued tasks, or ended ones not yet skipped)."""
-        for need in self.split:
-            if need.queue:
-                return True
-        return False
 
     def flush(self) -> list[Command]:
         if not self._stopped:
@@ -536,10 +525,7 @@ class SchedulerCore:
             self._info("session", peer, f"{who} connected")
             timeout = self.config.client_timeout_seconds
         else:
-            epoch = self.offers.epoch
-            caps = self.offers.add(frozenset(hello.capabilities))
-            if self.offers.epoch != epoch:
-                self._offers_changed()
+            caps = self.needs.offer(frozenset(hello.capabilities))
             worker = self.workers[peer] = WorkerSession(
                 peer, name, hello.queue_capacity, self.now, prefix, public, caps
             )
@@ -616,8 +602,7 @@ class SchedulerCore:
             self._balance_due = True
         if self.names.lost:
             self.names.prune(now)
-        if len(self.needs) > KEEP_NEEDS:
-            self._prune_needs()
+        self.needs.prune()
         for line in self._limiter.summary(now, self._label):
             self._out.append(Log.warning(line))
 
@@ -681,11 +666,8 @@ class SchedulerCore:
             else:
                 self._move(task, TaskEvent.REQUEUE)
                 requeued.append(task)
-        epoch = self.offers.epoch
-        self.offers.remove(worker.capabilities)
-        if self.offers.epoch != epoch:
-            self._offers_changed()
-        self._requeue_front(requeued)  # in their original order, ahead of everything else
+        self.needs.withdraw(worker.capabilities)
+        self.needs.requeue_front(requeued)  # in their original order, ahead of everything else
         self._info(
             "session",
             worker.identity,
@@ -710,13 +692,6 @@ class SchedulerCore:
         for other in self.workers.values():  # another session of the same name, already back
             if other.record is record:
                 other.held_until = record.held_until
-
-    def _prune_needs(self) -> None:
-        """Forget the needs no task has any more (but the empty one, the default)."""
-        for caps in [caps for caps, need in self.needs.items() if not need.tasks and need is not self.no_need]:
-            need = self.needs.pop(caps)
-            need.queue.clear()
-            self.split.pop(need, None)
 
     def _client_gone(self, client: ClientSession, reason: str) -> None:
         del self.clients[client.identity]
@@ -745,12 +720,12 @@ class SchedulerCore:
         oversized = bool(batch.payloads) and max(map(len, batch.payloads)) > limit
         options = batch.options()
         refused: list[int] = []  # their function ids
-        needs, problems = self._batch_needs(batch)
+        needs, problems = self.needs.batch(batch.requirements)
         index = batch.requirement_index
         invalid: list[int] = []  # tasks whose requirement is not valid
         need = needs[0] if index is None else None
         if isinstance(need, frozenset):
-            need = self._need(need)
+            need = self.needs.of(need)
         for k, (task_id, function_id, flags, refs, kws, pays) in enumerate(batch.split()):
             if oversized and any(len(p) > limit for p in pays):
                 too_large.append(task_id)
@@ -759,7 +734,7 @@ class SchedulerCore:
             if index is not None:
                 need = needs[index[k]]
                 if isinstance(need, frozenset):  # filed when a task first has it
-                    need = needs[index[k]] = self._need(need)
+                    need = needs[index[k]] = self.needs.of(need)
             if need is None:
                 invalid.append(task_id)
                 refused.append(function_id)
@@ -806,70 +781,6 @@ class SchedulerCore:
         if not client.task_count:
             self.busy_clients += 1
         client.task_count += 1
-
-    def _batch_needs(self, batch: SubmitTasks) -> tuple[list[Need | frozenset[str] | None], set[str]]:
-        """For each of the batch's requirements its Need, or its capabilities if it has none yet (made when a task
-        has it), or None if it is not valid; [no_need] if the batch has none. And what is wrong with the invalid."""
-        if not batch.requirements:
-            return [self.no_need], set()
-        needs: list[Need | frozenset[str] | None] = []
-        problems: set[str] = set()
-        for required in batch.requirements:
-            caps = frozenset(required)
-            need = self.needs.get(caps)  # filed: checked already
-            if need is not None and len(required) <= MAX_REQUIRED:
-                needs.append(need)
-                continue
-            problem = capabilities_problem(required, MAX_REQUIRED, "a task's requirement")
-            if problem is not None:
-                problems.add(problem)
-                needs.append(None)
-            else:
-                needs.append(caps)
-        return needs, problems
-
-    def _need(self, caps: frozenset[str]) -> Need:
-        """The Need of these capabilities (made on first use)."""
-        need = self.needs.get(caps)
-        if need is None:
-            need = self.needs[caps] = Need(caps, self.ready)
-            self.offers.check(need)
-            if not need.everywhere:
-                need.ready = need.queue
-                self.split[need] = None
-        return need
-
-    def _offers_changed(self) -> None:
-        """A capability set appeared or went: the needs every connected worker offers (all while none is connected)
-        share the ready queue; the others are split, with a queue each. Moves the ready tasks of the needs that
-        changed side (once per change of the distinct sets: rare)."""
-        leaving: list[Need] = []
-        joining: list[Need] = []
-        for need in self.needs.values():
-            self.offers.check(need)
-            if need.everywhere == (need in self.split):
-                (joining if need.everywhere else leaving).append(need)
-        if leaving:
-            for need in leaving:
-                need.ready = need.queue
-                self.split[need] = None
-            shared, self.ready = self.ready, ready_queue()
-            for need in self.needs.values():
-                if need.ready is shared:
-                    need.ready = self.ready
-            while shared:  # in the order they would be taken: the new queue takes them in the same order
-                task = shared.popleft()
-                if task.state == _QUEUED:
-                    task.need.ready.append(task)
-        for need in joining:
-            del self.split[need]
-            need.ready = self.ready
-            need.since = None
-            queue = need.queue
-            while queue:
-                task = queue.popleft()
-                if task.state == _QUEUED:
-                    self.ready.append(task)
 
     def _count_submitted(self, function_ids: list[int], refused: list[int]) -> None:
         """Count a batch's tasks by function: one pass in C over its column, not a lookup per task."""
@@ -1033,21 +944,7 @@ class SchedulerCore:
                 returned.append(task)
         if self._log.error_texts:
             self._log.forget_texts(message.ids)
-        self._requeue_front(returned)
-
-    def _requeue_front(self, tasks: list[Task]) -> None:
-        """Put tasks back at the front of their ready queues, in their order."""
-        if not tasks:
-            return
-        if not self.split:  # the common case: one queue
-            self.ready.extendleft(tasks)
-            return
-        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
-        for task in tasks:
-            queue = task.need.ready
-            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
-        for queue, mine in by_queue.values():
-            queue.extendleft(mine)
+        self.needs.requeue_front(returned)
 
     def _move(self, task: Task, event: int) -> None:
         """Task.move, inline (every task moves four times at least), keeping the counts by state."""
@@ -1289,9 +1186,9 @@ class SchedulerCore:
         """
         queued = self.state_counts[TaskState.QUEUED]
         if not queued:
-            self._clear_ready()
+            self.needs.clear()
             return
-        split = [need for need in self.split if need.queued] if self.split else []
+        split = [need for need in self.needs.split if need.queued] if self.needs.split else []
         fair = self.busy_clients > 1 and not self.waiting_total
         if queued == 1 and not fair:  # the common lone task
             lone = split[0] if split else None
@@ -1299,7 +1196,7 @@ class SchedulerCore:
             if worker is not None:
                 if lone is not None:
                     lone.since = None
-                self._dispatch(worker, 1, self.ready if lone is None else lone.queue)
+                self._dispatch(worker, 1, self.needs.ready if lone is None else lone.queue)
             elif lone is not None:
                 self._unplaced(lone)
             return
@@ -1322,18 +1219,9 @@ class SchedulerCore:
                 continue
             if need is not None:
                 need.since = None
-            queue = need.queue if need is not None else self.ready
+            queue = need.queue if need is not None else self.needs.ready
             for index, count in grants:
                 self._dispatch(workers[index], count, queue)
-
-    def _clear_ready(self) -> None:
-        """No task is queued: the ready queues hold only tasks that ended while queued (skipped lazily); let their
-        arguments go."""
-        if self.ready:
-            self.ready.clear()
-        for split_need in self.split:
-            if split_need.queue:
-                split_need.queue.clear()
 
     def _place_fairly(
         self, workers: list[WorkerSession], caps: list[frozenset[str]], lanes: list[Lane], split: list[Need]
@@ -1352,7 +1240,7 @@ class SchedulerCore:
                 continue
             if need is not None:
                 need.since = None
-            queue = need.queue if need is not None else self.ready
+            queue = need.queue if need is not None else self.needs.ready
             for index in visits:
                 loads[index] = self._fill(workers[index], loads[index], queue)
         if self.state_counts[_QUEUED] and self.now - self._last_ask_back >= self.config.balance_interval_seconds:
@@ -1394,7 +1282,7 @@ class SchedulerCore:
         those it has not started (balanceResponse); they wait first in their clients' lanes, and go out again
         fairly."""
         self._last_ask_back = self.now
-        queue = self.ready if self.ready else next((n.queue for n in self.split if n.queue), None)
+        queue = self.needs.first_waiting()
         if queue is None:
             return
         # One client waiting: its own tasks stay (they would only come back to wait in its place). Several: any may
@@ -1421,7 +1309,7 @@ class SchedulerCore:
         if not self.workers:
             need.since = None
             return
-        self.offers.check(need)
+        self.needs.offers.check(need)
         if need.offered:
             need.since = None
             return
@@ -1430,7 +1318,7 @@ class SchedulerCore:
         if self.now - need.since < self.config.capability_grace_seconds:
             return
         need.since = None
-        text = missing_text(need.caps, self.offers.counts)
+        text = missing_text(need.caps, self.needs.offers.counts)
         payload = text.encode()
         queue, failed, client = need.queue, 0, b""
         while queue:

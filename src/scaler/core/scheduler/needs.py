@@ -11,22 +11,31 @@ without capabilities. Pure; no I/O.
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from scaler.core.fair import FairQueue
+from scaler.core.scheduler.tasks import TaskState
+from scaler.protocol.capabilities import MAX_REQUIRED, capabilities_problem
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.tasks import Task
 
-Capabilities = frozenset  # of str; interned: equal sets are one object (Offers.intern, SchedulerCore._need)
+Capabilities = frozenset  # of str; interned: equal sets are one object (Offers.add, NeedTable.of)
 
 _CLIENT = operator.attrgetter("client")
 _PRIORITY = operator.attrgetter("priority")
 
 
-def ready_queue() -> FairQueue[Task]:
-    """A queue of ready tasks: taken client by client in turns, higher priority first within a client."""
-    return FairQueue(_CLIENT, _PRIORITY)
+_QUEUED = TaskState.QUEUED
+# Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
+# are forgotten at the next tick (NeedTable.prune).
+KEEP_NEEDS = 16
+
+
+def ready_queue(cost: Callable[[Task], float] | None = None) -> FairQueue[Task]:
+    """A queue of ready tasks: taken client by client in turns (by time, with the scheduler's `cost` of a task),
+    higher priority first within a client."""
+    return FairQueue(_CLIENT, _PRIORITY, cost)
 
 
 class Need:
@@ -38,7 +47,7 @@ class Need:
 
     def __init__(self, caps: frozenset[str], shared: FairQueue[Task]) -> None:
         self.caps = caps
-        self.queue: FairQueue[Task] = ready_queue()
+        self.queue: FairQueue[Task] = ready_queue(shared.cost)
         self.ready = shared  # the queue its ready tasks go to now
         self.queued = 0  # its tasks in state QUEUED
         self.tasks = 0  # its tasks in the scheduler (the core forgets a need once it has none)
@@ -88,3 +97,145 @@ class Offers:
             need.offered = any(caps <= offer for offer in self.counts)
             need.everywhere = all(caps <= offer for offer in self.counts)
             need.epoch = self.epoch
+
+
+class NeedTable:
+    """Every need by its capabilities (`by_caps`; the empty one, `no_need`, always), the shared ready queue
+    (`ready`), the split needs (`split`, in the order they split) and the Offers. Every queue charges clients by
+    time (`cost`: the scheduler's estimate of a task's run time)."""
+
+    __slots__ = ("by_caps", "cost", "no_need", "offers", "ready", "split")
+
+    def __init__(self, cost: Callable[[Task], float]) -> None:
+        self.cost = cost
+        self.ready = ready_queue(cost)
+        self.no_need = Need(frozenset(), self.ready)
+        self.by_caps: dict[frozenset[str], Need] = {self.no_need.caps: self.no_need}
+        self.split: dict[Need, None] = {}
+        self.offers = Offers()
+
+    def batch(self, requirements: list[list[str]] | None) -> tuple[list[Need | frozenset[str] | None], set[str]]:
+        """For each of a batch's requirements its Need, or its capabilities if it has none yet (made when a task
+        has it: of()), or None if it is not valid; [no_need] if there are none. And what is wrong with the invalid."""
+        if not requirements:
+            return [self.no_need], set()
+        needs: list[Need | frozenset[str] | None] = []
+        problems: set[str] = set()
+        for required in requirements:
+            caps = frozenset(required)
+            need = self.by_caps.get(caps)  # filed: checked already
+            if need is not None and len(required) <= MAX_REQUIRED:
+                needs.append(need)
+                continue
+            problem = capabilities_problem(required, MAX_REQUIRED, "a task's requirement")
+            if problem is not None:
+                problems.add(problem)
+                needs.append(None)
+            else:
+                needs.append(caps)
+        return needs, problems
+
+    def of(self, caps: frozenset[str]) -> Need:
+        """The Need of these capabilities (made on first use)."""
+        need = self.by_caps.get(caps)
+        if need is None:
+            need = self.by_caps[caps] = Need(caps, self.ready)
+            self.offers.check(need)
+            if not need.everywhere:
+                need.ready = need.queue
+                self.split[need] = None
+        return need
+
+    def offer(self, caps: frozenset[str]) -> frozenset[str]:
+        """A worker offering `caps` joined; returns the one object of that value (Offers.add)."""
+        epoch = self.offers.epoch
+        known = self.offers.add(caps)
+        if self.offers.epoch != epoch:
+            self._offers_changed()
+        return known
+
+    def withdraw(self, caps: frozenset[str]) -> None:
+        """A worker offering `caps` left."""
+        epoch = self.offers.epoch
+        self.offers.remove(caps)
+        if self.offers.epoch != epoch:
+            self._offers_changed()
+
+    def _offers_changed(self) -> None:
+        """A capability set appeared or went: the needs every connected worker offers (all while none is connected)
+        share the ready queue; the others are split, with a queue each. Moves the ready tasks of the needs that
+        changed side (once per change of the distinct sets: rare)."""
+        leaving: list[Need] = []
+        joining: list[Need] = []
+        for need in self.by_caps.values():
+            self.offers.check(need)
+            if need.everywhere == (need in self.split):
+                (joining if need.everywhere else leaving).append(need)
+        if leaving:
+            for need in leaving:
+                need.ready = need.queue
+                self.split[need] = None
+            shared, self.ready = self.ready, ready_queue(self.cost)
+            for need in self.by_caps.values():
+                if need.ready is shared:
+                    need.ready = self.ready
+            while shared:  # in the order they would be taken: the new queue takes them in the same order
+                task = shared.popleft()
+                if task.state == _QUEUED:
+                    task.need.ready.append(task)
+        for need in joining:
+            del self.split[need]
+            need.ready = self.ready
+            need.since = None
+            queue = need.queue
+            while queue:
+                task = queue.popleft()
+                if task.state == _QUEUED:
+                    self.ready.append(task)
+
+    def prune(self) -> None:
+        """Forget the needs no task has any more (but the empty one, the default), once more than KEEP_NEEDS."""
+        if len(self.by_caps) <= KEEP_NEEDS:
+            return
+        for caps in [caps for caps, need in self.by_caps.items() if not need.tasks and need is not self.no_need]:
+            need = self.by_caps.pop(caps)
+            need.queue.clear()
+            self.split.pop(need, None)
+
+    def requeue_front(self, tasks: list[Task]) -> None:
+        """Put tasks back at the front of their ready queues, in their order."""
+        if not tasks:
+            return
+        if not self.split:  # the common case: one queue
+            self.ready.extendleft(tasks)
+            return
+        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
+        for task in tasks:
+            queue = task.need.ready
+            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
+        for queue, mine in by_queue.values():
+            queue.extendleft(mine)
+
+    def any_ready(self) -> bool:
+        """Whether some ready queue holds anything (queued tasks, or ended ones not yet skipped)."""
+        if self.ready:
+            return True
+        for need in self.split:
+            if need.queue:
+                return True
+        return False
+
+    def clear(self) -> None:
+        """No task is queued: the ready queues hold only tasks that ended while queued (skipped lazily); let their
+        arguments go."""
+        if self.ready:
+            self.ready.clear()
+        for need in self.split:
+            if need.queue:
+                need.queue.clear()
+
+    def first_waiting(self) -> FairQueue[Task] | None:
+        """The shared queue if it holds anything, else the first split queue that does; None if all are empty."""
+        if self.ready:
+            return self.ready
+        return next((need.queue for need in self.split if need.queue), None)

@@ -105,9 +105,9 @@ def explain(core: SchedulerCore, task_id: int) -> str:
     if task.state == TaskState.QUEUED:
         if not core.workers:
             return f"task {task_id:#x} is queued: no worker is connected"
-        core.offers.check(task.need)
+        core.needs.offers.check(task.need)
         if not task.need.offered:
-            return f"task {task_id:#x} is queued: {missing_text(task.need.caps, core.offers.counts)}"
+            return f"task {task_id:#x} is queued: {missing_text(task.need.caps, core.needs.offers.counts)}"
         if all(w.held_until > core.now for w in core.workers.values()):
             return f"task {task_id:#x} is queued: every worker is held back (lost repeatedly)"
         return f"task {task_id:#x} is queued: every worker's queue is full ({len(core.workers)} workers)"
@@ -121,8 +121,8 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
     SCALER_DEBUG (after every flush): one cheap pass, and the words only for what is broken. `skip`: checks left out
     (a test's deliberately broken core shows that the simulation catches what they would)."""
     counts = [0] * len(STATE_NAMES)
-    in_ready = {id(t) for t in core.ready if t.state == TaskState.QUEUED and t.need.ready is core.ready}
-    for need in core.split:
+    in_ready = {id(t) for t in core.needs.ready if t.state == TaskState.QUEUED and t.need.ready is core.needs.ready}
+    for need in core.needs.split:
         in_ready.update(id(t) for t in need.queue if t.state == TaskState.QUEUED and t.need is need)
     if validate_needs not in skip:
         validate_needs(core)
@@ -169,8 +169,8 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
 def validate_needs(core: SchedulerCore) -> None:
     """Each need counts its tasks and its queued ones; its tasks wait in its own queue; a task held by a worker
     can run there; the offers are the connected workers' capability sets, each one object."""
-    needs = core.needs
-    _check(needs.get(core.no_need.caps) is core.no_need, "the empty need is not filed")
+    needs = core.needs.by_caps
+    _check(needs.get(core.needs.no_need.caps) is core.needs.no_need, "the empty need is not filed")
     tasks: Counter[int] = Counter()
     queued: Counter[int] = Counter()
     for task in core.tasks.values():
@@ -185,15 +185,21 @@ def validate_needs(core: SchedulerCore) -> None:
     for need in needs.values():
         _check(need.tasks == tasks[id(need)], "{!r} counts {} tasks, {} have it", need, need.tasks, tasks[id(need)])
         _check(need.queued == queued[id(need)], "{!r}: {} queued by its tasks", need, queued[id(need)])
-        core.offers.check(need)
-        split = need in core.split
+        core.needs.offers.check(need)
+        split = need in core.needs.split
         _check(split != need.everywhere, "{!r} is split but offered everywhere, or the reverse", need)
-        _check(need.ready is (need.queue if split else core.ready), "{!r} queues its tasks elsewhere", need)
+        _check(need.ready is (need.queue if split else core.needs.ready), "{!r} queues its tasks elsewhere", need)
         _check(split or not need.queue, "{!r} is not split but its own queue holds tasks", need)
+        _check(need.ready.cost is not None, "{!r}: its ready queue takes clients by task count, not time", need)
     offered: Counter[frozenset[str]] = Counter(w.capabilities for w in core.workers.values())
-    _check(offered == Counter(core.offers.counts), "offers {} but the workers offer {}", core.offers.counts, offered)
+    _check(
+        offered == Counter(core.needs.offers.counts),
+        "offers {} but the workers offer {}",
+        core.needs.offers.counts,
+        offered,
+    )
     for worker in core.workers.values():
-        _check(core.offers._keys[worker.capabilities] is worker.capabilities, "{!r}: not interned", worker)
+        _check(core.needs.offers._keys[worker.capabilities] is worker.capabilities, "{!r}: not interned", worker)
 
 
 def validate_names(core: SchedulerCore) -> None:
