@@ -17,16 +17,22 @@ machine: alternate the trees you compare.
 
 usage:
   python benchmarks/hop_cpu.py [--round-trips 5000] [--src DIR] [--cpus 0]
+      [--profile "agent WorkerAgent._on_scheduler_readable"]
 
 --cpus runs the whole tree on those CPUs only (for example 0: no thread ever wakes another CPU).
+--profile runs that step (named as in the table) under cProfile and prints where its time goes, function by
+function (tottime per round trip): cProfile slows every call, so compare functions with each other and with the same
+profile of another tree, not with the table's figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
 import json
 import os
+import pstats
 import signal
 import socket
 import statistics
@@ -55,6 +61,7 @@ STEPS = [
 
 _tally: dict[str, list[int]] = {}  # step -> [calls, CPU ns], in the process that runs it
 _out_dir = ""
+_profile: cProfile.Profile | None = None  # of the --profile step, in the process that runs it
 
 
 def _dump() -> None:
@@ -62,6 +69,25 @@ def _dump() -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(_tally, f)
     os.replace(path + ".tmp", path)
+    if _profile is not None and _profile.getstats():
+        _profile.dump_stats(path + ".prof")
+
+
+def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run under this process's profile (made at its first call, after the fork)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        global _profile
+        if _profile is None:
+            _profile = cProfile.Profile()
+        _profile.enable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _profile.disable()
+
+    return wrapper
 
 
 def _wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,6 +118,11 @@ def main() -> None:
     parser.add_argument("--round-trips", type=int, default=5000)
     parser.add_argument("--src", default=os.path.join(ROOT, "src"), help="the tree whose scaler package runs")
     parser.add_argument("--cpus", default=None, help="CPUs for the whole tree, like 0 (default: all)")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help='a step to profile, as the table names it, e.g. "agent WorkerAgent._on_scheduler_readable"',
+    )
     args = parser.parse_args()
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
@@ -104,7 +135,9 @@ def main() -> None:
 
     for process, module, cls, method in STEPS:
         owner = getattr(importlib.import_module(module), cls)
-        setattr(owner, method, _wrap(f"{process} {cls}.{method}", getattr(owner, method)))
+        name = f"{process} {cls}.{method}"
+        fn = getattr(owner, method)
+        setattr(owner, method, _wrap(name, _profiled(fn) if name == args.profile else fn))
     signal.signal(signal.SIGUSR1, lambda *_: _dump())
 
     def snapshot() -> dict[str, list[int]]:
@@ -127,12 +160,18 @@ def main() -> None:
                 for i in range(500):
                     client.submit(noop, i).result(timeout=30)
                 before = snapshot()
+                for name in os.listdir(out_dir):  # the profile of the warm-up goes
+                    if name.endswith(".prof"):
+                        os.remove(os.path.join(out_dir, name))
                 times = []
                 for i in range(args.round_trips):
                     start = time.perf_counter()
                     client.submit(noop, i).result(timeout=30)
                     times.append(time.perf_counter() - start)
                 after = snapshot()
+                profiles = [os.path.join(out_dir, n) for n in os.listdir(out_dir) if n.endswith(".prof")]
+                if args.profile:
+                    _print_profile(profiles, args.round_trips)
         finally:
             cluster.shutdown()
     n = args.round_trips
@@ -149,6 +188,23 @@ def main() -> None:
         total += ns / n / 1000
         print(f"{name:52s} {ns / calls / 1000:8.1f} {calls / n:9.2f} {ns / n / 1000:7.1f}")
     print(f"{'all steps':52s} {'':8s} {'':9s} {total:7.1f}")
+
+
+def _print_profile(paths: list[str], round_trips: int) -> None:
+    """The profiled step's functions, by their own time per round trip (cProfile's figures: inflated)."""
+    if not paths:
+        print("no profile was written (is the step's name right? see the table)")
+        return
+    stats = pstats.Stats(*paths)
+    rows = []
+    for (file, line, function), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append((tottime, calls, cumtime, f"{os.path.basename(file)}:{line}({function})"))
+    rows.sort(reverse=True)
+    print(f"{'function':70s} {'calls/RT':>9s} {'own µs/RT':>10s} {'cum µs/RT':>10s}")
+    for tottime, calls, cumtime, where in rows[:40]:
+        n = round_trips
+        print(f"{where[-70:]:70s} {calls / n:9.2f} {tottime / n * 1e6:10.2f} {cumtime / n * 1e6:10.2f}")
+    print()
 
 
 def _read(out_dir: str) -> dict[str, list[int]]:

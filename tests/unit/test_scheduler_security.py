@@ -9,7 +9,7 @@ import logging
 
 from scaler.core.limiter import BURST
 from scaler.core.scheduler import Forbidden, Log, Malformed, PeerKey, Received, Revoked, Tick
-from scaler.core.scheduler.core import REUSE_PREFIXES_FROM
+from scaler.core.scheduler.prefixes import REUSE_PREFIXES_FROM
 from scaler.protocol.messages import (
     CancelTasks,
     Disconnect,
@@ -186,13 +186,13 @@ def test_a_hello_storm_from_one_connection_reuses_a_bounded_set_of_prefixes() ->
         d.core.handle(Received(d.now, b"storm", Hello(PeerKind.CLIENT, "x")))
     d.core.validate()
     assert len(d.core.clients) == 1  # one live session per connection
-    assert d.core._next_prefix <= REUSE_PREFIXES_FROM + 2  # fresh prefixes are not used up
+    assert d.core.prefixes.next <= REUSE_PREFIXES_FROM + 2  # fresh prefixes are not used up
     d.client(C)  # and a new client still connects
 
 
 def test_when_fresh_prefixes_run_out_ended_ones_are_reused() -> None:
     d = Driver()
-    d.core.max_prefix = 3
+    d.core.prefixes.last = 3
     for n in range(10):
         peer = f"p{n}".encode()
         prefix = d.client(peer)
@@ -203,7 +203,7 @@ def test_when_fresh_prefixes_run_out_ended_ones_are_reused() -> None:
 
 def test_every_prefix_in_use_gets_a_clear_refusal() -> None:
     d = Driver()
-    d.core.max_prefix = 2
+    d.core.prefixes.last = 2
     d.client(C)
     d.client(C2)
     [reason] = refusals(d.recv(b"c3", Hello(PeerKind.CLIENT, "c3")))
@@ -212,7 +212,7 @@ def test_every_prefix_in_use_gets_a_clear_refusal() -> None:
 
 def test_a_gone_clients_prefix_waits_until_its_last_task_ends() -> None:
     d = Driver()
-    d.core.max_prefix = 2
+    d.core.prefixes.last = 2
     prefix = d.client(C)
     d.recv(C, PutObjects([tid(prefix, 1)], [FN]))
     d.worker(W1)  # takes prefix 2, then the fresh ones are used up
@@ -235,9 +235,9 @@ def test_a_gone_clients_prefix_waits_for_its_objects() -> None:
     d.worker(W1)
     d.recv(C, submit((tid(prefix, 2), tid(prefix, 1), [b"x"])))
     d.gone(C)
-    assert prefix not in d.core.free_prefixes
+    assert prefix not in d.core.prefixes.free
     d.recv(W1, results((tid(prefix, 2), TaskStatus.CANCELED, b"")))
-    assert prefix in d.core.free_prefixes and not d.core.objects
+    assert prefix in d.core.prefixes.free and not d.core.objects
 
 
 # ------------------------------------------------------------------------------------------------ payload limits

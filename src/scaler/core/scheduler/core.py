@@ -46,7 +46,17 @@ from scaler.core.scheduler.monitoring import (
 from scaler.core.scheduler.names import WorkerNames
 from scaler.core.scheduler.needs import Need, NeedTable
 from scaler.core.scheduler.objects import StoredObject
-from scaler.core.scheduler.placement import Lane, lone_worker, plan_balance, plan_fair, plan_level
+from scaler.core.scheduler.placement import (
+    FAIR_QUEUE_US,
+    UNKNOWN_TASK_US,
+    Lane,
+    lone_worker,
+    plan_ask_back,
+    plan_fair,
+    plan_level,
+    plan_rebalance,
+)
+from scaler.core.scheduler.prefixes import Prefixes
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, TaskEvent, TaskState
 from scaler.protocol.capabilities import missing_text
@@ -55,7 +65,6 @@ from scaler.protocol.records import (
     FLAG_STREAM_OUTPUT,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
-    MAX_ID_PREFIX,
     MESSAGE_NAMES,
     OUTPUT_ERROR,
     RETRIABLE_STATUSES,
@@ -93,19 +102,9 @@ from scaler.protocol.records import (
 )
 
 _EMPTY = b""
-# Id prefixes of ended sessions are reused only once this many are waiting: ids stay unique for a long while in
-# normal use, and a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
-REUSE_PREFIXES_FROM = 4096
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
 _WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
-# Fair placement, while several clients have unfinished tasks: a worker is given tasks only while the work it holds is
-# estimated under this many µs (ClientSession.task_us per task), and at least one task when it holds none; a task of a
-# client whose run time is not known yet (none of its tasks ended) counts as UNKNOWN_TASK_US, or as long as its first
-# task reported started has been running, if longer. So a task that becomes ready waits for the tasks running on a
-# worker and about this much more, not for another client's queue (docs/architecture.md, "Fairness between clients").
-FAIR_QUEUE_US = 50_000.0
-UNKNOWN_TASK_US = FAIR_QUEUE_US / 8
 _SMOOTHING = 0.25  # of the moving average of a client's task run time
 
 
@@ -135,9 +134,7 @@ class SchedulerCore:
         self.refused = 0  # messages and hellos refused for their key (the shell adds refused handshakes)
         self.stale_results = 0
         self.now = 0.0
-        self._next_prefix = 1
-        self.max_prefix = MAX_ID_PREFIX
-        self.free_prefixes: deque[int] = deque()  # of ended sessions of which nothing remains, oldest first
+        self.prefixes = Prefixes()  # the sessions' id prefixes: fresh, or free again
         self._limiter = LogLimiter()  # repeated warnings per peer: a few per window, then a summary
         self._out: list[Command] = []
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
@@ -514,7 +511,7 @@ class SchedulerCore:
             self._client_gone(self.clients[peer], "it said hello again")
         if peer in self.workers:
             self._worker_lost(self.workers[peer], "it said hello again", count_attempt=False)
-        prefix = self._take_prefix()
+        prefix = self.prefixes.take()
         if prefix is None:
             self._refuse_hello(peer, hello, "this scheduler has as many sessions open as it can hold (2**24 - 1)")
             return
@@ -549,24 +546,12 @@ class SchedulerCore:
             who = f"{kind} {hello.name!r}" + (f" (key {key.name})" if key is not None else "")
             self._out.append(Log.warning(f"refused {who}: {reason}"))
 
-    def _take_prefix(self) -> int | None:
-        """An id prefix for a new session: a fresh one, or the oldest one of an ended session of which nothing
-        remains once enough are waiting (or the fresh ones are used up); None if there is none at all."""
-        free = self.free_prefixes
-        if free and (len(free) >= REUSE_PREFIXES_FROM or self._next_prefix > self.max_prefix):
-            return free.popleft()
-        if self._next_prefix > self.max_prefix:
-            return None
-        prefix = self._next_prefix
-        self._next_prefix += 1
-        return prefix
-
     def _reclaim(self, client: ClientSession) -> None:
         """A gone client's prefix is free again once none of its tasks or objects remains: no id it minted can
         then be confused with one a new session mints (a worker's late result for a task of an ended session finds
         no task, since tasks are looked up in the worker session they were assigned to)."""
         if client.gone and not client.task_count and not client.objects and client.prefix:
-            self.free_prefixes.append(client.prefix)
+            self.prefixes.release(client.prefix)
             client.prefix = 0
 
     def _on_worker_heartbeat(self, worker: WorkerSession, message: Heartbeat) -> None:
@@ -641,7 +626,7 @@ class SchedulerCore:
         del self.workers[worker.identity]
         self.waiting_total -= worker.heartbeat.waiting_tasks
         if worker.prefix:  # a worker mints no ids: its prefix is free at once
-            self.free_prefixes.append(worker.prefix)
+            self.prefixes.release(worker.prefix)
             worker.prefix = 0
         tasks = list(worker.assigned.values())
         worker.assigned.clear()
@@ -1287,20 +1272,10 @@ class SchedulerCore:
             return
         # One client waiting: its own tasks stay (they would only come back to wait in its place). Several: any may
         # go back, or a client whose tasks fill the workers would keep the turn it cannot take.
-        next_client = queue.peek().client if queue.owners() < 2 else None
-        for worker in self.workers.values():
-            if worker.balance_pending:
-                continue
-            load = 0.0
-            ids = []
-            for task_id, task in worker.assigned.items():
-                load += self._task_cost(task)
-                if load > FAIR_QUEUE_US and task.state == TaskState.ASSIGNED and not task.started:
-                    if task.client is not next_client:
-                        ids.append(task_id)
-            if ids:
-                worker.balance_pending = True
-                self._send(worker.identity, BalanceRequest(ids))
+        keep = queue.peek().client if queue.owners() < 2 else None
+        for worker, ids in plan_ask_back(self.workers.values(), self._task_cost, keep):
+            worker.balance_pending = True
+            self._send(worker.identity, BalanceRequest(ids))
 
     def _unplaced(self, need: Need) -> None:
         """No open worker can take `need`'s queued tasks now. If workers are connected and none offers every
@@ -1383,30 +1358,9 @@ class SchedulerCore:
     def _balance(self) -> None:
         self._balance_due = False
         self._last_balance = self.now
-        workers = [w for w in self.workers.values() if w.held_until <= self.now]
-        loads = [len(w.assigned) for w in workers]
-        rooms = [max(0, w.limit - load) for w, load in zip(workers, loads)]
-        plan = plan_balance(loads, [w.balance_pending for w in workers], rooms)
-        if not plan:
-            return
-        # Only tasks some idle worker can run are asked back (plan_balance fills idle workers).
-        idle = {w.capabilities for w, load in zip(workers, loads) if not load}
-        runnable: dict[Need, bool] = {}
-        for index, count in plan.items():
-            worker = workers[index]
-            candidates = []
-            for tid, t in worker.assigned.items():
-                if t.state == TaskState.ASSIGNED:
-                    ok = runnable.get(t.need)
-                    if ok is None:
-                        caps = t.need.caps
-                        ok = runnable[t.need] = any(caps <= offer for offer in idle)
-                    if ok:
-                        candidates.append(tid)
-            ids = candidates[-count:]
-            if ids:
-                worker.balance_pending = True
-                self._send(worker.identity, BalanceRequest(ids))
+        for worker, ids in plan_rebalance([w for w in self.workers.values() if w.held_until <= self.now]):
+            worker.balance_pending = True
+            self._send(worker.identity, BalanceRequest(ids))
 
     def _flush_outboxes(self) -> None:
         """Send what accumulated for the sessions that have something (not a walk over every session)."""

@@ -9,10 +9,22 @@ here reads or changes a session. Python 3.9 (the scheduler runs on PyPy).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+from scaler.core.scheduler.tasks import TaskState
 
 if TYPE_CHECKING:
-    from scaler.core.scheduler.sessions import WorkerSession
+    from scaler.core.scheduler.sessions import ClientSession, WorkerSession
+    from scaler.core.scheduler.tasks import Task
+
+# Fair placement, while several clients have unfinished tasks: a worker is given tasks only while the work it holds is
+# estimated under this many µs (ClientSession.task_us per task), and at least one task when it holds none; a task of a
+# client whose run time is not known yet (none of its tasks ended) counts as UNKNOWN_TASK_US, or as long as its first
+# task reported started has been running, if longer. So a task that becomes ready waits for the tasks running on a
+# worker and about this much more, not for another client's queue (docs/architecture.md, "Fairness between clients").
+FAIR_QUEUE_US = 50_000.0
+UNKNOWN_TASK_US = FAIR_QUEUE_US / 8
+_ASSIGNED = TaskState.ASSIGNED
 
 # A lane of ready tasks: the capabilities its tasks require (None: the shared queue, whose tasks every connected worker
 # can run) and how many are queued in it.
@@ -171,4 +183,53 @@ def plan_balance(loads: list[int], pending: list[bool], rooms: list[int] | None 
         if not pending[i]:
             plan[i] = surplus
             wanted -= surplus
+    return plan
+
+
+def plan_ask_back(
+    workers: Iterable[WorkerSession], cost: Callable[[Task], float], keep: ClientSession | None
+) -> list[tuple[WorkerSession, list[int]]]:
+    """Tasks wait in a ready queue while several clients have work: which tasks each worker (without a request
+    pending) should give back: those it has not started beyond FAIR_QUEUE_US of work (`cost` of each task), but
+    `keep`'s (while only that client's tasks wait: they would only come back to wait in its place)."""
+    plan = []
+    for worker in workers:
+        if worker.balance_pending:
+            continue
+        load = 0.0
+        ids = []
+        for task_id, task in worker.assigned.items():
+            load += cost(task)
+            if load > FAIR_QUEUE_US and task.state == _ASSIGNED and not task.started and task.client is not keep:
+                ids.append(task_id)
+        if ids:
+            plan.append((worker, ids))
+    return plan
+
+
+def plan_rebalance(workers: list[WorkerSession]) -> list[tuple[WorkerSession, list[int]]]:
+    """Which queued tasks (not yet started) busy workers should give back so that idle ones get some (plan_balance
+    over these workers, none held back), only tasks some idle worker can run, the last queued first."""
+    loads = [len(w.assigned) for w in workers]
+    rooms = [max(0, w.limit - load) for w, load in zip(workers, loads)]
+    counts = plan_balance(loads, [w.balance_pending for w in workers], rooms)
+    if not counts:
+        return []
+    idle = {w.capabilities for w, load in zip(workers, loads) if not load}
+    runnable: dict[frozenset[str], bool] = {}
+    plan = []
+    for index, count in counts.items():
+        worker = workers[index]
+        candidates = []
+        for task_id, task in worker.assigned.items():
+            if task.state == _ASSIGNED:
+                caps = task.need.caps
+                ok = runnable.get(caps)
+                if ok is None:
+                    ok = runnable[caps] = any(caps <= offer for offer in idle)
+                if ok:
+                    candidates.append(task_id)
+        ids = candidates[-count:]
+        if ids:
+            plan.append((worker, ids))
     return plan

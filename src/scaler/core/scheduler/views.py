@@ -261,8 +261,8 @@ def task_invariant(core: SchedulerCore, task_id: int, task: Task, in_ready: set[
 
 def validate_prefixes(core: SchedulerCore) -> None:
     """A free prefix belongs to no session and to no task or object still here; sessions' prefixes differ."""
-    free = set(core.free_prefixes)
-    _check(len(free) == len(core.free_prefixes), "a prefix is free twice")
+    free = set(core.prefixes.free)
+    _check(len(free) == len(core.prefixes.free), "a prefix is free twice")
     live = [c.prefix for c in core.clients.values()] + [w.prefix for w in core.workers.values()]
     _check(len(set(live)) == len(live), "two sessions share a prefix")
     _check(all(p and p not in free for p in live), "a session's prefix is free (or 0)")
