@@ -31,17 +31,12 @@ from scaler.core.scheduler.events import (
 )
 from scaler.core.scheduler.hello import PEER_KIND_NAMES, refusal
 from scaler.core.scheduler.monitoring import (
-    ENDED,
     ENDED_INDEX,
     ENDED_NAMES,
-    FAILURES,
-    MAX_FAILURES,
-    STARTED,
     FunctionStats,
     FunctionTable,
     PeriodLog,
     next_sample_every,
-    payload_text,
 )
 from scaler.core.scheduler.names import WorkerNames
 from scaler.core.scheduler.needs import Need, NeedTable
@@ -990,7 +985,10 @@ class SchedulerCore:
                 stats.ran(duration_us)
             if self.monitored:
                 reporter = worker if task is first else None  # the dependents were not assigned
-                text = self._monitor_end(task, status, payload, stats, reporter, duration_us, peak, text)
+                name, time_us = reporter.name if reporter is not None else None, int(self.now * 1e6)
+                text = self._log.ended(
+                    task.task_id, status, payload, stats.name, name, time_us, duration_us, peak, text
+                )
             if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
@@ -1080,38 +1078,8 @@ class SchedulerCore:
         log, assigned, time_us = self._log, worker.assigned, int(self.now * 1e6)
         for task_id in ids:
             task = assigned.get(task_id)
-            if task is not None and log.drawn(task_id):
-                name = self.function_stats(task.function_id).name
-                log.rows.append((task_id, STARTED, 0, name, worker.name, time_us, 0, 0))
-
-    def _monitor_end(
-        self,
-        task: Task,
-        status: int,
-        payload: Payload,
-        stats: FunctionStats,
-        worker: WorkerSession | None,
-        duration_us: int,
-        peak: int,
-        text: str | None,
-    ) -> str | None:
-        """Record a task's end for monitors; returns the text of its failure, for its dependents (same outcome)."""
-        log, task_id = self._log, task.task_id
-        if log.error_texts:
-            own = log.error_texts.pop(task_id, None)
-            text = own if own is not None else text
-        drawn = log.drawn(task_id)
-        failed = status in FAILURES and len(log.failures) < MAX_FAILURES
-        if not (drawn or failed):
-            return text  # the common case under load
-        time_us, worker_name = int(self.now * 1e6), worker.name if worker is not None else None
-        if drawn:
-            log.rows.append((task_id, ENDED, status, stats.name, worker_name, time_us, duration_us, peak))
-        if failed:
-            if text is None:
-                text = "" if status == TaskStatus.ERROR else payload_text(payload)
-            log.failure(task_id, stats.name, worker_name or "", status, text, time_us)
-        return text
+            if task is not None:
+                log.started(task_id, self.function_stats(task.function_id).name, worker.name, time_us)
 
     # ------------------------------------------------------------------------------------------- objects
     def _on_put_objects(self, client: ClientSession, message: PutObjects) -> None:

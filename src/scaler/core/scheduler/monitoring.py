@@ -263,6 +263,41 @@ class PeriodLog:
         events.names = [name for name in names if name is not None]
         return events
 
+    def started(self, task_id: int, function: str, worker: str, time_us: int) -> None:
+        """A task was handed to a processor (tasksStarted): a row if it is drawn."""
+        if self.drawn(task_id):
+            self.rows.append((task_id, STARTED, 0, function, worker, time_us, 0, 0))
+
+    def ended(
+        self,
+        task_id: int,
+        status: int,
+        payload: Payload,
+        function: str,
+        worker: str | None,
+        time_us: int,
+        duration_us: int,
+        peak: int,
+        text: str | None,
+    ) -> str | None:
+        """A task ended (`worker`: the one that reported it; None for a dependent that ended with it): a row if it is
+        drawn, a failure record if it failed. `text`: the failure text of the task it depends on, if any; returns
+        the text of its failure, for its own dependents (same outcome)."""
+        if self.error_texts:
+            own = self.error_texts.pop(task_id, None)
+            text = own if own is not None else text
+        drawn = self.drawn(task_id)
+        failed = status in FAILURES and len(self.failures) < MAX_FAILURES
+        if not (drawn or failed):
+            return text  # the common case under load
+        if drawn:
+            self.rows.append((task_id, ENDED, status, function, worker, time_us, duration_us, peak))
+        if failed:
+            if text is None:
+                text = "" if status == TaskStatus.ERROR else payload_text(payload)
+            self.failure(task_id, function, worker or "", status, text, time_us)
+        return text
+
     def failure(self, task_id: int, function: str, worker: str, status: int, text: str, time_us: int) -> None:
         if len(self.failures) < MAX_FAILURES:
             self.failures.append(TaskFailure(task_id, function, worker, status, text[:MAX_TEXT], time_us))
