@@ -34,7 +34,7 @@ def _load_records_on_39() -> None:
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dataclass":
             node.keywords = [k for k in node.keywords if k.arg not in ("slots", "kw_only")]
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.BitOr):
-            members = []
+            members: list[ast.expr] = []
             value: ast.expr = node.value
             while isinstance(value, ast.BinOp):
                 members.insert(0, value.right)
@@ -61,6 +61,7 @@ from scaler.protocol.records import SubmitTasks, TaskResults  # noqa: E402
 try:
     from scaler.protocol import codec as capnp_codec
 except ImportError:  # no pycapnp (PyPy)
+    # a module or None: its rows are skipped without pycapnp
     capnp_codec = None  # type: ignore[assignment]
 
 PREFIX = 3 << 40

@@ -75,6 +75,7 @@ class Fleet:
                 capacity,
                 capabilities=["payload=python"],
             )
+            # here and below: encode's frames are bytes or buffers (Payload in its type); zmq sends them as they are
             sock.send_multipart(encode(hello))  # type: ignore[arg-type]
             self.poller.register(sock, zmq.POLLIN)
             self.sockets.append(sock)

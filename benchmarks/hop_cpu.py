@@ -197,6 +197,7 @@ def _print_profile(paths: list[str], round_trips: int) -> None:
         return
     stats = pstats.Stats(*paths)
     rows = []
+    # pstats.Stats.stats: the profile's table, read directly (not in typeshed)
     for (file, line, function), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append((tottime, calls, cumtime, f"{os.path.basename(file)}:{line}({function})"))
     rows.sort(reverse=True)

@@ -146,6 +146,7 @@ def main() -> None:
         hello = encode(Hello(PeerKind.CLIENT, "storm"))
         sock = attacker(ctx, address, keys_dir)
         log_before = log.stat().st_size
+        # encode's frames are bytes or buffers, Payload in its type (flood takes bytes)
         hellos_sent, hello_peak = flood(sock, hello, args.hellos, proc)  # type: ignore[arg-type]
         sock.close(linger=0)
         connect_after_hellos = still_serves(address, keys_dir)

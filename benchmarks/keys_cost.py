@@ -57,7 +57,7 @@ def main() -> None:
             for on in (False, True) if round_ % 2 == 0 else (True, False):
                 result = run(workload, args.tasks, keys if on else None)
                 result["keys"] = on
-                value = float(result[metric])  # type: ignore[arg-type]
+                value = float(str(result[metric]))
                 values[on].append(value)
                 pair[on] = value
                 print(f"{workload:8} keys={'on ' if on else 'off'} {metric}={value:,.1f}", flush=True)
@@ -65,9 +65,9 @@ def main() -> None:
                     with open(args.out, "a") as out:
                         out.write(json.dumps(result) + "\n")
             ratios.append(pair[True] / pair[False])
-        off, on = statistics.median(values[False]), statistics.median(values[True])
+        median_off, median_on = statistics.median(values[False]), statistics.median(values[True])
         print(
-            f"== {workload}: keys off {off:,.1f}, keys on {on:,.1f} {metric} (medians of {args.repeat}); "
+            f"== {workload}: keys off {median_off:,.1f}, keys on {median_on:,.1f} {metric} (medians of {args.repeat}); "
             f"paired on/off ratios {', '.join(f'{r:.3f}' for r in ratios)}, median {statistics.median(ratios):.3f}",
             flush=True,
         )

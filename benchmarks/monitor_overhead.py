@@ -104,7 +104,7 @@ def one_run(tasks: int, attached: bool) -> dict[str, Any]:
                 assert monitor.stdout.readline().startswith("status"), "the subscriber got no status"
         else:
             time.sleep(2.0)
-        scheduler = psutil.Process(combo._scheduler.pid)  # type: ignore[attr-defined]
+        scheduler = psutil.Process(combo._scheduler.pid)
         cpu_before = sum(scheduler.cpu_times()[:2])
         arguments = [(x,) for x in range(tasks)]
         started = time.perf_counter()

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +50,8 @@ def make_graph(nodes, window=1000, seed=0):
 """
 _graph_namespace: dict[str, Any] = {}
 exec(GRAPH_SOURCE, _graph_namespace)
-make_graph: Callable[..., tuple[dict[str, Any], list[str], list[int]]] = _graph_namespace["make_graph"]
+# (the graph in the key types Client.submit_graph takes)
+make_graph: Callable[..., tuple[dict[Hashable, Any], list[Hashable], list[int]]] = _graph_namespace["make_graph"]
 
 
 def check_peers(parser: argparse.ArgumentParser, peers: list[str], scripts: dict[str, str]) -> None:

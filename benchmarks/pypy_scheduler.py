@@ -108,7 +108,7 @@ def measure(name: str, command: str, args: argparse.Namespace, log_dir: str) -> 
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        wait_for(lambda: workers_ready(cluster, args.workers), 60, f"{args.workers} workers")  # type: ignore[arg-type]
+        wait_for(lambda: workers_ready(cluster, args.workers), 60, f"{args.workers} workers")
         proc = psutil.Process(scheduler.pid)
         with Client(address, timeout_seconds=60) as client:
             client.map(noop, range(2 * args.workers), timeout=60)  # the function reaches the scheduler

@@ -127,8 +127,9 @@ def main() -> None:
                 woken_at[wakee] = at
             continue
         switch = SWITCH.match(line)
-        if switch and tid_of(switch.group(1)) in names:
-            name = names[tid_of(switch.group(1))]  # type: ignore[index]
+        switched = tid_of(switch.group(1)) if switch else None
+        if switch and switched is not None and switched in names:
+            name = names[switched]
             delays[name].append(float(switch.group(2)) * 1000)
             runs[name].append(float(switch.group(3)) * 1000)
     print(f"round trip under perf: median {statistics.median(times) / 1000:,.0f} µs over {args.round_trips}")

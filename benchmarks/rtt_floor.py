@@ -95,7 +95,7 @@ class FloorClient:
 
     def _io(self) -> None:
         poller = select.poll()
-        poller.register(self.dealer.getsockopt(zmq.FD), select.POLLIN)
+        poller.register(int(self.dealer.getsockopt(zmq.FD)), select.POLLIN)
         poller.register(self.wake_read, select.POLLIN)
         while True:
             for fd, _ in poller.poll(100):
@@ -103,7 +103,7 @@ class FloorClient:
                     os.read(self.wake_read, 64)
                     while self.outbox:
                         self.dealer.send(self.outbox.pop())
-                while self.dealer.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                while int(self.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                     answer = self.dealer.recv()
                     with self.answered:
                         self.answer = answer

@@ -1,5 +1,5 @@
 # docs/client.md, "Dask collections": Dask arrays, bags, dataframes and delayed values computed by a Scaler cluster,
-# with client.get as Dask's scheduler.
+# with the client as Dask's scheduler.
 import dask
 import dask.array as da
 import dask.bag as db
@@ -18,12 +18,12 @@ with SchedulerClusterCombo(n_workers=2) as cluster, Client(address=cluster.addre
     bag = db.from_sequence(range(10), npartitions=2).map(inc).filter(lambda i: i % 2 == 0)
     frame = dd.from_pandas(pd.DataFrame({"k": [1, 2, 1, 2], "v": [1, 2, 3, 4]}), npartitions=2)
 
-    print(dask.compute(x.sum(), bag.fold(lambda a, b: a + b), scheduler=client.get))  # (np.int64(4950), 30)
-    print(frame.groupby("k").v.sum().compute(scheduler=client.get).to_dict())  # {1: 4, 2: 6}
+    print(dask.compute(x.sum(), bag.fold(lambda a, b: a + b), scheduler=client))  # (np.int64(4950), 30)
+    print(frame.groupby("k").v.sum().compute(scheduler=client.dask_get).to_dict())  # {1: 4, 2: 6}
 
-    with dask.config.set(scheduler=client.get):  # every compute in the block
+    with dask.config.set(scheduler=client):  # every compute in the block
         print(dask.delayed(inc)(41).compute())  # 42
         y = (x + 1).persist()  # computed by the cluster; y's chunks are now numpy arrays in this process
         print(y.mean().compute())  # 50.5
 
-    print(client.get({("x", 0): 1, ("x", 1): (inc, ("x", 0))}, [[("x", 0), ("x", 1)]]))  # ((1, 2),)
+    print(client.dask_get({("x", 0): 1, ("x", 1): (inc, ("x", 0))}, [[("x", 0), ("x", 1)]]))  # ((1, 2),)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import free_address, kill_tree, my_children, my_descendants, stop_children_born_since, wait_until
+
+if TYPE_CHECKING:
+    from scaler import Client, SchedulerClusterCombo
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 if SRC not in sys.path:
@@ -21,7 +25,7 @@ os.environ["SCALER_DEBUG"] = "1"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[object]:
+def cluster() -> Iterator[SchedulerClusterCombo]:
     """A scheduler and two workers for the tests of one module (fast timeouts, quiet logs)."""
     from scaler import SchedulerClusterCombo
 
@@ -39,10 +43,10 @@ def cluster() -> Iterator[object]:
 
 
 @pytest.fixture()
-def client(cluster: object) -> Iterator[object]:
+def client(cluster: SchedulerClusterCombo) -> Iterator[Client]:
     from scaler import Client
 
-    c = Client(address=cluster.address, timeout_seconds=15)  # type: ignore[attr-defined]
+    c = Client(address=cluster.address, timeout_seconds=15)
     try:
         yield c
     finally:

@@ -45,7 +45,7 @@ class _Walk:
         if isinstance(item, (bytes, bytearray, memoryview)):
             return ("bytes", bytes(item))
         if hasattr(item, "bytes") and type(item).__name__ == "Frame":  # a zmq.Frame: its bytes
-            return ("bytes", item.bytes)  # type: ignore[attr-defined]
+            return ("bytes", item.bytes)
         if isinstance(item, _CALLABLES):  # bound methods are made anew at each access: named, not numbered
             return ("callable", getattr(item, "__qualname__", repr(item)))
         if isinstance(item, type):  # a class (the core's handler tables are keyed by message class): its name

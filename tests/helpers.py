@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import pickle
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, SupportsBytes, TypeVar
 
 import psutil
+
+if TYPE_CHECKING:
+    from scaler import Client, Cluster, SchedulerClusterCombo
+    from scaler.protocol.messages import Message
+    from scaler.protocol.records import Payload
+
+# A dask-style graph as Client.get, Client.submit_graph and plan_graph take it. Their parameter is a dict[Hashable, Any]
+# (dict is invariant in its key type): a graph written as a literal with str keys needs this annotation.
+Graph = dict[Hashable, Any]
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -54,9 +67,10 @@ def my_children() -> list[psutil.Process]:
 
 def my_descendants() -> list[psutil.Process]:
     try:
-        return psutil.Process().children(recursive=True)
+        descendants: list[psutil.Process] = psutil.Process().children(recursive=True)
     except psutil.Error:
         return []
+    return descendants
 
 
 def kill_if_alive(process: psutil.Process) -> bool:
@@ -185,3 +199,77 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
                 os.unlink(arg[len("ipc://") :])
             except OSError:
                 pass
+
+
+def encoded(message: Message) -> list[bytes]:
+    """A message's frames as bytes, as a socket delivers them (scaler.protocol.messages.encode gives payload frames
+    as they were given: memoryviews or zmq.Frames too)."""
+    from scaler.protocol.messages import encode
+
+    return [payload_bytes(frame) for frame in encode(message)]
+
+
+def payload_bytes(payload: Payload) -> bytes:
+    """A message's payload as bytes: a frame (bytes, a memoryview, a zmq.Frame) or a payload in several frames
+    (scaler.protocol.frames.Pieces)."""
+    import zmq
+
+    if isinstance(payload, zmq.Frame):
+        return payload.bytes
+    assert isinstance(payload, (bytes, bytearray, memoryview, SupportsBytes)), f"not a payload: {payload!r}"
+    return bytes(payload)
+
+
+def combo_cluster(combo: SchedulerClusterCombo) -> Cluster:
+    """The process of a SchedulerClusterCombo's workers (a scaler.Cluster; the combo starts it in its constructor)."""
+    assert combo._cluster is not None, "the combo has no cluster: it was not started"
+    return combo._cluster
+
+
+def combo_processes(combo: SchedulerClusterCombo) -> list[psutil.Process]:
+    """The scheduler and cluster processes of a combo and everything under them (agents, processors); [] for ended
+    ones."""
+    processes: list[psutil.Process] = []
+    for child in (combo._scheduler, combo._cluster):
+        if child is None or child.pid is None:
+            continue
+        try:
+            top = psutil.Process(child.pid)
+            processes += [top, *top.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return processes
+
+
+def fibonacci(client: Client, n: int) -> int:
+    """The README's nested task: a task given the client submits tasks with it (2**n tasks wait on each other)."""
+    if n < 2:
+        return n
+    a = client.submit(fibonacci, client, n - 1)
+    b = client.submit(fibonacci, client, n - 2)
+    return int(a.result() + b.result())
+
+
+def sleep_and_return(seconds: float, value: T) -> T:
+    """A task that takes `seconds`, then returns `value`."""
+    time.sleep(seconds)
+    return value
+
+
+def digest(data: bytes) -> str:
+    """A payload's fingerprint, to compare big payloads without printing them."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path, 0o600)
+
+
+def make_char_device(path: Path) -> None:
+    """A /dev/null-like character device (1, 3); only root may make one."""
+    import pytest
+
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a character device needs root (CAP_MKNOD)")

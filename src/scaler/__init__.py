@@ -8,10 +8,10 @@ Names are loaded on first use: a program that only needs a Client never loads th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from scaler.about import __version__, require_python_310
+from scaler.about import __version__
+from scaler.lazy import lazy_names
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
@@ -52,17 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'scaler' has no attribute {name!r}")
-    require_python_310("Scaler's clients and local clusters")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once loaded, a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, and the submodules loaded so far (not the names this file imports for its own use)."""
-    loaded = {name for name, value in globals().items() if isinstance(value, type(importlib)) and name != "importlib"}
-    return sorted(set(__all__) | loaded)
+__getattr__, __dir__ = lazy_names(globals(), _WHERE, __all__, "Scaler's clients and local clusters")

@@ -40,6 +40,8 @@ class TestBalance(unittest.TestCase):
             load_balance_seconds=1,  # FIXME: re-enable balancing as it's currently disabled by default
         )
 
+        assert combo._cluster is not None  # added: the combo's cluster is optional in its type
+
         client = Client(address=address)
 
         futures = [client.submit(sleep_and_return_pid, 10) for _ in range(N_TASKS)]

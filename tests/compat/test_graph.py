@@ -9,6 +9,7 @@ import unittest
 from scaler import Client, SchedulerClusterCombo
 from tests.compat.shims import ScopedLogger, setup_logger
 from tests.compat.utility import logging_test_name
+from tests.helpers import Graph
 
 
 def inc(i):
@@ -35,7 +36,7 @@ class TestGraph(unittest.TestCase):
         pass
 
     def test_graph(self):
-        graph = {"a": 2, "b": 2, "c": (inc, "a"), "d": (add, "a", "b"), "e": (minus, "d", "c")}
+        graph: Graph = {"a": 2, "b": 2, "c": (inc, "a"), "d": (add, "a", "b"), "e": (minus, "d", "c")}
 
         with Client(self.address) as client:
             with ScopedLogger("test normal graph"):
@@ -55,7 +56,7 @@ class TestGraph(unittest.TestCase):
             time.sleep(5)
             return a + b
 
-        graph = {"a": 2, "b": 2, "c": (inc_error, "a"), "d": (add_sleep, "a", "b"), "e": (minus, "d", "c")}
+        graph: Graph = {"a": 2, "b": 2, "c": (inc_error, "a"), "d": (add_sleep, "a", "b"), "e": (minus, "d", "c")}
 
         with Client(self.address) as client:
             with ScopedLogger("test graph node fail"), self.assertRaises(ValueError):
@@ -73,7 +74,7 @@ class TestGraph(unittest.TestCase):
                 futures["e"].result(timeout=15.0)
 
     def test_graph_return_order(self):
-        graph = {
+        graph: Graph = {
             "a": 2,
             "b": 2,
             "c": (inc, "a"),  # c = a + 1 = 2 + 1 = 3
@@ -101,7 +102,7 @@ class TestGraph(unittest.TestCase):
         with Client(address=self.address) as client:
             obj_ref = client.send_object(5, name="foobar")
 
-            graph = {
+            graph: Graph = {
                 "a": 2,
                 "b": obj_ref,
                 "c": (inc, "a"),  # c = a + 1 = 2 + 1 = 3
@@ -118,7 +119,7 @@ class TestGraph(unittest.TestCase):
             return a
 
         with Client(address=self.address) as client:
-            graph = {"None": None, "a": 1, "b": (func, "a", "None")}
+            graph: Graph = {"None": None, "a": 1, "b": (func, "a", "None")}
 
             with ScopedLogger("test None value in graph"):
                 results = client.get(graph, keys=["b"])
@@ -130,7 +131,7 @@ class TestGraph(unittest.TestCase):
             return a
 
         with Client(address=self.address) as client:
-            graph = {"a": 1, "b": (func, "a")}
+            graph: Graph = {"a": 1, "b": (func, "a")}
             futures = client.get(graph, keys=["b"], block=False)
 
             time.sleep(4)
@@ -142,7 +143,7 @@ class TestGraph(unittest.TestCase):
             return a
 
         with Client(address=self.address) as client:
-            graph = {"a": 1, "b": (func, "a")}
+            graph: Graph = {"a": 1, "b": (func, "a")}
             futures = client.get(graph, keys=["b"], block=False)
 
             time.sleep(4)
@@ -151,6 +152,7 @@ class TestGraph(unittest.TestCase):
 
     @unittest.skip("tests cull_graph, a private helper of scaler 1.9.9, not the API")
     def test_cull_graph(self):
+        # 1.9.9's private module, which this package does not have (the test is skipped)
         from scaler.utility.graph.optimization import cull_graph  # type: ignore[import-not-found]
 
         graph = {
@@ -174,7 +176,7 @@ class TestGraph(unittest.TestCase):
         def raise_exception(*args):
             raise ValueError("some error")
 
-        graph = {
+        graph: Graph = {
             "a": (lambda *_: None,),
             "b": (lambda *_: time.sleep(1), "a"),
             "c": (lambda *_: time.sleep(2), "a"),

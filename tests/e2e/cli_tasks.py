@@ -15,7 +15,7 @@ def fibonacci(clnt: Client, n: int) -> int:
         return n
     a = clnt.submit(fibonacci, clnt, n - 1)
     b = clnt.submit(fibonacci, clnt, n - 2)
-    return a.result() + b.result()
+    return int(a.result() + b.result())
 
 
 def touch_and_sleep(path: str, seconds: float) -> None:

@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from scaler.io.sockets import context
 from scaler.protocol.messages import (
@@ -193,7 +194,7 @@ class FakeCluster:
             completed=w.completed,
             held_back_ms=w.held_back_ms,
             heartbeat_age_ms=12_000 if w.stale else r.randrange(0, 2000),
-            capabilities=("payload=python", "gpu") if w.name.startswith("node001") else ("payload=python",),
+            capabilities=["payload=python", "gpu"] if w.name.startswith("node001") else ["payload=python"],
         )
 
     def _status(self, clock_us: int, time_us: int, pending: Pending) -> Status:
@@ -240,10 +241,10 @@ class FakeCluster:
 class FakeScheduler:
     """A thread publishing the FakeCluster's status on `address` every `interval` seconds; stop() ends it."""
 
-    def __init__(self, address: str, interval: float = 1.0, **cluster: object) -> None:
+    def __init__(self, address: str, interval: float = 1.0, **cluster: Any) -> None:
         self.address = address
         self.interval = interval
-        self.cluster = FakeCluster(**cluster)  # type: ignore[arg-type]
+        self.cluster = FakeCluster(**cluster)  # FakeCluster's keywords
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-scheduler", daemon=True)

@@ -15,11 +15,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
 
-from tests.helpers import free_address, free_port, session_members, wait_until
+from tests.helpers import combo_cluster, combo_processes, free_address, free_port, session_members, wait_until
+
+if TYPE_CHECKING:
+    from scaler import SchedulerClusterCombo
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -179,18 +183,6 @@ def _kill_session(process: subprocess.Popen[str]) -> None:
         pass
 
 
-def combo_processes(combo: object) -> list[psutil.Process]:
-    """The scheduler and cluster processes of a combo, and everything under them."""
-    processes = []
-    for child in (combo._scheduler, combo._cluster):  # type: ignore[attr-defined]
-        try:
-            top = psutil.Process(child.pid)
-            processes += [top, *top.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return processes
-
-
 def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     out = []
     for process in processes:
@@ -232,7 +224,7 @@ def check_output(name: str, run: Run, example: Example) -> None:
 
 
 @pytest.fixture(scope="module")
-def seed_cluster() -> Iterator[object]:
+def seed_cluster() -> Iterator[SchedulerClusterCombo]:
     """The scheduler the seed_* snippets expect: 2 workers, protected (the default)."""
     from scaler import SchedulerClusterCombo
 
@@ -298,20 +290,22 @@ def test_self_contained_example(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", AGAINST_CLUSTER)
-def test_seed_snippet(name: str, seed_cluster: object, tmp_path: Path) -> None:
+def test_seed_snippet(name: str, seed_cluster: SchedulerClusterCombo, tmp_path: Path) -> None:
     example = CATALOG[name]
     _xfail_without_scaled(example)
-    run = run_example(name, port_of(seed_cluster.address), tmp_path, example.timeout)  # type: ignore[attr-defined]
+    run = run_example(name, port_of(seed_cluster.address), tmp_path, example.timeout)
     check_output(name, run, example)
 
 
-def test_seed_client_shutdown_refused_by_protected_scheduler(seed_cluster: object, tmp_path: Path) -> None:
+def test_seed_client_shutdown_refused_by_protected_scheduler(
+    seed_cluster: SchedulerClusterCombo, tmp_path: Path
+) -> None:
     """Seed 000: "By default, the Scheduler is running in protected mode": the snippet fails, the cluster lives."""
-    run = run_example("seed_000_client_shutdown.py", port_of(seed_cluster.address), tmp_path, 30)  # type: ignore[attr-defined]
+    run = run_example("seed_000_client_shutdown.py", port_of(seed_cluster.address), tmp_path, 30)
     assert run.returncode == 1, run.explain()
     assert "ProtectedModeError" in run.stderr, run.explain()
-    assert seed_cluster._scheduler.is_alive()  # type: ignore[attr-defined]
-    assert seed_cluster._cluster.is_alive()  # type: ignore[attr-defined]
+    assert seed_cluster._scheduler.is_alive()
+    assert combo_cluster(seed_cluster).is_alive()
 
 
 def test_seed_client_shutdown_stops_an_unprotected_cluster(tmp_path: Path) -> None:
@@ -328,7 +322,7 @@ def test_seed_client_shutdown_stops_an_unprotected_cluster(tmp_path: Path) -> No
         run = run_example("seed_000_client_shutdown.py", port_of(combo.address), tmp_path, 15)
         assert run.returncode == 0, run.explain()
         wait_until(lambda: not combo._scheduler.is_alive(), timeout=10, what="the scheduler to stop")
-        wait_until(lambda: not combo._cluster.is_alive(), timeout=10, what="the cluster to stop")
+        wait_until(lambda: not combo_cluster(combo).is_alive(), timeout=10, what="the cluster to stop")
         wait_until(
             lambda: not alive(mine),
             timeout=10,

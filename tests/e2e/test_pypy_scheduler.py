@@ -26,7 +26,7 @@ from scaler import Client
 from scaler.security.keys import generate
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
 from tests.e2e.test_cli import Program, cli, wait_for_agents
-from tests.helpers import free_address, wait_until
+from tests.helpers import Graph, free_address, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPY_VENV = Path(os.environ.get("SCALER_PYPY_VENV") or ROOT / ".venv-pypy")
@@ -88,7 +88,7 @@ def check_workload(address: str, map_tasks: int, tmp_path: Path) -> float:
         assert client.submit(square, 12).result(timeout=TIMEOUT) == 144
         with pytest.raises(ZeroDivisionError):
             client.submit(operator.truediv, 1, 0).result(timeout=TIMEOUT)
-        graph = {"a": 3, "b": (square, "a"), "c": (operator.add, "a", "b"), "d": (operator.mul, "c", 2)}
+        graph: Graph = {"a": 3, "b": (square, "a"), "c": (operator.add, "a", "b"), "d": (operator.mul, "c", 2)}
         assert client.get(graph, keys=["c", "d"], timeout=TIMEOUT) == {"c": 12, "d": 24}
         big = bytes(range(256)) * 8192  # 2 MiB: relayed by the scheduler without being read (copied there on PyPy)
         assert client.submit(operator.getitem, big, slice(None, None, -1)).result(timeout=TIMEOUT) == big[::-1]

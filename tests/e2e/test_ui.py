@@ -159,7 +159,10 @@ def test_the_api_answers_what_came_since_the_number_the_page_saw(fake_ui: tuple[
     assert failures[0]["summary"].startswith("ValueError: bad input in chunk")
     task = api(url, "api/task?id=" + failures[0]["task"])
     assert task["failures"][0]["text"].startswith("Traceback") and task["runs"][0]["status"] == "error"
-    running = lambda: api(url, "api/stream?since=0&window=60000")["running"]  # noqa: E731
+
+    def running() -> int:
+        return int(api(url, "api/stream?since=0&window=60000")["running"])
+
     wait_until(lambda: running() == 12, timeout=TIMEOUT, what="6 workers of 2 processors to run a task each")
     stream = api(url, "api/stream?since=0&window=60000")
     assert len(stream["task"]) >= 12 and set(stream["names"]) >= {"node000-w0"}

@@ -21,9 +21,9 @@ import zmq
 
 from scaler.io.curve import make_client
 from scaler.protocol.errors import ProtocolError
-from scaler.protocol.messages import Message, decode, encode
+from scaler.protocol.messages import Message, decode
 from scaler.security.keys import ENV_VAR, PeerKeys, generate, load_peer_keys
-from tests.helpers import free_address
+from tests.helpers import encoded, free_address
 
 M = TypeVar("M")
 BIN = Path(sys.executable).parent
@@ -106,7 +106,7 @@ class RawPeer:
         self.sock.connect(address)
 
     def send(self, message: Message) -> None:
-        self.sock.send_multipart(encode(message))  # type: ignore[arg-type]
+        self.sock.send_multipart(encoded(message))
 
     def send_raw(self, *frames: bytes) -> None:
         self.sock.send_multipart(list(frames))

@@ -4,7 +4,6 @@ refused at submit with what to do (docs/protocol.md section 2)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 
@@ -13,7 +12,7 @@ import pytest
 from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.frames import MAX_FRAME
 from scaler.security.keys import generate
-from tests.helpers import free_address
+from tests.helpers import digest, free_address
 
 pytestmark = pytest.mark.timeout(120)
 SIZES = [MAX_FRAME - 1, MAX_FRAME, MAX_FRAME + 1, 3 * MAX_FRAME + 5]
@@ -21,10 +20,6 @@ SIZES = [MAX_FRAME - 1, MAX_FRAME, MAX_FRAME + 1, 3 * MAX_FRAME + 5]
 
 def make(n: int) -> bytes:
     return os.urandom(n)
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def keywords(**values: int) -> int:

@@ -19,7 +19,7 @@ import pytest
 
 from scaler import Client, MissingCapabilityError
 from scaler.errors import TaskFailedError
-from tests.helpers import free_address, wait_until
+from tests.helpers import Graph, free_address, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,7 +132,7 @@ def test_tasks_requiring_gpu_run_on_the_gpu_worker_only_and_the_others_on_both(t
         gpu = client.options(capabilities={"gpu": True})
         assert set(gpu.map(where_after, [0.02] * 30, timeout=TIMEOUT)) == {"gpu"}
         assert {gpu.submit(where).result(timeout=TIMEOUT) for _ in range(5)} == {"gpu"}
-        graph = {"a": (where_after, 0.01), "b": (where_after, 0.01), "c": (max, "a", "b")}
+        graph: Graph = {"a": (where_after, 0.01), "b": (where_after, 0.01), "c": (max, "a", "b")}
         assert gpu.get(graph, ["c"], timeout=TIMEOUT) == {"c": "gpu"}
         assert set(gpu.get(graph, ["a", "b"], timeout=TIMEOUT, group=2).values()) == {"gpu"}
         with gpu.get_executor() as executor:
@@ -163,7 +163,7 @@ def test_a_task_no_worker_can_run_fails_at_once_with_missing_capability_error(tw
         assert error.value.required == ("licence", "payload=python")
         with pytest.raises(MissingCapabilityError):
             client.options(capabilities={"gpu": True, "licence": "matlab"}).map(where_after, [0.01] * 3, timeout=10)
-        graph = {"a": (where_after, 0), "b": (max, "a", "a"), "c": (max, "b", "b")}
+        graph: Graph = {"a": (where_after, 0), "b": (max, "a", "a"), "c": (max, "b", "b")}
         licence = client.options(capabilities=["licence"])
         for group in (None, 3):  # a graph's dependents fail with the task they need; a grouped block too
             with pytest.raises(MissingCapabilityError):
@@ -189,7 +189,9 @@ def test_with_a_grace_period_a_task_waits_for_a_capable_worker_that_joins(proces
     connected(processes.cluster("plain"), "payload=python")
     with Client(processes.address, timeout_seconds=TIMEOUT) as client:
         future = client.options(capabilities=["gpu"]).submit(where)
-        time.sleep(1.5)  # a pass or more: without the grace period it would have failed by now
+        # a later task placed and run: the scheduler has had a placement pass since the gpu task came, in which it
+        # would have failed without the grace period (its result would have come first)
+        assert client.submit(where).result(timeout=TIMEOUT) == "plain"
         assert not future.done()
         processes.cluster("gpu", "gpu")
         assert future.result(timeout=TIMEOUT) == "gpu"

@@ -42,21 +42,15 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    encode,
 )
 from scaler.security.keys import generate
 from scaler.serializer import DEFAULT_SERIALIZER
-from tests.helpers import free_address, free_port, wait_until
+from tests.helpers import encoded, free_address, free_port, sleep_and_return, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20
 QUIET: dict[str, Any] = {"logging_level": "WARNING"}
 BAR_SECONDS = 10.0  # with default client settings, pending futures raise this soon after kill -9 of the scheduler
-
-
-def sleep_and_return(seconds: float, value: int) -> int:
-    time.sleep(seconds)
-    return value
 
 
 def mark_and_sleep(marker_dir: str, seconds: float, value: int) -> int:
@@ -148,7 +142,7 @@ def test_kill_9_of_the_scheduler_fails_pending_futures_within_seconds(
 
 @pytest.mark.timeout(60)
 def test_kill_9_of_the_scheduler_ends_a_lone_wait_in_result() -> None:
-    """In a lone round trip the thread waiting in result() reads the socket itself (Connection.wait_alone): it is
+    """In a lone round trip the thread waiting in result() reads the socket itself (Connection.wait): it is
     woken too."""
     address = free_address()
     combo = SchedulerClusterCombo(address=address, n_workers=0, **QUIET)
@@ -165,7 +159,7 @@ def test_kill_9_of_the_scheduler_ends_a_lone_wait_in_result() -> None:
 
         waiter = threading.Thread(target=wait, daemon=True)
         waiter.start()
-        wait_until(lambda: client._connection._receiver_active, timeout=TIMEOUT, what="the waiter to read alone")
+        wait_until(lambda: client._connection._reader is future, timeout=TIMEOUT, what="the waiter to read")
         killed = kill_scheduler(combo)
         waiter.join(BAR_SECONDS)
         assert not waiter.is_alive(), f"result() still waiting {BAR_SECONDS}s after kill -9 of the scheduler"
@@ -280,7 +274,7 @@ class StandIn:
             self.cancelled.extend(message.ids)
 
     def _send(self, peer: bytes, message: Any) -> None:
-        self._sock.send_multipart([peer, *encode(message)])
+        self._sock.send_multipart([peer, *encoded(message)])
         if not isinstance(message, HeartbeatEcho):
             self.sent += 1
 

@@ -1,22 +1,21 @@
-"""The client's short way for a lone round trip (one task submitted, its result waited for, nothing else pending):
-the submitting thread sends the task itself (Connection.submit_task) and the waiting thread reads its result itself
-(Connection.wait_alone), so the client's I/O thread takes no part. These tests check that the short way is taken,
-and that whatever else happens meanwhile (other messages, time-outs, cancellation, profiling, callbacks) still
-ends every future right and leaves the client working."""
+"""The client's lone round trip (one task submitted, its result waited for, nothing else pending): the submitting
+thread sends the task itself (Connection.submit_task) and the waiting thread reads the socket in the I/O thread's
+place until the result comes (Connection.wait: leader/follower, with the I/O thread's own code). These tests check
+when a wait reads, that done-callbacks run in the I/O thread whoever read the result, and that whatever happens
+meanwhile (other messages, time-outs, cancellation, profiling, other threads) still ends every future right and
+leaves the client working."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from scaler import Client
-from scaler.core.client.session import NewTask
+from scaler import Client, SchedulerClusterCombo
+from tests.helpers import sleep_and_return, wait_until
 
 TIMEOUT = 30
 pytestmark = pytest.mark.timeout(120)
@@ -26,36 +25,13 @@ def square(x: int) -> int:
     return x * x
 
 
-def sleep_and_return(seconds: float, value: Any) -> Any:
-    time.sleep(seconds)
-    return value
-
-
 def fail(text: str) -> None:
     raise KeyError(text)
 
 
-class RecordingDeque(deque):  # type: ignore[type-arg]
-    """The connection's request queue, remembering every task that went through it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tasks = 0
-
-    def append(self, item: Any) -> None:
-        if isinstance(item, NewTask):
-            self.tasks += 1
-        super().append(item)
-
-    def extend(self, items: Any) -> None:
-        items = list(items)
-        self.tasks += sum(isinstance(item, NewTask) for item in items)
-        super().extend(items)
-
-
 @pytest.fixture()
-def quiet_client(cluster: object) -> Iterator[Client]:
-    c = Client(address=cluster.address, timeout_seconds=TIMEOUT)  # type: ignore[attr-defined]
+def quiet_client(cluster: SchedulerClusterCombo) -> Iterator[Client]:
+    c = Client(address=cluster.address, timeout_seconds=TIMEOUT)
     try:
         assert c.submit(square, 1).result(timeout=TIMEOUT) == 1  # the function has reached the scheduler
         yield c
@@ -63,41 +39,88 @@ def quiet_client(cluster: object) -> Iterator[Client]:
         c.disconnect()
 
 
-def test_lone_tasks_are_sent_by_the_submitting_thread(quiet_client: Client) -> None:
+def test_a_thread_waiting_for_the_only_pending_task_reads_in_the_io_threads_place(quiet_client: Client) -> None:
     connection = quiet_client._connection
-    connection._requests = recording = RecordingDeque()
-    for i in range(20):
-        assert quiet_client.submit(square, i).result(timeout=TIMEOUT) == i * i
-    # The I/O thread holds the socket for some microseconds every tick (heartbeats): a submit meeting it then goes
-    # the usual way, which is right too. Most must go straight.
-    assert recording.tasks <= 5, f"{recording.tasks} of 20 lone tasks went through the I/O thread"
+    future = quiet_client.submit(sleep_and_return, 0.5, "read here")  # long enough to be waited for
+    assert connection.wait(future, TIMEOUT)  # it read, until the future was done
+    assert future.done() and future.result(0) == "read here"
+    assert connection._reader is None  # and handed the socket back: the I/O thread reads again
+    assert quiet_client.map(square, [(i,) for i in range(100)]) == [i * i for i in range(100)]
 
 
-def test_tasks_of_a_burst_go_through_the_io_thread_in_batches(quiet_client: Client) -> None:
+def test_a_wait_does_not_read_while_another_task_is_pending(quiet_client: Client) -> None:
     connection = quiet_client._connection
-    connection._requests = recording = RecordingDeque()
-    # A slow task keeps a result pending while the burst is submitted, so no task of the burst is ever a lone one,
-    # however loaded the machine: with quick tasks only, a result could come back between two submits (a submitting
-    # thread preempted for a round trip), and the next task would then rightly go straight (3 runs in 6 failed so).
-    slow = quiet_client.submit(sleep_and_return, 1.0, "slow")  # alone: straight, or queued if the I/O thread was busy
-    before = recording.tasks
-    futures = [quiet_client.submit(square, i) for i in range(50)]
-    assert [f.result(timeout=TIMEOUT) for f in futures] == [i * i for i in range(50)]
-    assert slow.result(timeout=TIMEOUT) == "slow"
-    assert recording.tasks - before == 50  # every task of the burst went through the I/O thread
+    first = quiet_client.submit(sleep_and_return, 0.5, "first")
+    second = quiet_client.submit(sleep_and_return, 0.5, "second")
+    assert not connection.wait(first, TIMEOUT)  # at once: the I/O thread delivers both
+    assert (first.result(timeout=TIMEOUT), second.result(timeout=TIMEOUT)) == ("first", "second")
 
 
-def test_the_waiting_thread_reads_its_lone_result(quiet_client: Client) -> None:
-    """A done-callback runs in the thread that ends the future: here the one waiting in result()."""
-    me = threading.get_ident()
+def test_done_callbacks_run_in_the_io_thread_also_when_the_waiting_thread_read_the_result(
+    quiet_client: Client,
+) -> None:
+    io_thread = quiet_client._connection.io_thread
     ran_in: list[int] = []
-    for i in range(20):
+    all_ran = threading.Event()
+
+    def record(_: object) -> None:
+        ran_in.append(threading.get_ident())
+        if len(ran_in) == 10:
+            all_ran.set()
+
+    for i in range(10):
         future = quiet_client.submit(sleep_and_return, 0.01, i)
-        future.add_done_callback(lambda _: ran_in.append(threading.get_ident()))
+        future.add_done_callback(record)
         assert future.result(timeout=TIMEOUT) == i
-    assert len(ran_in) == 20
-    # A tick of the I/O thread may meet the result first (it then ends the future, which is right too).
-    assert ran_in.count(me) >= 15, f"only {ran_in.count(me)} of 20 results were read by the waiting thread"
+    assert all_ran.wait(TIMEOUT)
+    assert set(ran_in) == {io_thread}
+
+
+def test_a_callback_may_submit_but_not_wait_whoever_read_the_result(quiet_client: Client) -> None:
+    """Waiting in the I/O thread could never end: refused there, and callbacks always run there."""
+    outcome: list[object] = []
+    submitted: list[concurrent.futures.Future[Any]] = []
+    ran = threading.Event()
+
+    def callback(_: object) -> None:
+        try:
+            submitted.append(quiet_client.submit(square, 8))
+            submitted[0].result(timeout=TIMEOUT)
+        except RuntimeError as exc:
+            outcome.append(exc)
+        ran.set()
+
+    future = quiet_client.submit(sleep_and_return, 0.05, "first")
+    future.add_done_callback(callback)
+    assert future.result(timeout=TIMEOUT) == "first"
+    assert ran.wait(TIMEOUT)
+    assert len(outcome) == 1 and "done-callback" in str(outcome[0])
+    assert submitted[0].result(timeout=TIMEOUT) == 64
+
+
+def test_a_callback_added_to_a_done_future_runs_at_once_in_the_adding_thread(quiet_client: Client) -> None:
+    future = quiet_client.submit(square, 3)
+    assert future.result(timeout=TIMEOUT) == 9
+    ran_in: list[int] = []
+    future.add_done_callback(lambda _: ran_in.append(threading.get_ident()))
+    assert ran_in == [threading.get_ident()]
+
+
+def test_a_failing_callback_is_logged_and_the_client_carries_on(
+    quiet_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    after = threading.Event()
+
+    def broken(_: object) -> None:
+        raise ValueError("callback broke")
+
+    future = quiet_client.submit(sleep_and_return, 0.05, "x")
+    future.add_done_callback(broken)
+    future.add_done_callback(lambda _: after.set())  # callbacks run in order: this one after the log
+    assert future.result(timeout=TIMEOUT) == "x"
+    assert after.wait(TIMEOUT)
+    assert quiet_client.submit(square, 4).result(timeout=TIMEOUT) == 16
+    assert any("exception calling callback" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
 def test_a_lone_failure_raises_in_the_waiting_thread(quiet_client: Client) -> None:
@@ -106,7 +129,7 @@ def test_a_lone_failure_raises_in_the_waiting_thread(quiet_client: Client) -> No
     assert quiet_client.submit(square, 4).result(timeout=TIMEOUT) == 16
 
 
-def test_a_lone_wait_that_times_out_leaves_the_result_to_the_io_thread(quiet_client: Client) -> None:
+def test_a_reading_wait_that_times_out_leaves_the_result_to_the_io_thread(quiet_client: Client) -> None:
     future = quiet_client.submit(sleep_and_return, 0.5, "late")
     with pytest.raises(concurrent.futures.TimeoutError):
         future.result(timeout=0.05)
@@ -116,7 +139,7 @@ def test_a_lone_wait_that_times_out_leaves_the_result_to_the_io_thread(quiet_cli
     assert quiet_client.submit(square, 5).result(timeout=TIMEOUT) == 25
 
 
-def test_cancel_from_another_thread_ends_a_lone_wait(quiet_client: Client) -> None:
+def test_cancel_from_another_thread_ends_a_reading_wait(quiet_client: Client) -> None:
     future = quiet_client.submit(sleep_and_return, 10, "never")
     timer = threading.Timer(0.2, future.cancel)
     timer.start()
@@ -128,10 +151,10 @@ def test_cancel_from_another_thread_ends_a_lone_wait(quiet_client: Client) -> No
     assert quiet_client.submit(square, 6).result(timeout=TIMEOUT) == 36
 
 
-def test_other_messages_during_a_lone_wait_reach_the_session(cluster: object) -> None:
-    """Heartbeat echoes read by the waiting thread go to the I/O thread: without them this client would think the
-    scheduler silent after a second and fail the task."""
-    address = cluster.address  # type: ignore[attr-defined]
+def test_other_messages_during_a_reading_wait_reach_the_session(cluster: SchedulerClusterCombo) -> None:
+    """Heartbeat echoes read by the waiting thread go to the session as the I/O thread's would: without them this
+    client would think the scheduler silent after a second and fail the task."""
+    address = cluster.address
     with Client(address=address, timeout_seconds=1, heartbeat_interval_seconds=0.1) as client:
         assert client.submit(sleep_and_return, 2.5, "kept").result(timeout=TIMEOUT) == "kept"
         assert client.submit(square, 7).result(timeout=TIMEOUT) == 49
@@ -143,19 +166,19 @@ def test_a_profiled_lone_task_keeps_its_profiling(quiet_client: Client) -> None:
     assert future.profiling_info().duration_us >= 10_000
 
 
-def test_a_callback_run_by_the_waiting_thread_may_wait_on_another_task(quiet_client: Client) -> None:
-    got: list[object] = []
-
-    def callback(_: object) -> None:
-        got.append(quiet_client.submit(square, 8).result(timeout=TIMEOUT))
-
-    future = quiet_client.submit(sleep_and_return, 0.05, "first")
-    future.add_done_callback(callback)
-    assert future.result(timeout=TIMEOUT) == "first"
-    deadline = time.monotonic() + TIMEOUT
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert got == [64]
+def test_a_task_submitted_while_another_thread_reads_ends_as_usual(quiet_client: Client) -> None:
+    """The reader reads every message, not only its own result (the other thread's result may be among them)."""
+    slow = quiet_client.submit(sleep_and_return, 1.0, "slow")
+    reading = threading.Thread(target=lambda: slow.result(timeout=TIMEOUT))
+    reading.start()
+    try:
+        wait_until(lambda: quiet_client._connection._reader is slow, timeout=TIMEOUT, what="the waiter to read")
+        quick = quiet_client.submit(square, 9)
+        done, _ = concurrent.futures.wait([quick], timeout=TIMEOUT)
+        assert done == {quick} and quick.result() == 81
+    finally:
+        reading.join(TIMEOUT)
+    assert slow.result(0) == "slow"
 
 
 def test_threads_each_waiting_on_their_own_task(quiet_client: Client) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from scaler import Client, SchedulerClusterCombo
-from tests.helpers import free_address, kill_if_alive
+from tests.helpers import combo_cluster, free_address, kill_if_alive
 
 TIMEOUT = 30
 SECONDS = 6
@@ -119,7 +119,7 @@ def test_threads_sharing_a_client_get_every_result_right_while_processors_die() 
         worker_timeout_seconds=3,
         logging_level="ERROR",
     ) as combo:
-        cluster = psutil.Process(combo._cluster.pid)
+        cluster = psutil.Process(combo_cluster(combo).pid)
         killed = []
 
         def kill_processors() -> None:

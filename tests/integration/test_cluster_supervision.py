@@ -23,7 +23,7 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.core.worker.agent import AgentConfig
 from scaler.io.processes import die_with_parent, setup_logging
 from scaler.worker.cluster import run_cluster
-from tests.helpers import free_address, wait_until
+from tests.helpers import combo_cluster, free_address, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -42,7 +42,7 @@ def logged(path: Path, text: str, times: int) -> bool:
 
 
 def forked_workers(combo: SchedulerClusterCombo, n: int) -> bool:
-    return len(agents(combo._cluster.pid)) >= n
+    return len(agents(combo_cluster(combo).pid)) >= n
 
 
 def catches_sigterm(pid: int) -> bool:
@@ -326,7 +326,7 @@ def test_a_combo_shut_down_while_its_workers_start_logs_no_failure(tmp_path: Pat
             combo.shutdown()
         output = read(log)
         assert "[ERROR]" not in output, output
-        assert combo._cluster.exitcode == 0, output
+        assert combo_cluster(combo).exitcode == 0, output
 
 
 # ----------------------------------------------------------------------------------------------- quick stops
@@ -344,8 +344,8 @@ def _touch_and_sleep(path: str, seconds: float) -> None:
 
 
 def _serving(combo: SchedulerClusterCombo) -> None:
-    serving_agents(combo._cluster.pid, 2)
-    wait_until(lambda: all(p.children() for p in agents(combo._cluster.pid)), timeout=TIMEOUT, what="processors")
+    serving_agents(combo_cluster(combo).pid, 2)
+    wait_until(lambda: all(p.children() for p in agents(combo_cluster(combo).pid)), timeout=TIMEOUT, what="processors")
 
 
 @pytest.mark.parametrize("state", ["starting", "idle", "running long tasks", "processors starting"])

@@ -62,7 +62,8 @@ def test_one_crash_looping_worker_beside_two_healthy_fails_no_task_that_never_st
     with SchedulerClusterCombo(
         address=address, n_workers=2, heartbeat_interval_seconds=0.5, worker_timeout_seconds=3, logging_level="ERROR"
     ) as combo:
-        stop, lives = threading.Event(), []
+        stop = threading.Event()
+        lives: list[int] = []
         looper = threading.Thread(target=crash_loop, args=(combo.address, stop, lives), daemon=True)
         looper.start()
         try:

@@ -1,5 +1,6 @@
 """Dask collections on the last dask release before its task-spec format (2024.11.2: graphs of task tuples), with
-the real package: the same client.get, results equal to dask's own sync scheduler.
+the real package: the client as Dask's scheduler (scheduler=client, client.dask_get), results equal to dask's own sync
+scheduler.
 
 dask 2024.11.2 is pure Python: it is installed (without dependencies, which the current dask already brought) into a
 directory of its own under .venv, and put first on the path of a child interpreter, which starts its own cluster (the
@@ -43,14 +44,16 @@ SCRIPT = textwrap.dedent(
         bag = db.from_sequence(range(100), npartitions=7)
         bags = [bag.map(inc).filter(lambda v: v % 3 == 0).sum(), bag.fold(lambda a, b: a + b, initial=0)]
         total = delayed(sum)([delayed(inc)(i) for i in range(20)])
-        for collections in (arrays, bags, [total]):
-            ours = dask.compute(*collections, scheduler=client.get)
+        for scheduler, collections in ((client, arrays), (client.dask_get, bags), (client, [total])):
+            ours = dask.compute(*collections, scheduler=scheduler)
             theirs = dask.compute(*collections, scheduler="sync")
             assert all((a == b).all() if hasattr(a, "all") else a == b for a, b in zip(ours, theirs)), (ours, theirs)
-        with dask.config.set(scheduler=client.get):
+        with dask.config.set(scheduler=client):
             assert total.compute() == 210
-            (kept,) = dask.persist(x.sum())
+            (kept,) = dask.persist(x.sum())  # a dict and flat keys, as persist hands them over: answered a tuple
+            bag_kept, total_kept = dask.persist(bag.map(inc), total)
         assert kept.compute(scheduler="sync") == x.sum().compute(scheduler="sync")
+        assert bag_kept.compute(scheduler="sync") == list(range(1, 101)) and total_kept.compute() == 210
     print("ok", dask.__version__)
     """
 )
@@ -76,7 +79,7 @@ def old_dask() -> Path:
     return TARGET
 
 
-def test_dask_2024_collections_run_through_client_get(old_dask: Path) -> None:
+def test_dask_2024_collections_run_with_the_client_as_scheduler(old_dask: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(old_dask), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, "unused", VERSION], capture_output=True, text=True, timeout=150, env=env

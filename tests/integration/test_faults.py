@@ -12,16 +12,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import TaskFailedError
-from tests.helpers import free_address, wait_until
+from tests.helpers import combo_cluster, free_address, wait_until
 
 TIMEOUT = 30
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "WARNING"}
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "WARNING"}
 
 
 def kill_descendant(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -72,7 +73,8 @@ def wait_for_workers_joined(client: Client, n: int) -> None:
 
 def agents_of(combo: SchedulerClusterCombo) -> list[psutil.Process]:
     try:
-        return psutil.Process(combo._cluster.pid).children()
+        agents: list[psutil.Process] = psutil.Process(combo_cluster(combo).pid).children()
+        return agents
     except psutil.Error:
         return []
 

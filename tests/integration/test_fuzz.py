@@ -34,11 +34,11 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.security.keys import PeerKeys, generate, load_peer_keys
-from tests.helpers import RoundTrips, free_address
+from tests.helpers import RoundTrips, encoded, free_address
 from tests.protocol.make_golden import golden_messages
 
 EXAMPLES = int(os.environ.get("SCALER_FUZZ_EXAMPLES", "250"))
-GOLDEN = {name: [bytes(f) for f in m.encode(message)] for name, message in golden_messages().items()}
+GOLDEN = {name: encoded(message) for name, message in golden_messages().items()}
 NAMES = sorted(GOLDEN)
 STRUCTS = {  # union member -> its struct in scaler.capnp
     "hello": "Hello",
@@ -76,7 +76,7 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:
     folder: Path = tmp_path_factory.mktemp("fuzz")
     keys = folder / "keys"
     generate(keys)
-    settings_ = dict(
+    settings_: dict[str, Any] = dict(
         n_workers=2,
         heartbeat_interval_seconds=0.5,
         worker_timeout_seconds=3,
@@ -84,9 +84,9 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:
         logging_paths=(str(folder / "cluster.log"),),
         logging_level="WARNING",
     )
-    open_one = SchedulerClusterCombo(address=free_address(), keys=False, **settings_)  # type: ignore[arg-type]
+    open_one = SchedulerClusterCombo(address=free_address(), keys=False, **settings_)
     try:
-        secured = SchedulerClusterCombo(address=free_address(), keys=str(keys), **settings_)  # type: ignore[arg-type]
+        secured = SchedulerClusterCombo(address=free_address(), keys=str(keys), **settings_)
     except BaseException:
         open_one.shutdown()
         raise
@@ -144,7 +144,7 @@ def valid_hostile(draw: st.DrawFn, prefix: int) -> list[bytes]:
         functions = draw(st.lists(ids, min_size=count, max_size=count))
         arg_counts = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
         refs = [draw(st.one_of(st.just(0), ids)) for _ in range(sum(arg_counts))]
-        payloads = [JUNK + draw(SMALL_BYTES) for ref in refs if ref == 0]
+        payloads: list[m.Payload] = [JUNK + draw(SMALL_BYTES) for ref in refs if ref == 0]
         flags = bytes(draw(st.lists(st.integers(0, 255), min_size=count, max_size=count)))
         message = m.SubmitTasks(task_ids, functions, flags, arg_counts, refs, None, payloads)
     elif kind == "results":
@@ -152,19 +152,21 @@ def valid_hostile(draw: st.DrawFn, prefix: int) -> list[bytes]:
         statuses = bytes(draw(st.lists(st.integers(0, 4), min_size=count, max_size=count)))
         message = m.TaskResults(draw(st.lists(ids, min_size=count, max_size=count)), statuses, [JUNK] * count)
     elif kind == "ids":
-        cls = draw(st.sampled_from([m.CancelTasks, m.FreeObjects, m.BalanceResponse, m.BalanceRequest]))
-        message = cls(draw(st.lists(ids, max_size=8)))
+        listed = draw(st.lists(ids, max_size=8))
+        by_ids: list[m.Message] = [m.CancelTasks(listed), m.FreeObjects(listed)]
+        by_ids += [m.BalanceResponse(listed), m.BalanceRequest(listed)]
+        message = draw(st.sampled_from(by_ids))
     elif kind == "objects":
         object_ids = draw(st.lists(ids, min_size=1, max_size=4))
         message = m.PutObjects(object_ids, [JUNK + draw(SMALL_BYTES) for _ in object_ids])
     elif kind == "reason":
-        cls = draw(st.sampled_from([m.Disconnect, m.ShutdownRequest, m.Shutdown]))
-        message = cls(draw(TEXT))
+        reason = draw(TEXT)
+        with_reason: list[m.Message] = [m.Disconnect(reason), m.ShutdownRequest(reason), m.Shutdown(reason)]
+        message = draw(st.sampled_from(with_reason))
     else:
-        message = draw(
-            st.sampled_from([m.HeartbeatEcho(), m.Welcome(1), m.Refused("x"), m.Error(m.ErrorCode.MALFORMED, "")])
-        )
-    return [bytes(frame) for frame in m.encode(message)]
+        others: list[m.Message] = [m.HeartbeatEcho(), m.Welcome(1), m.Refused("x"), m.Error(m.ErrorCode.MALFORMED, "")]
+        message = draw(st.sampled_from(others))
+    return encoded(message)
 
 
 @st.composite
@@ -249,7 +251,7 @@ def random_fields(draw: st.DrawFn) -> list[bytes]:
             continue
     frames = [root.to_bytes()]
     frames.extend(draw(st.lists(SMALL_BYTES, max_size=3)))
-    return frames  # type: ignore[no-any-return]
+    return frames
 
 
 # ------------------------------------------------------------------------------------------------ sending
@@ -266,7 +268,7 @@ def open_socket(ctx: zmq.Context[Any], address: str, keys: PeerKeys | None) -> z
 def say_hello(sock: zmq.Socket[Any], kind: m.PeerKind) -> int:
     """Open a session and return its prefix (0 if no welcome came quickly)."""
     try:  # never blocks: a socket whose handshake failed has nowhere to send
-        sock.send_multipart(m.encode(m.Hello(kind, "fuzz", queue_capacity=2)), zmq.NOBLOCK)  # type: ignore[arg-type]
+        sock.send_multipart(encoded(m.Hello(kind, "fuzz", queue_capacity=2)), zmq.NOBLOCK)
     except zmq.Again:
         return 0
     deadline = time.monotonic() + 0.3

@@ -1,5 +1,6 @@
-"""scaler.joblib on real processes: joblib.Parallel and scikit-learn's GridSearchCV run their batches as tasks of a
-scheduler with two workers; the backend's client, n_jobs=-1, failures, nesting."""
+"""scaler.joblib (scaler.integrations.joblib) on real processes: joblib.Parallel and scikit-learn's GridSearchCV run
+their batches as tasks of a scheduler with two workers; the backend's client, n_jobs=-1 (the workers the scheduler
+states to a client), failures, nesting."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import joblib
 import pytest
 from joblib import Parallel, delayed
 
-import scaler.joblib
 from scaler import Client
 from scaler.joblib import ScalerBackend, register_scaler
 from tests.helpers import wait_until
@@ -66,22 +66,26 @@ def test_a_client_given_is_used_and_stays_connected(client: Client) -> None:
     assert client.submit(pow, 2, 3).result() == 8
 
 
-def test_n_jobs_minus_one_is_the_number_of_workers(cluster: Any) -> None:
+def test_n_jobs_minus_one_is_the_number_of_workers(cluster: Any, client: Client) -> None:
+    """The count comes from the scheduler, through a client (never the monitor): the backend's own, or one it
+    connects for that when it has none."""
+    wait_until(lambda: client.cluster_resources(refresh=True).workers == 2, timeout=15, what="both workers to join")
     backend = ScalerBackend(cluster.address)
-
-    def two_workers() -> bool:
-        scaler.joblib._counts.clear()  # read afresh: the second worker may join after the first reading
-        return backend.effective_n_jobs(-1) == 2
-
-    wait_until(two_workers, timeout=15, what="the monitor to show two workers")
+    assert backend.effective_n_jobs(-1) == 2 and backend.client is None  # it asked through a client of its own
     assert backend.effective_n_jobs(-2) == 1
     assert backend.effective_n_jobs(5) == 5
     with joblib.parallel_config(backend="scaler", address=cluster.address):
         assert joblib.effective_n_jobs(-1) == 2
-    unreadable = ScalerBackend(cluster.address, monitor_address="ipc:///tmp/scaler-no-such-monitor")
-    assert unreadable.effective_n_jobs(-1) == (os.cpu_count() or 1)  # at once: there is no such socket
+    with joblib.parallel_config(backend="scaler", client=client.options(priority=1)):
+        assert joblib.effective_n_jobs(-1) == 2
     with pytest.raises(ValueError, match="no meaning"):
         backend.effective_n_jobs(0)
+
+
+def test_monitor_address_is_ignored_with_a_warning(cluster: Any) -> None:
+    with pytest.warns(DeprecationWarning, match="monitor_address= is ignored"):
+        backend = ScalerBackend(cluster.address, monitor_address="ipc:///tmp/scaler-no-such-monitor")
+    assert backend.effective_n_jobs(-1) == 2
 
 
 def test_grid_search_runs_on_the_workers(client: Client) -> None:

@@ -9,34 +9,21 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import ClientClosedError, ConnectionFailedError
-from tests.helpers import free_address, wait_until
+from tests.helpers import combo_cluster, combo_processes, fibonacci, free_address, wait_until
 
 TIMEOUT = 20
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
 
 
 def square(x: int) -> int:
     return x * x
-
-
-def combo_processes(combo: SchedulerClusterCombo) -> list[psutil.Process]:
-    """The scheduler and cluster processes of a combo and everything under them (agents, processors)."""
-    processes = []
-    for child in (combo._scheduler, combo._cluster):
-        if child is None or child.pid is None:
-            continue
-        try:
-            top = psutil.Process(child.pid)
-            processes += [top, *top.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return processes
 
 
 def running(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -71,7 +58,7 @@ def test_no_scheduler_raises_connection_failed_within_the_timeout() -> None:
     with pytest.raises(ConnectionFailedError) as caught:
         Client(address=free_address(), timeout_seconds=1.5)
     elapsed = time.monotonic() - start
-    assert 1.0 <= elapsed < 5, f"took {elapsed:.1f}s for a 1.5s timeout"
+    assert 1.0 <= elapsed < 15, f"took {elapsed:.1f}s for a 1.5s timeout"  # the point: its own timeout, generously
     assert "tcp://127.0.0.1" in str(caught.value)
 
 
@@ -85,7 +72,7 @@ def test_a_malformed_address_raises_value_error_at_once(address: str) -> None:
     start = time.monotonic()
     with pytest.raises(ValueError):
         Client(address=address, timeout_seconds=10)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 5  # the point: refused at once (milliseconds), not after the 10 s timeout
 
 
 def test_combo_on_a_port_in_use_raises_a_clear_error() -> None:
@@ -134,7 +121,7 @@ def test_unprotected_client_shutdown_stops_scheduler_and_workers(unprotected: Sc
     wait_until(lambda: not running(processes), timeout=15, what="scheduler, workers and processors to exit")
     assert not unprotected._scheduler.is_alive()
     assert unprotected._scheduler.exitcode == 0
-    assert unprotected._cluster.exitcode == 0
+    assert combo_cluster(unprotected).exitcode == 0
 
 
 def test_a_client_that_shut_the_cluster_down_is_closed(unprotected: SchedulerClusterCombo) -> None:
@@ -164,7 +151,7 @@ def test_combo_shutdown_leaves_no_child_processes() -> None:
         combo.shutdown()
         elapsed = time.monotonic() - start
         assert not running(processes), f"left behind: {running(processes)}"
-        assert elapsed < 10, f"shutdown took {elapsed:.1f}s"
+        assert elapsed < 30, f"shutdown took {elapsed:.1f}s"  # the point: it did not wait for the 60 s task
         pending.cancel()
     combo.shutdown()  # twice is fine
 
@@ -180,8 +167,6 @@ def test_combo_as_a_context_manager() -> None:
 # ----------------------------------------------------------------------------------------------- event loops
 def test_uvloop_cluster_serves_submit_map_graph_and_nesting() -> None:
     pytest.importorskip("uvloop")
-    from tests.integration.test_client_api import fibonacci
-
     with SchedulerClusterCombo(address=free_address(), n_workers=2, event_loop="uvloop", **FAST) as combo:
         with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
             assert client.submit(square, 4).result(timeout=TIMEOUT) == 16
@@ -192,8 +177,6 @@ def test_uvloop_cluster_serves_submit_map_graph_and_nesting() -> None:
 
 def test_an_ipc_address_serves_like_a_tcp_one(tmp_path: Path) -> None:
     """README: on one machine, an ipc:// address works wherever a tcp:// one does (nested clients included)."""
-    from tests.integration.test_client_api import fibonacci
-
     address = f"ipc://{tmp_path}/scheduler.sock"
     with SchedulerClusterCombo(address=address, n_workers=2, **FAST) as combo:
         assert combo.monitor_address == f"{address}_monitor"
@@ -211,6 +194,7 @@ def test_an_unknown_event_loop_is_refused() -> None:
 @pytest.mark.parametrize("value", [0, -1, 2.5, "4", True])
 def test_a_bad_processor_limit_is_refused_before_anything_starts(value: object) -> None:
     with pytest.raises(ValueError, match="max_processors_per_worker"):
+        # a call mypy refuses, made anyway: the run-time check is what is tested
         SchedulerClusterCombo(address=free_address(), n_workers=1, max_processors_per_worker=value)  # type: ignore[arg-type]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -16,7 +17,7 @@ from scaler import Client, SchedulerClusterCombo
 from tests.helpers import free_address, wait_until
 
 pytestmark = pytest.mark.timeout(120)
-QUIET = {"heartbeat_interval_seconds": 0.5, "logging_level": "ERROR"}
+QUIET: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "logging_level": "ERROR"}
 
 
 def note_pid_and_sleep(path: str, seconds: float) -> int:

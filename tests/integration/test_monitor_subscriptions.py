@@ -96,7 +96,11 @@ class Channel:
         self.channel = MonitorChannel(self.sock, "test-scheduler", withheld, self.spoken.append)
 
     def serve_until(self, condition: Callable[[], object], what: str) -> None:
-        wait_for(lambda: self.channel.on_readable(time.monotonic()) or condition(), what)
+        def served() -> object:
+            self.channel.on_readable(time.monotonic())
+            return condition()
+
+        wait_for(served, what)
 
 
 # ----------------------------------------------------------------------------------------------- the socket

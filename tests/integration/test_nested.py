@@ -15,19 +15,11 @@ import pytest
 from scaler import Client, SchedulerClusterCombo
 from scaler.io.sockets import connect_subscriber
 from scaler.monitor.top import next_status
-from tests.helpers import free_address
+from tests.helpers import Graph, fibonacci, free_address
 from tests.integration.test_faults import agents_of, wait_for_workers_joined
 
 TIMEOUT = 90
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "ERROR"}
-
-
-def fibonacci(clnt: Client, n: int) -> int:
-    if n <= 1:
-        return n
-    a = clnt.submit(fibonacci, clnt, n - 1)
-    b = clnt.submit(fibonacci, clnt, n - 2)
-    return a.result() + b.result()
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "ERROR"}
 
 
 def tree_map(clnt: Client, depth: int) -> int:
@@ -45,7 +37,7 @@ def tree_get(clnt: Client, depth: int) -> int:
     """2 ** depth, each level waiting in Client.get."""
     if depth == 0:
         return 1
-    graph = {"a": (tree_get, clnt, depth - 1), "b": (tree_get, clnt, depth - 1), "sum": (add, "a", "b")}
+    graph: Graph = {"a": (tree_get, clnt, depth - 1), "b": (tree_get, clnt, depth - 1), "sum": (add, "a", "b")}
     return int(clnt.get(graph, keys=["sum"])["sum"])
 
 
@@ -53,7 +45,7 @@ def chain(clnt: Client, n: int) -> int:
     """A chain of n waiting tasks whose last one raises."""
     if n == 0:
         raise ValueError("the bottom of the chain")
-    return clnt.submit(chain, clnt, n - 1).result()
+    return int(clnt.submit(chain, clnt, n - 1).result())
 
 
 def chain_caught(clnt: Client, n: int) -> str:
@@ -181,7 +173,7 @@ def test_a_worker_paused_past_its_timeout_with_waits_piled_in_one_processor_reco
     # The scheduler gives up on the paused worker and runs its tasks again; the worker comes back to a new session.
     # Its processor, blocked in the old chain's waits, is replaced: before, the re-runs ran inside those waits, on the
     # same stack, each level of the chain starting a chain of its own (over two minutes instead of seconds).
-    timing = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "ERROR"}
+    timing: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "ERROR"}
     with SchedulerClusterCombo(address=free_address(), n_workers=1, max_processors_per_worker=1, **timing) as combo:
         with Client(address=combo.address, timeout_seconds=30) as c:
             wait_for_workers_joined(c, 1)

@@ -1,5 +1,5 @@
-"""scaler.compat.ray on real processes: Ray-style code (remote functions, get, put, wait, cancel) against a scheduler
-with two workers, and against the local cluster init() starts."""
+"""scaler.compat.ray (scaler.integrations.ray) on real processes: Ray-style code (remote functions, get, put, wait,
+cancel) against a scheduler with two workers, and against the local cluster init() starts."""
 
 from __future__ import annotations
 
@@ -68,6 +68,15 @@ def fail_once(marker: str) -> str:
         Path(marker).touch()
         raise RuntimeError("first run fails")
     return "second run"
+
+
+def ray_in_a_plain_task() -> str:
+    """A task submitted with a Client, not through the Ray API: ray.* in it cannot know which cluster to use."""
+    try:
+        ray.put(1)
+    except RuntimeError as exc:
+        return str(exc)
+    return "no error"
 
 
 @pytest.fixture()
@@ -160,6 +169,12 @@ def test_errors_and_timeouts(session: Any, tmp_path: Path) -> None:
 
 def test_remote_functions_call_remote_functions(session: Any) -> None:
     assert ray.get(fibonacci.remote(7), timeout=40) == 13
+
+
+def test_cluster_resources_and_a_task_not_submitted_through_the_ray_api(session: Any, client: Client) -> None:
+    wait_until(lambda: ray.cluster_resources() == {"CPU": 2.0}, timeout=15, what="two workers, one task each")
+    said = client.submit(ray_in_a_plain_task).result(timeout=30)
+    assert "not submitted through scaler.compat.ray" in said  # it knows it runs in a task (scaler.task_context)
 
 
 def test_what_is_not_supported_says_so(session: Any) -> None:

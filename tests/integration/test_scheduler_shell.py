@@ -1,7 +1,7 @@
 """The scheduler's shell (SchedulerServer) run in this process, on real sockets, driven by a raw DEALER in a thread.
 
-What only the shell decides is checked here: how much it reads per wake-up before it answers, and which messages
-it forwards as they are.
+What only the shell decides is checked here: how much it reads per wake-up before it answers, and which answers go
+in the frames that came (scaler.protocol.lone).
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from scaler.protocol.messages import (
     Welcome,
     decode,
     dispatch_header,
-    encode,
     read_lone,
 )
 from scaler.scheduler import server as server_module
 from scaler.scheduler.server import SchedulerServer
-from tests.helpers import free_address
+from tests.helpers import encoded, free_address, payload_bytes
 
 HEARTBEATS = 30
 TIMEOUT_MS = 10_000
@@ -123,26 +122,26 @@ def test_with_time_to_read_a_wake_up_answers_many_messages_at_once(monkeypatch: 
     assert flushes < HEARTBEATS  # the heartbeats that waited together were read in one wake-up
 
 
-def test_a_lone_task_and_its_result_are_forwarded_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lone-message fast path on real sockets: once the worker holds the function, a lone submit reaches it as
-    the very frames the client sent (the header relabelled dispatchTasks), and its result reaches the client as the
-    very frames the worker sent."""
+def test_a_lone_task_and_its_result_go_on_in_the_frames_they_came_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On real sockets: the core decides as for any message, and its dispatch of a lone task reaches the worker as
+    the very frames the client sent (the header relabelled dispatchTasks), its result the client as the very frames
+    the worker sent; the first dispatch after the function went out (putObjects) too."""
     address = free_address()
     monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-forward-{os.getpid()}"
     server = SchedulerServer(address, monitor, SchedulerConfig())
-    forwards: list[tuple[str, bytes | None]] = []
-    for name in ("forward_submit", "forward_result"):
-        original = getattr(server.core, name)
+    reused: list[str] = []
+    original = server._reused
 
-        def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
-            target = _original(*args)
-            forwards.append((_name, target))
-            return target
+    def spy(message: DispatchTasks | TaskResults) -> Any:
+        frames = original(message)
+        reused.append(f"{type(message).__name__} {'reused' if frames is not None else 'encoded'}")
+        return frames
 
-        monkeypatch.setattr(server.core, name, spy)
+    monkeypatch.setattr(server, "_reused", spy)
 
     def exchange(ctx: zmq.Context[Any]) -> None:
         socks = {}
+        base = 0
         for role, kind in (("worker", PeerKind.WORKER), ("client", PeerKind.CLIENT)):
             sock = socks[role] = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
@@ -152,37 +151,31 @@ def test_a_lone_task_and_its_result_are_forwarded_as_they_are(monkeypatch: pytes
             assert sock.poll(TIMEOUT_MS), f"no welcome for the {role}"
             welcome = recv_message(sock)
             assert isinstance(welcome, Welcome)
-        base = welcome.id_prefix << ID_PREFIX_SHIFT  # the client's
+            base = welcome.id_prefix << ID_PREFIX_SHIFT  # the client's (the last one welcomed)
         function = base | 1
         send_message(socks["client"], PutObjects([function], [b"function"]))
 
         def receive(role: str) -> list[bytes]:
             assert socks[role].poll(TIMEOUT_MS), f"nothing reached the {role}"
-            return socks[role].recv_multipart()
+            frames: list[bytes] = socks[role].recv_multipart()
+            return frames
 
         for counter in (2, 3):
-            submit = encode(SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"]))
+            submit = encoded(SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"]))
             socks["client"].send_multipart(submit)
             frames = receive("worker")
-            if counter == 2:  # the worker lacks the function: the slow path sends it first
+            if counter == 2:  # the worker lacks the function: it goes first
                 assert isinstance(decode(frames), PutObjects)
                 frames = receive("worker")
-            lone = read_lone(bytes(submit[0]))  # type: ignore[call-overload]
+            lone = read_lone(submit[0])
             assert isinstance(lone, LoneTask)
             assert frames == [dispatch_header(lone), b"arg"]
-            result = [bytes(f) for f in encode(TaskResults([base | counter], b"\x00", [b"result"]))]  # type: ignore[call-overload]
+            result = encoded(TaskResults([base | counter], b"\x00", [b"result"]))
             socks["worker"].send_multipart(result)
             assert receive("client") == result
 
     serve_with_peers(server, exchange)
-    # the first submit was not forwarded (the function had to go first), the second was; both results were
-    worker_peer, client_peer = b"worker|forward-test", b"client|forward-test"
-    assert forwards == [
-        ("forward_submit", None),
-        ("forward_result", client_peer),
-        ("forward_submit", worker_peer),
-        ("forward_result", client_peer),
-    ]
+    assert reused == ["DispatchTasks reused", "TaskResults reused"] * 2
     assert not server.core.tasks
 
 
@@ -226,20 +219,11 @@ def test_an_exception_in_the_tick_is_counted_and_the_scheduler_still_times_out_a
 
 
 def test_capabilities_on_real_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker offering an invalid capability is refused saying why; a lone task requiring what the worker offers is
-    forwarded as it came (its second time: the first needs its function sent); one requiring what nobody offers
-    fails with the "missing capabilities" text."""
+    """A worker offering an invalid capability is refused saying why; a lone task requiring what the worker offers
+    reaches it; one requiring what nobody offers fails with the "missing capabilities" text."""
     address = free_address()
     monitor = f"ipc://{tempfile.gettempdir()}/scaler-shell-capabilities-{os.getpid()}"
     server = SchedulerServer(address, monitor, SchedulerConfig())
-    forwarded: list[bytes | None] = []
-    original = server.core.forward_submit
-
-    def spy(*args: Any) -> Any:
-        forwarded.append(original(*args))
-        return forwarded[-1]
-
-    monkeypatch.setattr(server.core, "forward_submit", spy)
 
     def exchange(ctx: zmq.Context[Any]) -> None:
         def connect(identity: bytes, hello: Hello) -> tuple[zmq.Socket[Any], object]:
@@ -264,8 +248,7 @@ def test_capabilities_on_real_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
         for counter in (2, 3):
             submit = SubmitTasks([base | counter], [function], b"\x00", [1], [0], None, [b"arg"])
             submit.requirements = [["payload=python"]]
-            frames = encode(submit)
-            client.send_multipart(frames)
+            client.send_multipart(encoded(submit))
             assert worker.poll(TIMEOUT_MS)
             received = worker.recv_multipart()
             if counter == 2:
@@ -282,7 +265,7 @@ def test_capabilities_on_real_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
         assert client.poll(TIMEOUT_MS)
         failed = recv_message(client)
         assert isinstance(failed, TaskResults) and failed.statuses == bytes([TaskStatus.FAILED])
-        assert bytes(failed.payloads[0]).startswith(b"missing capabilities: the task requires gpu, payload=python;")
+        text = payload_bytes(failed.payloads[0])
+        assert text.startswith(b"missing capabilities: the task requires gpu, payload=python;")
 
     serve_with_peers(server, exchange)
-    assert forwarded == [None, b"worker", None]

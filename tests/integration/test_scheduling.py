@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.integration.test_faults import wait_for_workers_joined
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20
 LONG = 20  # seconds a long task sleeps: far more than any wait below
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
 
 
 @pytest.fixture()
@@ -85,10 +86,9 @@ def test_short_tasks_do_not_wait_behind_a_long_one(two_workers: SchedulerCluster
         wait_for_workers_joined(client, 2)
         long = client.submit(touch_and_sleep, str(tmp_path / "long"), LONG)
         wait_until((tmp_path / "long").exists, timeout=TIMEOUT, what="the long task to start")
-        start = time.monotonic()
         shorts = [client.submit(square, i) for i in range(50)]
-        assert [f.result(timeout=10) for f in shorts] == [i * i for i in range(50)]
-        assert time.monotonic() - start < 10
+        assert [f.result(timeout=10) for f in shorts] == [i * i for i in range(50)]  # long (20 s) still runs
+        assert not long.done()
         long.cancel()
 
 

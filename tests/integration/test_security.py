@@ -21,7 +21,6 @@ from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import zmq
 
@@ -44,11 +43,10 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    encode,
 )
-from scaler.security.keys import ENV_VAR, generate, load_peer_keys
+from scaler.security.keys import ENV_VAR, PeerKeys, generate, load_peer_keys
 from scaler.serializer import DEFAULT_SERIALIZER
-from tests.helpers import free_address, free_port
+from tests.helpers import combo_processes, encoded, fibonacci, free_address, free_port
 
 TIMEOUT = 20
 FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 3, "logging_level": "WARNING"}
@@ -85,15 +83,6 @@ def sleep_then(seconds: float, value: int) -> int:
 
 def make_bytes(n: int) -> bytes:
     return b"x" * n
-
-
-def fibonacci(clnt: Client, n: int) -> int:
-    """The README's nested example: a task given the client submits tasks with it."""
-    if n < 2:
-        return n
-    a = clnt.submit(fibonacci, clnt, n - 1)
-    b = clnt.submit(fibonacci, clnt, n - 2)
-    return int(a.result() + b.result())
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
@@ -176,11 +165,11 @@ def key_folder(where: Path, scheduler_from: Path, secret_from: Path, as_role: st
     return where
 
 
-def refused_fast(address: str, keys: object) -> str:
+def refused_fast(address: str, keys: str | os.PathLike[str] | PeerKeys | bool | None) -> str:
     """Connecting fails with AuthenticationError, long before its timeout; returns the message."""
     start = time.monotonic()
     with pytest.raises(AuthenticationError) as caught:
-        Client(address, keys=keys, timeout_seconds=10)  # type: ignore[arg-type]
+        Client(address, keys=keys, timeout_seconds=10)
     elapsed = time.monotonic() - start
     assert elapsed < 5, f"AuthenticationError took {elapsed:.1f}s for a 10s timeout"
     message = str(caught.value)
@@ -189,14 +178,7 @@ def refused_fast(address: str, keys: object) -> str:
 
 
 def combo_pids(combo: SchedulerClusterCombo) -> set[int]:
-    pids = set()
-    for child in (combo._scheduler, combo._cluster):
-        try:
-            top = psutil.Process(child.pid)
-            pids |= {top.pid, *(p.pid for p in top.children(recursive=True))}
-        except psutil.Error:
-            continue
-    return pids
+    return {process.pid for process in combo_processes(combo)}
 
 
 def receive(sock: zmq.Socket[Any], seconds: float, until: type | None = None) -> list[Message]:
@@ -217,18 +199,18 @@ def receive(sock: zmq.Socket[Any], seconds: float, until: type | None = None) ->
 def send(sock: zmq.Socket[Any], message: Message) -> bool:
     """Send without waiting; False if ZeroMQ has nowhere to send it (no connection ever completed its handshake)."""
     try:
-        sock.send_multipart(encode(message), zmq.NOBLOCK)  # type: ignore[arg-type]
+        sock.send_multipart(encoded(message), zmq.NOBLOCK)
     except zmq.Again:
         return False
     return True
 
 
-def raw_dealer(ctx: zmq.Context[Any], address: str, identity: bytes, keys: object = None) -> zmq.Socket[Any]:
+def raw_dealer(ctx: zmq.Context[Any], address: str, identity: bytes, keys: PeerKeys | None = None) -> zmq.Socket[Any]:
     sock: zmq.Socket[Any] = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.IDENTITY, identity)
     if keys is not None:
-        make_client(sock, keys)  # type: ignore[arg-type]
+        make_client(sock, keys)
     sock.connect(address)
     return sock
 
@@ -346,7 +328,7 @@ def test_a_hand_built_submit_runs_on_a_scheduler_without_keys(plain: SchedulerCl
     marker = tmp_path / "ran"
     received = submit_by_hand(plain.address, marker, listen=TIMEOUT)
     assert [type(m) for m in received] == [Welcome, TaskResults], received
-    assert received[1].statuses == bytes([TaskStatus.SUCCESS]), received  # type: ignore[union-attr]
+    assert isinstance(received[1], TaskResults) and received[1].statuses == bytes([TaskStatus.SUCCESS]), received
     assert marker.exists()
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from scaler import Client, Serializer
+from scaler import Client, SchedulerClusterCombo, Serializer
+from tests.helpers import Graph
 
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
@@ -45,7 +46,8 @@ class CustomSerializer(Serializer):
         if isinstance(obj, int):
             return ObjType.Integer.value + struct.pack("I", obj)
 
-        return ObjType.General.value + cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        pickled: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return ObjType.General.value + pickled
 
     @staticmethod
     def deserialize(payload: bytes) -> Any:
@@ -85,8 +87,8 @@ def tag_of(payload: bytes) -> bytes:
 
 
 @pytest.fixture()
-def custom(cluster: object) -> Any:
-    with Client(address=cluster.address, serializer=CustomSerializer, timeout_seconds=TIMEOUT) as c:  # type: ignore[attr-defined]
+def custom(cluster: SchedulerClusterCombo) -> Any:
+    with Client(address=cluster.address, serializer=CustomSerializer, timeout_seconds=TIMEOUT) as c:
         yield c
 
 
@@ -134,7 +136,7 @@ def test_dataframes_through_map_objects_and_graphs(custom: Client) -> None:
         custom.submit(concat, ref, frame(2)).result(timeout=TIMEOUT), concat(frame(10), frame(2))
     )
 
-    graph = {"a": frame(4), "b": (double, "a"), "c": (concat, "a", "b")}
+    graph: Graph = {"a": frame(4), "b": (double, "a"), "c": (concat, "a", "b")}
     got = custom.get(graph, keys=["c"])["c"]
     pd.testing.assert_frame_equal(got, concat(frame(4), double(frame(4))))
 
@@ -144,7 +146,8 @@ class PlusOneOnLoad(Serializer):
 
     @staticmethod
     def serialize(obj: Any) -> bytes:
-        return cloudpickle.dumps(obj)  # type: ignore[no-any-return]
+        pickled: bytes = cloudpickle.dumps(obj)
+        return pickled
 
     @staticmethod
     def deserialize(payload: bytes) -> Any:
@@ -156,8 +159,8 @@ def identity(x: Any) -> Any:
     return x
 
 
-def test_both_ends_use_the_clients_serializer(cluster: object) -> None:
-    with Client(address=cluster.address, serializer=PlusOneOnLoad, timeout_seconds=TIMEOUT) as c:  # type: ignore[attr-defined]
+def test_both_ends_use_the_clients_serializer(cluster: SchedulerClusterCombo) -> None:
+    with Client(address=cluster.address, serializer=PlusOneOnLoad, timeout_seconds=TIMEOUT) as c:
         # 1 is loaded on the worker (2), identity returns 2, the result is loaded here (3)
         assert c.submit(identity, 1).result(timeout=TIMEOUT) == 3
         assert c.map(identity, [(10,), (20,)]) == [12, 22]
@@ -184,6 +187,7 @@ class ReturnsText(Serializer):
 
     @staticmethod
     def serialize(obj: Any) -> bytes:
+        # wrong on purpose: a broken serializer
         return repr(obj)  # type: ignore[return-value]
 
     @staticmethod
@@ -191,17 +195,18 @@ class ReturnsText(Serializer):
         raise AssertionError("never reached")
 
 
-def test_a_serializer_that_returns_no_bytes_is_named_at_submit(cluster: object) -> None:
-    with Client(address=cluster.address, serializer=ReturnsText, timeout_seconds=TIMEOUT) as c:  # type: ignore[attr-defined]
+def test_a_serializer_that_returns_no_bytes_is_named_at_submit(cluster: SchedulerClusterCombo) -> None:
+    with Client(address=cluster.address, serializer=ReturnsText, timeout_seconds=TIMEOUT) as c:
         with pytest.raises(TypeError, match=r"^the serializer returned str for the object; it must return bytes$"):
             c.send_object(5)
 
 
-def test_a_serializer_instance_works_too(cluster: object) -> None:
-    with Client(address=cluster.address, serializer=CustomSerializer(), timeout_seconds=TIMEOUT) as c:  # type: ignore[attr-defined]
+def test_a_serializer_instance_works_too(cluster: SchedulerClusterCombo) -> None:
+    with Client(address=cluster.address, serializer=CustomSerializer(), timeout_seconds=TIMEOUT) as c:
         assert c.submit(add, 20, 22).result(timeout=TIMEOUT) == 42
 
 
 def test_an_object_without_serialize_is_refused() -> None:
     with pytest.raises(TypeError):
+        # a call mypy refuses, made anyway: the run-time check is what is tested
         Client(address="tcp://127.0.0.1:1", serializer=object(), timeout_seconds=1)  # type: ignore[arg-type]

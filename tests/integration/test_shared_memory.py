@@ -9,7 +9,6 @@ Every process killed here is a descendant of this test process (checked before e
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -19,24 +18,21 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
-from tests.helpers import free_address, kill_tree, wait_until
+from tests.helpers import digest, free_address, kill_tree, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 TIMEOUT = 30
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "WARNING"}
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 2, "logging_level": "WARNING"}
 BIG = 2 * 1024 * 1024  # above the client's default threshold (1 MiB)
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def shm_identity() -> tuple[int, int]:
@@ -134,7 +130,8 @@ def test_threshold_option_and_custom_serializer(combo: SchedulerClusterCombo) ->
         def serialize(obj: object) -> bytes:
             import cloudpickle
 
-            return cloudpickle.dumps(obj)[::-1]
+            pickled: bytes = cloudpickle.dumps(obj)
+            return pickled[::-1]
 
         @staticmethod
         def deserialize(payload: bytes) -> object:

@@ -11,11 +11,10 @@ outside peer would send it.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import zmq
@@ -33,12 +32,11 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    encode,
 )
 from scaler.protocol.records import FLAG_SHARED_ARGUMENTS
 from scaler.serializer import DEFAULT_SERIALIZER
 from scaler.shm import SHM_DIR, UNREACHABLE_PREFIX, Reference, encode_reference, host_token
-from tests.helpers import free_address, wait_until
+from tests.helpers import encoded, free_address, make_char_device, make_fifo, payload_bytes, wait_until
 
 pytestmark = [
     pytest.mark.timeout(90),
@@ -47,7 +45,7 @@ pytestmark = [
 
 TIMEOUT = 20
 FAILS_WITHIN = 10  # seconds: the hostile task's answer comes at once; a blocked processor never answers
-FAST = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "WARNING"}
+FAST: dict[str, Any] = {"heartbeat_interval_seconds": 0.5, "worker_timeout_seconds": 5, "logging_level": "WARNING"}
 BIG = 2 * 1024 * 1024  # above the client's default threshold (1 MiB)
 
 
@@ -98,20 +96,8 @@ def shm_path() -> Iterator[Path]:
             path.unlink()
 
 
-def make_fifo(path: Path) -> None:
-    os.mkfifo(path, 0o600)
-
-
 def make_directory(path: Path) -> None:
     path.mkdir(mode=0o700)
-
-
-def make_char_device(path: Path) -> None:
-    """A /dev/null-like character device (1, 3); only root may make one."""
-    try:
-        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    except PermissionError:
-        pytest.skip("making a character device needs root (CAP_MKNOD)")
 
 
 def submit_crafted(address: str, payload: bytes) -> TaskResults:
@@ -123,14 +109,14 @@ def submit_crafted(address: str, payload: bytes) -> TaskResults:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IDENTITY, b"C|crafted|1|" + os.urandom(16).hex().encode())
         sock.connect(address)
-        sock.send_multipart(encode(Hello(PeerKind.CLIENT, "crafted", "crafted-host", os.getpid())))  # type: ignore[arg-type]
+        sock.send_multipart(encoded(Hello(PeerKind.CLIENT, "crafted", "crafted-host", os.getpid())))
         welcome = receive(sock, Welcome, TIMEOUT)
         function_id = (welcome.id_prefix << ID_PREFIX_SHIFT) | 1
         task_id = (welcome.id_prefix << ID_PREFIX_SHIFT) | 2
         put = PutObjects([function_id], [pack_function(DEFAULT_SERIALIZER, length)], ["length"])
-        sock.send_multipart(encode(put))  # type: ignore[arg-type]
+        sock.send_multipart(encoded(put))
         flags = bytes((FLAG_SHARED_ARGUMENTS,))
-        sock.send_multipart(encode(SubmitTasks([task_id], [function_id], flags, [1], [0], None, [payload])))  # type: ignore[arg-type]
+        sock.send_multipart(encoded(SubmitTasks([task_id], [function_id], flags, [1], [0], None, [payload])))
         results = receive(sock, TaskResults, FAILS_WITHIN)
         assert results.task_ids == [task_id]
         return results
@@ -138,7 +124,10 @@ def submit_crafted(address: str, payload: bytes) -> TaskResults:
         ctx.destroy(linger=0)
 
 
-def receive(sock: zmq.Socket[Any], kind: type, seconds: float) -> Any:
+M = TypeVar("M")
+
+
+def receive(sock: zmq.Socket[Any], kind: type[M], seconds: float) -> M:
     """The first message of `kind` the scheduler sends within `seconds` (the others are skipped)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
@@ -165,7 +154,7 @@ def test_a_reference_to_a_file_that_is_not_a_segment_fails_at_once_and_the_proce
     results = submit_crafted(combo.address, crafted)
 
     assert results.statuses == bytes((TaskStatus.FAILED,))
-    text = bytes(results.payloads[0]).decode()
+    text = payload_bytes(results.payloads[0]).decode()
     assert text.startswith(UNREACHABLE_PREFIX.decode())
     assert f"segment {shm_path} is {kind}, not a regular file" in text, text
     assert "check what else writes scaler-* files" in text, text

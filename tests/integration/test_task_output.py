@@ -36,11 +36,10 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    encode,
 )
 from scaler.serializer import DEFAULT_SERIALIZER
 from scaler.worker.output import TRUNCATED
-from tests.helpers import free_address, wait_until
+from tests.helpers import encoded, free_address, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 TIMEOUT = 30
@@ -87,7 +86,7 @@ class StandIn:
                 self._send(peer, TaskResults([task_id], bytes([TaskStatus.SUCCESS]), [payload]))
 
     def _send(self, peer: bytes, message: Any) -> None:
-        self._sock.send_multipart([peer, *encode(message)])
+        self._sock.send_multipart([peer, *encoded(message)])
 
     def close(self) -> None:
         self._stop.set()
@@ -176,7 +175,7 @@ def fails(text: str) -> None:
 
 def outer(client: Client) -> int:
     print("outer starts")
-    return client.submit(chatty, 3).result()
+    return int(client.submit(chatty, 3).result())
 
 
 def test_what_tasks_print_reaches_the_client_before_their_results(

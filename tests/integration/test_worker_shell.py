@@ -29,7 +29,7 @@ from scaler.protocol.messages import (
 )
 from scaler.serializer import DEFAULT_SERIALIZER
 from scaler.worker.agent import run_worker
-from tests.helpers import free_address
+from tests.helpers import free_address, payload_bytes
 
 pytestmark = pytest.mark.timeout(60)
 F = (1 << 40) | 1  # the function object's id
@@ -68,7 +68,7 @@ class FakeScheduler:
 def test_lone_dispatches_reach_the_processor_and_their_results_come_back() -> None:
     scheduler = FakeScheduler()
     config = AgentConfig(name="w", hostname="h", pid=os.getpid(), heartbeat_interval_seconds=5)
-    worker = multiprocessing.get_context("fork").Process(target=run_worker, args=(scheduler.address, config))
+    worker = multiprocessing.get_context("fork").Process(target=run_worker, args=(scheduler.address, config, "builtin"))
     worker.start()
     try:
         assert isinstance(scheduler.receive(), Hello)
@@ -84,12 +84,12 @@ def test_lone_dispatches_reach_the_processor_and_their_results_come_back() -> No
             assert isinstance(result, TaskResults)
             assert result.task_ids == [task_id] and result.statuses == bytes([TaskStatus.SUCCESS])
             assert result.durations_us is None  # not profiled: the same message as the slow path's
-            assert DEFAULT_SERIALIZER.deserialize(bytes(result.payloads[0])) == 3 * x
+            assert DEFAULT_SERIALIZER.deserialize(payload_bytes(result.payloads[0])) == 3 * x
         scheduler.send(Shutdown("test over"))
         worker.join(10)
         assert worker.exitcode == 0
     finally:
         if worker.is_alive():
-            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            os.kill(worker.pid or 0, signal.SIGKILL)  # (a started process has a pid)
             worker.join(5)
         scheduler.close()

@@ -1,32 +1,24 @@
-"""The client's lone round trip reads a lone result without pycapnp (read_lone_result): a way of reading, not a second
-path. Whatever frames arrive, read_lone_result gives None (the I/O thread decodes them as usual) or exactly the
-message decode() gives, so the ClientCore ends in the same whole state either way (tests/core_dump.py).
-
-Also: the scheduler's read_lone never accepts a header decode() refuses, and what it reads agrees with decode().
+"""The scheduler's lone reader (read_lone) never accepts a header decode() refuses, and what it reads agrees with
+decode(), whatever frames arrive (a lone result as sent or damaged, a lone submit). (The client reads every message
+with decode(): in its lone round trip the waiting thread reads in the I/O thread's place, with its code, ADR 0008.)
 """
 
 from __future__ import annotations
 
-import copy
-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaler.core.client.session import ClientCore
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
     LoneResult,
     LoneTask,
+    Payload,
     SubmitTasks,
     TaskResults,
-    TaskStatus,
-    Welcome,
     decode,
-    encode,
     read_lone,
-    read_lone_result,
 )
-from tests.core_dump import canonical
+from tests.helpers import encoded
 
 IDS = st.integers(0, 2**64 - 1)
 PAYLOAD = st.binary(max_size=80) | st.just(b"x" * 70_000)
@@ -48,7 +40,7 @@ def results(draw: st.DrawFn) -> TaskResults:
 @st.composite
 def damaged(draw: st.DrawFn, message: TaskResults) -> list[bytes]:
     """The message's frames as sent, or changed: a byte of the header, frames added or dropped."""
-    frames = [bytes(frame) for frame in encode(message)]
+    frames = encoded(message)
     how = draw(st.sampled_from(["as sent", "byte", "extra frame", "drop frame", "cut payload"]))
     if how == "byte":
         header = bytearray(frames[0])
@@ -71,43 +63,11 @@ def decoded(frames: list[bytes]) -> object:
 
 
 @given(st.data())
-def test_a_lone_result_read_without_pycapnp_is_what_decode_gives(data: st.DataObject) -> None:
-    frames = data.draw(damaged(data.draw(results())))
-    fast = read_lone_result(frames)
-    if fast is not None:
-        assert fast == decoded(frames)
-
-
-@given(results())
-def test_every_lone_result_as_sent_is_read_the_fast_way(message: TaskResults) -> None:
-    frames = [bytes(frame) for frame in encode(message)]
-    lone = len(message.task_ids) == 1 and message.durations_us is None and message.statuses[0] <= max(TaskStatus)
-    assert (read_lone_result(frames) is not None) == lone
-
-
-@given(st.data())
-def test_the_client_core_ends_in_the_same_whole_state_either_way(data: st.DataObject) -> None:
-    core = ClientCore("c", 2.0, 60.0)
-    core.start(0.0)
-    core.received(0.0, Welcome(1))
-    message = data.draw(results())
-    frames = [bytes(frame) for frame in encode(message)]
-    fast = read_lone_result(frames)
-    if fast is None:
-        return
-    slow_core = copy.deepcopy(core)
-    fast_commands = core.received(1.0, fast)
-    slow_commands = slow_core.received(1.0, decode(frames))
-    assert fast_commands == slow_commands
-    assert canonical(core) == canonical(slow_core)
-
-
-@given(st.data())
 def test_the_schedulers_lone_reader_agrees_with_decode(data: st.DataObject) -> None:
     if data.draw(st.booleans()):
         message: SubmitTasks | TaskResults = data.draw(results())
     else:
-        args = data.draw(st.lists(PAYLOAD, max_size=3))
+        args: list[Payload] = data.draw(st.lists(PAYLOAD, max_size=3))
         message = SubmitTasks(
             [data.draw(IDS)],
             [data.draw(IDS)],
@@ -125,7 +85,7 @@ def test_the_schedulers_lone_reader_agrees_with_decode(data: st.DataObject) -> N
     if isinstance(message, TaskResults):
         frames = data.draw(damaged(message))
     else:
-        frames = [bytes(f) for f in encode(message)]
+        frames = encoded(message)
     lone = read_lone(frames[0])
     if lone is None:
         return
@@ -138,4 +98,4 @@ def test_the_schedulers_lone_reader_agrees_with_decode(data: st.DataObject) -> N
         assert isinstance(lone, LoneTask) and isinstance(full, SubmitTasks)
         assert (full.task_ids, full.function_ids, full.flags[0]) == ([lone.task_id], [lone.function_id], lone.flags)
         assert [len(p) for p in full.payloads] == lone.sizes and not any(full.arg_refs)
-        assert lone.requirement == frozenset(full.requirement_of(0) or ())
+        assert (lone.requirements, lone.requirement_index) == (full.requirements, full.requirement_index)

@@ -11,11 +11,10 @@ its own model of the protocol, built only from the commands the core emitted:
 At the end (teardown) every worker answers everything: no task may be left, and every task of a client that
 is still connected must have ended exactly once at that client.
 
-Half the machines also take the scheduler's lone-message fast path, as its shell does: a submit or result the core
-agrees to forward (forward_submit, forward_result) is forwarded as it is. Each time, the same message goes through
-the slow path on a copy of the core, and both must end in the same whole state (tests/core_dump.py: every field of
-every object the core reaches, not a chosen part of it), having sent the same messages. A forward the core refuses
-must leave the whole state as it was. Half the machines run monitored (the period's records are part of the state).
+Half the machines also read lone submits and results as the scheduler's shell does (encoded, then
+scaler.protocol.lone.lone_message: the record fed is the one it reads, checked equal to the message), and send a
+dispatch or results answering one of them alone in the frames it came in when reused_frames allows it: what those
+frames decode to must be what the core said. Half the machines run monitored.
 """
 
 from __future__ import annotations
@@ -54,7 +53,6 @@ from scaler.protocol.messages import (
     FreeObjects,
     Heartbeat,
     Hello,
-    LoneTask,
     Message,
     PeerKind,
     PutObjects,
@@ -65,12 +63,13 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    dispatch_header,
     encode,
+    lone_message,
     read_lone,
+    reused_frames,
 )
-from tests.core_dump import canonical, first_difference
-from tests.unit.scheduler_driver import ok, results, submit, tid
+from tests.helpers import payload_bytes
+from tests.unit.scheduler_driver import TaskSpec, ok, results, submit, tid
 
 CONFIG = SchedulerConfig(
     worker_timeout_seconds=5.0, client_timeout_seconds=20.0, max_task_retries=2, balance_interval_seconds=0.5
@@ -106,6 +105,14 @@ def some(data: st.DataObject, items: list[int], most: int) -> list[int]:
     return data.draw(st.lists(st.sampled_from(items), max_size=most)) if items else []
 
 
+def _plain(message: Message) -> Message:
+    """A copy of a message with its payloads as bytes (what came over a socket and what a core holds compare)."""
+    plain = copy.copy(message)
+    if hasattr(plain, "payloads"):
+        plain.payloads = [payload_bytes(p) for p in plain.payloads]
+    return plain
+
+
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -116,8 +123,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.owner: dict[int, bytes] = {}  # task id -> client peer
         self.delivered: Counter[int] = Counter()  # task id -> results sent to its client
         self.peers = 0
-        self.forwarding = False  # whether lone submits and results take the fast path (set by start)
-        self.forwarded = 0
+        self.reading_lone = False  # whether lone submits and results are read as the shell reads them (set by start)
+        self.reused = 0
         self.flagged: set[int] = set()  # tasks submitted with FLAG_STREAM_OUTPUT
         self.printed: Counter[int] = Counter()  # task id -> pieces of output forwarded to its client, expected
         self.shown: Counter[int] = Counter()  # task id -> pieces of output its client got
@@ -128,41 +135,27 @@ class SchedulerMachine(RuleBasedStateMachine):
         return f"{kind}{self.peers}".encode()
 
     def send(self, peer: bytes, message: Message) -> list[Command]:
-        if self.forwarding and isinstance(message, (SubmitTasks, TaskResults)):
-            commands = self.forward(peer, message)
-            if commands is not None:
-                return self.apply(commands)
-        return self.apply(self.core.handle(Received(self.now, peer, message)))
-
-    def forward(self, peer: bytes, message: SubmitTasks | TaskResults) -> list[Command] | None:
-        """What the shell does with a lone message: the commands that forwarding it amounted to (the forwarded
-        message, decoded, then the flush), or None if the core would not forward it (nothing may have changed)."""
+        if not self.reading_lone or not isinstance(message, (SubmitTasks, TaskResults)):
+            return self.apply(self.core.handle(Received(self.now, peer, message)))
         frames = encode(message)
+        # encode's header frame is bytes (its type says Payload, which read_lone does not take)
         lone = read_lone(frames[0])  # type: ignore[arg-type]
-        if lone is None:
-            return None
-        before = canonical(self.core)
-        slow = copy.deepcopy(self.core)
-        if isinstance(lone, LoneTask):
-            target = self.core.forward_submit(self.now, peer, lone, tuple(message.payloads))
-            header = dispatch_header(lone) if target is not None else b""
-        else:
-            target = self.core.forward_result(self.now, peer, lone, message.payloads[0])
-            header = lone.header
-        if target is None:
-            assert canonical(self.core) == before, (
-                f"a refused forward changed the core: {first_difference(self.core, slow)}"
-            )
-            return None
-        self.forwarded += 1
-        commands: list[Command] = [Send(target, decode([header, *frames[1:]]))]
-        commands += self.core.flush()
-        expected = slow.handle(Received(self.now, peer, message))
-        assert canonical(self.core) == canonical(slow), (
-            f"forwarding left another state than the slow path: {first_difference(self.core, slow)}"
-        )
-        assert sorted(map(repr, commands)) == sorted(map(repr, expected)), "forwarding sent other messages"
-        return commands
+        came = lone_message(lone, frames) if lone is not None else None
+        if lone is None or came is None:
+            return self.apply(self.core.handle(Received(self.now, peer, message)))
+        assert _plain(came) == _plain(message), f"lone_message read {came!r} from the frames of {message!r}"
+        commands = self.core.handle(Received(self.now, peer, came))
+        for k, command in enumerate(commands):  # as the shell sends them
+            out = command.message if isinstance(command, Send) else None
+            if isinstance(out, (DispatchTasks, TaskResults)) and out.task_ids == [lone.task_id]:
+                reused = reused_frames(out, came, lone, frames)
+                if reused is not None:
+                    self.reused += 1
+                    delivered = decode(reused)
+                    assert _plain(delivered) == _plain(out), f"the frames reused for {out!r} say {delivered!r}"
+                    # command is a Send: out, its message, was one of the core's sends
+                    commands[k] = Send(command.peer, delivered)  # type: ignore[union-attr]
+        return self.apply(commands)
 
     def apply(self, commands: list[Command]) -> list[Command]:
         """Check the commands against the model and update it."""
@@ -226,9 +219,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                 client.open_tasks.discard(task_id)
 
     # ------------------------------------------------------------------------------------------- peers
-    @initialize(capacity=st.integers(1, 6), forwarding=st.booleans(), monitored=st.booleans())
-    def start(self, capacity: int, forwarding: bool, monitored: bool) -> None:
-        self.forwarding = forwarding
+    @initialize(capacity=st.integers(1, 6), reading_lone=st.booleans(), monitored=st.booleans())
+    def start(self, capacity: int, reading_lone: bool, monitored: bool) -> None:
+        self.reading_lone = reading_lone
         self.core.monitored = monitored
         self.connect_client()
         self.connect_worker(capacity)
@@ -238,6 +231,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def connect_client(self) -> None:
         peer = self.fresh_peer("c")
         commands = self.send(peer, Hello(PeerKind.CLIENT, peer.decode()))
+        # the last command a client's hello causes is its Welcome
         prefix = commands[-1].message.id_prefix  # type: ignore[union-attr]
         client = self.clients[peer] = ClientModel(peer, prefix)
         function = client.mint()
@@ -295,7 +289,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def submit_tasks(self, data: st.DataObject, count: int, named: bool, flags: int) -> None:
         client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
         function = tid(client.prefix, 1)
-        specs = []
+        specs: list[TaskSpec] = []
         for _ in range(count):
             # its objects and tasks, and now and then one that is gone (a freed object, an ended task): refused
             usable = sorted(
@@ -318,7 +312,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.clients)
     @rule(data=st.data(), inline=st.integers(0, 2), flags=st.sampled_from([0, FLAG_STREAM_OUTPUT]))
     def submit_one(self, data: st.DataObject, inline: int, flags: int) -> None:
-        """A lone task, all of its arguments inline: what the fast path forwards (when the core agrees)."""
+        """A lone task, all of its arguments inline: what the shell reads without decode()."""
         client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
         task_id = client.mint()
         self.owner[task_id] = client.peer
@@ -396,7 +390,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(w.held for w in self.workers.values()))
     @rule(data=st.data(), status=st.sampled_from([TaskStatus.SUCCESS, TaskStatus.ERROR, TaskStatus.CRASHED]))
     def worker_reports_one(self, data: st.DataObject, status: int) -> None:
-        """A lone result: what the fast path forwards (when the core agrees)."""
+        """A lone result: what the shell reads without decode()."""
         worker = data.draw(st.sampled_from(sorted((w for w in self.workers.values() if w.held), key=lambda w: w.peer)))
         task_id = data.draw(st.sampled_from(sorted(worker.held)))
         del worker.held[task_id]
@@ -431,8 +425,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not data.draw(st.booleans()):
             self.send(worker.peer, pieces)
             return
-        # Its result right behind, read in the same wake-up of the shell: one flush, or a lone result the core is
-        # asked to forward while the output is not flushed yet.
+        # Its result right behind, read in the same wake-up of the shell: one flush, the output first.
         self.core.feed(Received(self.now, worker.peer, pieces))
         shown = [t for t, text in zip(ids, texts, strict=True) if text != "not forwarded"]
         task_id = shown[-1] if shown else ids[-1]

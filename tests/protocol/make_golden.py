@@ -34,7 +34,7 @@ MANIFEST = GOLDEN_DIR / "manifest.json"
 P = 3 << m.ID_PREFIX_SHIFT  # ids minted by the session that got idPrefix 3
 U64_MAX = 2**64 - 1
 
-_CAPNP_ENUM_NAMES = {
+_CAPNP_ENUM_NAMES: dict[type[enum.Enum], dict[Any, str]] = {
     m.PeerKind: {m.PeerKind.CLIENT: "client", m.PeerKind.WORKER: "worker"},
     m.ErrorCode: {
         m.ErrorCode.MALFORMED: "malformed",
@@ -52,10 +52,11 @@ def golden_messages() -> dict[str, m.Message]:
         m.Hello(
             m.PeerKind.WORKER, "worker-1", "host-a", 4242, 2000, 1000, capabilities=["payload=python", "gpu", "mem=64G"]
         ),
-        m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000, max_payload_bytes=8 << 30),
+        # to a client: two workers may take tasks, six tasks at once between them
+        m.Welcome(3, "scheduler@tcp://127.0.0.1:8516", True, 10_000, 1, 8 << 30, 2, 6, workers_stated=True),
         m.Refused("the key 'w' is authorized for workers only", 1, key_problem=True),
         m.Heartbeat(12.5, 50_000_000, 270, 5, 1, 99.5, 80_000_000, 1, 0, 0),
-        m.HeartbeatEcho(0),
+        m.HeartbeatEcho(0, workers=3, worker_capacity=9, workers_stated=True),  # the echo of a client's heartbeat
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
         # The second has options: a 2 s timeout, 3 retries, priority -1. The first requires payload=python, the second
         # payload=python and gpu.
@@ -161,7 +162,7 @@ def fields(message: m.Message) -> dict[str, Any]:
     u8 columns as hex, enums by their schema names, Counter lists as [{name, value}], an absent optional list or
     column as []. Payload frames are excluded (the manifest lists them apart)."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(message):  # type: ignore[arg-type]
+    for f in dataclasses.fields(message):
         if f.name != "payloads":
             out[camel(f.name)] = _json(camel(f.name), getattr(message, f.name))
     if hasattr(message, "payloads"):  # batch messages: the size of each payload, in order
@@ -193,6 +194,7 @@ def render() -> tuple[dict[str, bytes], str]:
     manifest: dict[str, Any] = {}
     for name, message in golden_messages().items():
         frames = m.encode(message)
+        # encode's frames are bytes or buffers (Payload in its type); run as a script: no tests.helpers here
         headers[f"{name}.bin"] = bytes(frames[0])  # type: ignore[call-overload]
         manifest[name] = {
             "header": f"{name}.bin",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 
 from scaler.protocol import codec, fieldnames, purecodec
@@ -20,11 +22,11 @@ def status(*clients: m.ClientStatus) -> m.Status:
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("encoder", [codec, purecodec])
 @pytest.mark.parametrize("decoder", [codec, purecodec])
-def test_assigned_travels_in_both_codecs(encoder: object, decoder: object) -> None:
+def test_assigned_travels_in_both_codecs(encoder: ModuleType, decoder: ModuleType) -> None:
     sent = status(
         m.ClientStatus("c", tasks=7, objects=1, completed=3, assigned=5), m.ClientStatus("d", U32_MAX, 0, 0, U32_MAX)
     )
-    got = decoder.decode(encoder.encode(sent))  # type: ignore[attr-defined]
+    got = decoder.decode(encoder.encode(sent))
     assert isinstance(got, m.Status)
     assert [(c.name, c.tasks, c.assigned, c.queued) for c in got.clients] == [
         ("c", 7, 5, 2),
@@ -34,7 +36,7 @@ def test_assigned_travels_in_both_codecs(encoder: object, decoder: object) -> No
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("decoder", [codec, purecodec])
-def test_a_status_without_assigned_decodes_with_0(decoder: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_status_without_assigned_decodes_with_0(decoder: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(LAYOUT, "ClientStatus", OLD_CLIENT_STATUS)  # the layout before the field was added
     monkeypatch.setattr(
         fieldnames, "CLIENT_STATUS", {k: v for k, v in fieldnames.CLIENT_STATUS.items() if k != "assigned"}
@@ -42,7 +44,7 @@ def test_a_status_without_assigned_decodes_with_0(decoder: object, monkeypatch: 
     frames = purecodec.encode(status(m.ClientStatus("c", tasks=4, objects=2, completed=9, assigned=3)))
     monkeypatch.undo()
     assert len(frames[0]) < len(purecodec.encode(status(m.ClientStatus("c", 4, 2, 9, 3)))[0]), "not the old layout"
-    got = decoder.decode(frames)  # type: ignore[attr-defined]
+    got = decoder.decode(frames)
     assert isinstance(got, m.Status)
     [c] = got.clients
     assert (c.name, c.tasks, c.objects, c.completed, c.assigned, c.queued) == ("c", 4, 2, 9, 0, 4)

@@ -125,7 +125,8 @@ def start_scheduler(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture()
 def scheduler(start_scheduler: Any) -> Scheduler:
-    return start_scheduler()  # type: ignore[no-any-return]
+    started: Scheduler = start_scheduler()
+    return started
 
 
 @pytest.fixture()
@@ -252,7 +253,7 @@ class RawClient(Peer):
         self.counter = 0
         self.send("hello", protocolVersion=PROTOCOL_VERSION, kind="client", name=name, heartbeatIntervalMs=2000)
         self.welcome = self.expect("welcome", timeout=10).fields
-        self.prefix = self.welcome["idPrefix"]
+        self.prefix: int = self.welcome["idPrefix"]
 
     def mint(self) -> int:
         self.counter += 1
@@ -315,13 +316,16 @@ def test_hello_welcome_heartbeat(ctx: zmq.Context[Any], scheduler: Scheduler) ->
     assert w["schedulerName"]
     assert w["protected"] is True
     assert w["peerTimeoutMs"] == 60_000  # the client timeout
+    assert (w["workersStated"], w["workers"], w["workerCapacity"]) == (True, 0, 0)  # to a client: no worker yet
     worker = connect_worker(ctx, scheduler)
     assert worker.welcome["peerTimeoutMs"] == 10_000  # the worker timeout
     assert worker.welcome["idPrefix"] != w["idPrefix"]
+    assert worker.welcome["workersStated"] is False  # stated to clients only
 
     client.heartbeat()
     echo = client.expect("heartbeatEcho", ignore=())
     assert echo.payloads == []
+    assert (echo.fields["workersStated"], echo.fields["workers"], echo.fields["workerCapacity"]) == (True, 1, 10)
     worker.heartbeat(cpuPercent=12.5, rssBytes=1 << 30, queued=3, running=1, processors=1)
     worker.expect("heartbeatEcho", ignore=())
 
@@ -852,7 +856,8 @@ def _pickle_serializer() -> Any:
         def serialize(obj: Any) -> bytes:
             import cloudpickle
 
-            return cloudpickle.dumps(obj)  # type: ignore[no-any-return]
+            pickled: bytes = cloudpickle.dumps(obj)
+            return pickled
 
         @staticmethod
         def deserialize(payload: bytes) -> Any:
@@ -883,7 +888,8 @@ def real_worker(scheduler: Scheduler) -> Iterator[subprocess.Popen[bytes]]:
 
 def function_object(serializer: Any, function: Any) -> bytes:
     """A Python function object as docs/protocol.md says: cloudpickle((serializer, serializer.serialize(fn)))."""
-    return cloudpickle.dumps((serializer, serializer.serialize(function)))  # type: ignore[no-any-return]
+    pickled: bytes = cloudpickle.dumps((serializer, serializer.serialize(function)))
+    return pickled
 
 
 def test_real_worker_runs_python_payloads_from_a_raw_client(ctx: zmq.Context[Any], start_scheduler: Any) -> None:

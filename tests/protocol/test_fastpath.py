@@ -10,6 +10,7 @@ import pytest
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
+from tests.helpers import encoded, payload_bytes
 
 BATCHES: list[Any] = [
     m.TaskResults([1], b"\x00", [b"r"]),
@@ -50,7 +51,7 @@ REQUIRING = [batch for batch in BATCHES if getattr(batch, "requirements", None)]
 def test_batches_with_requirements_take_the_fast_reader_of_both_codecs(message: Any) -> None:
     from scaler.protocol import purecodec
 
-    header = bytes(m.encode(message)[0])  # type: ignore[call-overload]
+    header = encoded(message)[0]
     assert codec._fast is not None and codec._fast.read(header) is not None
     assert purecodec.read_batch(header) is not None
     assert codec.decode([header, *m.encode(message)[1:]]) == message
@@ -60,7 +61,7 @@ def test_batches_with_requirements_take_the_fast_reader_of_both_codecs(message: 
 def _pycapnp_frames(message: Any, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     with monkeypatch.context() as patch:
         patch.setattr(codec, "_fast", None)
-        return [bytes(frame) for frame in m.encode(message)]  # type: ignore[call-overload]
+        return encoded(message)
 
 
 @pytest.mark.parametrize("message", BATCHES)
@@ -68,7 +69,7 @@ def test_the_fast_writer_writes_what_pycapnp_writes(message: Any, monkeypatch: p
     assert codec._fast is not None
     expected = _pycapnp_frames(message, monkeypatch)
     for _ in range(2):  # the second time from the remembered template
-        assert [bytes(frame) for frame in m.encode(message)] == expected  # type: ignore[call-overload]
+        assert encoded(message) == expected
 
 
 @pytest.mark.parametrize("message", BATCHES)
@@ -138,7 +139,7 @@ def test_a_lone_message_is_read_without_decoding(
     message: Any, written_by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frames = _pycapnp_frames(message, monkeypatch) if written_by == "pycapnp" else m.encode(message)
-    lone = m.read_lone(bytes(frames[0]))  # type: ignore[call-overload]
+    lone = m.read_lone(payload_bytes(frames[0]))
     if isinstance(message, m.SubmitTasks):
         assert isinstance(lone, m.LoneTask)
         assert (lone.task_id, lone.function_id, lone.flags) == (1, 9, message.flags[0])
@@ -156,4 +157,4 @@ def test_a_lone_message_is_read_without_decoding(
 
 @pytest.mark.parametrize("message", NOT_LONE)
 def test_other_messages_are_not_lone(message: Any) -> None:
-    assert m.read_lone(bytes(m.encode(message)[0])) is None  # type: ignore[call-overload]
+    assert m.read_lone(encoded(message)[0]) is None

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.core.client.session import HEADER_BUDGET, ClientCore, NewObject, NewTask
+from scaler.core.worker import messages as pm
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.frames import ALONE_FROM, MAX_FRAME, Pieces, cut, pack, unpack, whole
 from scaler.serializer import DEFAULT_SERIALIZER, serializer_input
 from scaler.worker import pipe
+from tests.helpers import encoded, payload_bytes
 
 MiB = MAX_FRAME
 
@@ -70,10 +71,10 @@ def test_a_message_with_spanning_payloads_round_trips_through_the_codec() -> Non
     message = m.TaskResults([1, 2], bytes(2), [b"x", big])
     frames = m.encode(message)
     assert all(len(f) <= MiB for f in frames)
-    decoded = m.decode([bytes(f) for f in frames])
+    decoded = m.decode([payload_bytes(f) for f in frames])
     assert isinstance(decoded, m.TaskResults) and decoded.payloads[0] == b"x"
     assert isinstance(decoded.payloads[1], Pieces) and bytes(decoded.payloads[1]) == big
-    assert m.decode([bytes(f) for f in m.encode(decoded)]) == message  # forwarded as it came
+    assert m.decode(encoded(decoded)) == message  # forwarded as it came
 
 
 def test_who_needs_a_whole_payload_gets_one() -> None:
@@ -83,21 +84,15 @@ def test_who_needs_a_whole_payload_gets_one() -> None:
     pieces = Pieces([bytes(f) for f in cut(data)])
     assert pickle.loads(serializer_input(DEFAULT_SERIALIZER, pieces)) == value
     assert whole(pieces) == data and whole(data) is data
-    run = pipe.decode(pipe.encode(m_run_tasks(pieces)))
-    assert bytes(run.payloads[0]) == data  # type: ignore[union-attr]
-
-
-def m_run_tasks(payload: Any) -> Any:
-    from scaler.core.worker import messages as pm
-
-    return pm.RunTasks([], [], [payload], 0)
+    run = pipe.decode(pipe.encode(pm.RunTasks([], [], [pieces], 0)))
+    assert isinstance(run, pm.RunTasks) and payload_bytes(run.payloads[0]) == data
 
 
 def test_the_client_cuts_batches_whose_header_would_not_fit_in_a_frame() -> None:
     keywords = tuple(f"keyword_number_{i}" for i in range(10))
     tasks = [NewTask(i, 1, 0, (0,) * 10, keywords, (b"v",) * 10) for i in range(1, 4097)]
     messages = ClientCore.batch(tasks)
-    assert len(messages) > 1 and sum(len(x.task_ids) for x in messages) == 4096  # type: ignore[attr-defined]
+    assert len(messages) > 1 and sum(len(x.task_ids) for x in messages if isinstance(x, m.SubmitTasks)) == 4096
     for message in messages:
         assert len(m.encode(message)[0]) <= HEADER_BUDGET <= MiB
     positional = [NewTask(i, 1, 0, (0,) * 20, None, (b"v",) * 20) for i in range(1, 4097)]

@@ -15,6 +15,7 @@ import pytest
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
+from tests.helpers import encoded
 from tests.protocol.make_golden import (
     GOLDEN_DIR,
     I32_COLUMNS,
@@ -62,8 +63,7 @@ def test_one_golden_message_per_kind() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_encode_gives_the_golden_bytes(name: str) -> None:
-    frames = m.encode(GOLDEN[name])
-    assert [bytes(f) for f in frames] == golden_frames(name)  # type: ignore[call-overload]
+    assert encoded(GOLDEN[name]) == golden_frames(name)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -110,7 +110,7 @@ def test_manifest_payloads_are_the_frames_cut_by_payload_sizes(name: str) -> Non
     entry = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]
     frames = golden_frames(name)[1:]
     payloads = [bytes.fromhex(p) for p in entry["payloads_hex"]]
-    assert payloads == [bytes(p) for p in getattr(GOLDEN[name], "payloads", [])]  # type: ignore[call-overload]
+    assert payloads == [bytes(p) for p in getattr(GOLDEN[name], "payloads", [])]
     if "payloadSizes" in entry["fields"]:
         assert cut(entry["fields"]["payloadSizes"], frames) == payloads
     else:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from scaler.protocol import codec, purecodec
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
+from tests.helpers import payload_bytes
 from tests.protocol import make_layout
 from tests.protocol.make_golden import golden_messages
 from tests.protocol.test_golden import golden_frames
@@ -95,7 +96,7 @@ def test_multi_segment_headers_decode() -> None:
     names = [f"object-{i}" for i in range(3000)]
     message = m.PutObjects(list(range(1, 3001)), [b"x"] * 3000, names)
     frames = codec.encode(message)
-    assert int.from_bytes(bytes(frames[0][:4]), "little") > 0  # type: ignore[index]
+    assert int.from_bytes(payload_bytes(frames[0])[:4], "little") > 0
     assert purecodec.decode(frames) == message
     batch = m.SubmitTasks(list(range(1, 2001)), [7] * 2000, bytes(2000), [1] * 2000, [9] * 2000, ["k"] * 2000, [])
     assert purecodec.decode(codec.encode(batch)) == batch

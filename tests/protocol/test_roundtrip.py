@@ -20,6 +20,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.columns import check_u8, pack_u16, pack_u64, unpack_u16, unpack_u64
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.frames import ALONE_FROM
+from tests.helpers import payload_bytes
 
 U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
@@ -39,6 +40,8 @@ EXAMPLES: dict[type, list[Any]] = {
         m.Welcome(1),
         m.Welcome(m.MAX_ID_PREFIX, UNICODE, protected=False, peer_timeout_ms=U32_MAX),
         m.Welcome(7, "s", True, 0, protocol_version=2),
+        m.Welcome(8, "s", workers=3, worker_capacity=U64_MAX, workers_stated=True),
+        m.Welcome(9, "s", workers=U32_MAX, worker_capacity=5),  # not stated: the numbers travel as they are
     ],
     m.Refused: [m.Refused("protocol version 9 is not supported"), m.Refused(UNICODE, U32_MAX), m.Refused("")],
     m.Heartbeat: [
@@ -46,7 +49,12 @@ EXAMPLES: dict[type, list[Any]] = {
         m.Heartbeat(12.5, U64_MAX, U64_MAX, U32_MAX, U32_MAX, 99.75, U64_MAX, U32_MAX, U32_MAX, U32_MAX),
         m.Heartbeat(cpu_percent=-0.0, processor_cpu_percent=math.inf),
     ],
-    m.HeartbeatEcho: [m.HeartbeatEcho(), m.HeartbeatEcho(U64_MAX)],
+    m.HeartbeatEcho: [
+        m.HeartbeatEcho(),
+        m.HeartbeatEcho(U64_MAX),
+        m.HeartbeatEcho(workers=0, worker_capacity=0, workers_stated=True),  # stated: no worker may take tasks
+        m.HeartbeatEcho(resumed=True, sent=4, workers=U32_MAX, worker_capacity=U64_MAX, workers_stated=True),
+    ],
     m.SubmitTasks: [
         m.SubmitTasks([], [], b"", [], [], None, []),
         m.SubmitTasks([(1 << 40) | 1], [(1 << 40) | 2], b"\x00", [0], [], None, []),
@@ -195,7 +203,7 @@ def test_payload_frames_layout(message: Any) -> None:
     very objects given (zero-copy both ways); small ones share frames; empty ones take no frame."""
     frames = m.encode(message)
     payloads = getattr(message, "payloads", [])
-    assert b"".join(bytes(f) for f in frames[1:]) == b"".join(bytes(p) for p in payloads)
+    assert b"".join(payload_bytes(f) for f in frames[1:]) == b"".join(bytes(p) for p in payloads)
     assert all(len(f) for f in frames[1:])
     big = [p for p in payloads if len(p) >= ALONE_FROM]
     assert [f for f in frames[1:] if any(f is p for p in big)] == big
@@ -227,7 +235,7 @@ def test_payloads_may_be_framed_any_valid_way() -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.binary(max_size=6), max_size=12), st.data())
 def test_payloads_survive_any_grouping_into_frames(payloads: list[bytes], data: Any) -> None:
-    message = m.PutObjects(list(range(1, len(payloads) + 1)), payloads)
+    message = m.PutObjects(list(range(1, len(payloads) + 1)), list[m.Payload](payloads))
     header = m.encode(message)[0]
     frames: list[bytes] = []
     for payload in payloads:
@@ -278,7 +286,7 @@ def test_header_is_small_for_big_batches() -> None:
 
 def test_decode_accepts_memoryviews_as_header() -> None:
     frames = m.encode(m.Hello(m.PeerKind.CLIENT, "c"))
-    assert m.decode([memoryview(frames[0])]) == m.Hello(m.PeerKind.CLIENT, "c")
+    assert m.decode([memoryview(payload_bytes(frames[0]))]) == m.Hello(m.PeerKind.CLIENT, "c")
 
 
 # ------------------------------------------------------------------------------------------------ columns
@@ -305,7 +313,7 @@ def test_column_length_checks() -> None:
 u64 = st.integers(0, U64_MAX)
 u32 = st.integers(0, U32_MAX)
 f32 = st.floats(width=32, allow_nan=False)
-text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
+text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
 payload = st.binary(max_size=40)
 settings_ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -362,7 +370,7 @@ def put_objects(draw: Any) -> m.PutObjects:
 
 heartbeats = st.builds(m.Heartbeat, f32, u64, u64, u32, u32, f32, u64, u32, u32)
 hellos = st.builds(m.Hello, st.sampled_from(m.PeerKind), text, text, u32, u32, u32, u32)
-welcomes = st.builds(m.Welcome, u32, text, st.booleans(), u32, u32)
+welcomes = st.builds(m.Welcome, u32, text, st.booleans(), u32, u32, u64, u32, u64, st.booleans())
 errors = st.builds(m.Error, st.sampled_from(m.ErrorCode), text, st.lists(u64, max_size=5))
 id_messages = st.builds(
     lambda cls, ids: cls(ids),
@@ -391,7 +399,7 @@ any_message = st.one_of(
     welcomes,
     st.builds(m.Refused, text, u32),
     heartbeats,
-    st.builds(m.HeartbeatEcho, u64),
+    st.builds(m.HeartbeatEcho, u64, workers=u32, worker_capacity=u64, workers_stated=st.booleans()),
     task_batches(m.SubmitTasks),
     task_batches(m.DispatchTasks),
     task_results(),

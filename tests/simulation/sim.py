@@ -15,10 +15,11 @@ give their sessions up and say hello again; it then catches up as its shell does
 flush after each (its tick after the first), so it may dispatch to a session whose agent already gave it up.
 Some tasks carry options: retries (run again when they raise or time out) and a timeout the workers enforce.
 
-Like the scheduler's shell, the simulation forwards the lone submits and results the core agrees to forward
-(forward_submit, forward_result), trying each one before it is fed, and some client waves go out one task per
-message so that lone submits happen. With check_forwards, each forward is also replayed through the slow path on a
-copy of the core, and both must leave the whole core (tests/core_dump.py) and send the same messages.
+Like the scheduler's shell, the simulation reads the lone submits and results as the shell does (encoded, then
+scaler.protocol.lone.read_lone and lone_message: the record fed is the one those give), and when the core's answer is
+that very task (a dispatch, or results, of it alone), it sends on the frames that came (reused_frames) and delivers
+what they decode to, after checking that this equals what the core said. Some client waves go out one task per
+message so that lone submits happen.
 
 Every task whose id is a multiple of 3 is flagged stream output: the simulated workers print a line for it before its
 result, and send the text of the error a task raised before that result (taskOutput). The scheduler's status is taken
@@ -46,7 +47,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from scaler.core.client.session import (
     CancelRequest,
@@ -73,7 +74,6 @@ from scaler.core.scheduler import (
 from scaler.core.scheduler.monitoring import ENDED, MAX_EVENTS, MAX_FAILURES, STARTED
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore
-from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
@@ -92,8 +92,10 @@ from scaler.protocol.messages import (
     FreeObjects,
     Heartbeat,
     Hello,
+    LoneResult,
     LoneTask,
     Message,
+    Payload,
     PeerKind,
     PutObjects,
     Status,
@@ -104,11 +106,13 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
     decode,
-    dispatch_header,
     encode,
+    lone_message,
     read_lone,
+    reused_frames,
 )
-from tests.core_dump import canonical, first_difference
+from scaler.protocol.records import TaskOptions
+from tests.helpers import payload_bytes
 from tests.simulation.model import (
     CRASHES,
     CRASHES_ONCE,
@@ -132,7 +136,7 @@ STATUS_MS = 1000  # how often the scheduler's status is taken, as its shell does
 # from the generator). Every worker offers payload=python, some gpu, some region=eu; most tasks require only
 # payload=python, some gpu too, some gpu in region eu, and a few tpu, which no worker offers: those fail.
 UNOFFERED = "tpu"
-_REQUIREMENTS = (
+_REQUIREMENTS: tuple[list[str], ...] = (
     ["payload=python"],
     ["payload=python", "gpu"],
     ["payload=python", "gpu", "region=eu"],
@@ -152,14 +156,12 @@ def task_requirement(task_id: int) -> int:
     return 0 if roll < 650 else 1 if roll < 800 else 2 if roll < 900 else 3 if roll < 930 else 4
 
 
-def _plain_repr(command: Command) -> str:
-    """A command's repr, a dispatch's requirements left out: a forwarded lone task keeps those of its submit (the
-    schema allows it; workers ignore them), a dispatch the core builds has none."""
-    if isinstance(command, Send) and isinstance(command.message, DispatchTasks) and command.message.requirements:
-        message = copy.copy(command.message)
-        message.requirements = message.requirement_index = None
-        return repr(Send(command.peer, message))
-    return repr(command)
+def _plain(message: Message) -> Message:
+    """A copy of a message with its payloads as bytes (what came over a socket and what a core holds compare)."""
+    plain = copy.copy(message)
+    if hasattr(plain, "payloads"):
+        plain.payloads = [payload_bytes(p) for p in plain.payloads]
+    return plain
 
 
 def streams_output(task_id: int) -> bool:
@@ -194,9 +196,8 @@ class SimConfig:
     lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
     retry_rate: float = 0.15  # the share of tasks submitted with retries (1 or 2)
     timeout_rate: float = 0.05  # the share of tasks submitted with a timeout (some run longer)
-    forwarding: bool = True  # take the shell's lone-message shortcut when the core agrees
+    reading_lone: bool = True  # read lone submits and results as the shell does, and send on the frames they came in
     monitored: bool = False  # a monitor subscribes: the core records task events, failures, output, departures
-    check_forwards: bool = False  # replay each forward through the slow path on a copy, compare whole cores
     capabilities: bool = False  # workers offer capabilities, tasks require some (worker_capabilities above)
     scheduler: SchedulerConfig = field(
         default_factory=lambda: SchedulerConfig(
@@ -247,7 +248,8 @@ class Simulation:
         self.crashed_once: set[int] = set()
         self.client_by_prefix: dict[int, SimClient] = {}
         self.flushes = 0
-        self.forwarded = 0
+        self.reused = 0  # dispatches and results sent in the frames a lone submit or result came in
+        self._lone: dict[int, tuple[LoneTask | LoneResult, SubmitTasks | TaskResults, list[Payload]]] = {}
         self.trace: list[str] | None = [] if trace else None
         self.finished_at: int | None = None
         # How often each task may have started: started by a simulated worker, or handed to a processor by an agent.
@@ -267,6 +269,7 @@ class Simulation:
             self.charged += 1
             return charge(task, reason, worker)
 
+        # a spy wrapped around the core's own method (mypy refuses assigning to a method)
         self.core._retry_or_fail = checked_charge  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------------------- clock
@@ -354,58 +357,61 @@ class Simulation:
             self.after(TICK_MS, self._tick)
 
     def _flush(self) -> None:
-        """Feed what arrived (forwarding the lone messages the core agrees to forward, as the shell does), flush
-        once (like one wake-up of the shell), and deliver the commands, forwarded messages first."""
+        """Feed what arrived (the lone messages read as the shell reads them), flush once (like one wake-up of the
+        shell), and deliver the commands (those answering a lone message in the frames it came in, when they may)."""
         now = self.now / 1000
-        forwarded: list[Command] = []
         for event in self._to_scheduler:
-            sent = self._forward(event) if self.config.forwarding and isinstance(event, Received) else None
-            if sent is not None:
-                forwarded.append(sent)
-            else:
-                self.core.feed(event)
+            if self.config.reading_lone and isinstance(event, Received):
+                event = self._read_lone(event)
+            self.core.feed(event)
         self._to_scheduler.clear()
-        commands = forwarded + self._flush_core()
+        commands = self._reuse(self._flush_core())
         while True:
             unreachable = self._route(commands)
             if not unreachable:
                 break
             for peer in unreachable:
                 self.core.feed(Undeliverable(now, peer))
-            commands = self._flush_core()
+            commands = self._reuse(self._flush_core())
+        self._lone.clear()
 
-    def _forward(self, event: Received) -> Send | None:
-        """What the shell does with a lone submit or result: ask the core, and send the message on as it came."""
+    def _read_lone(self, event: Received) -> Received:
+        """A lone submit or result as the shell reads it: encoded, then read without decode() (lone_message); the
+        event carries the record read, and the frames are kept for _reuse."""
         message = event.message
         if not isinstance(message, (SubmitTasks, TaskResults)):
-            return None
+            return event
         frames = encode(message)
+        # encode's header frame is bytes (its type says Payload, which read_lone does not take)
         lone = read_lone(frames[0])  # type: ignore[arg-type]
-        if lone is None:
-            return None
-        slow = copy.deepcopy(self.core) if self.config.check_forwards else None
-        before = canonical(self.core) if slow is not None else None
-        if isinstance(lone, LoneTask):
-            payloads = tuple(unpack_payloads(lone.sizes, frames[1:]))
-            target = self.core.forward_submit(event.now, event.peer, lone, payloads)
-            header = dispatch_header(lone)
-        else:
-            target = self.core.forward_result(event.now, event.peer, lone, frames[1] if len(frames) > 1 else b"")
-            header = lone.header
-        if target is None:
-            if before is not None and canonical(self.core) != before:
-                self.fail(f"a refused forward changed the core: {first_difference(self.core, slow)}")
-            return None
-        self.forwarded += 1
-        sent = Send(target, decode([header, *frames[1:]]))
-        if slow is not None:
-            fast = copy.deepcopy(self.core)
-            fast_commands = [sent, *fast.flush()]
-            slow_commands = slow.handle(event)
-            if canonical(fast) != canonical(slow):
-                self.fail(f"forwarding left another state than the slow path: {first_difference(fast, slow)}")
-            if sorted(map(_plain_repr, fast_commands)) != sorted(map(_plain_repr, slow_commands)):
-                self.fail(f"forwarding sent {fast_commands!r:.500}, the slow path {slow_commands!r:.500}")
+        came = lone_message(lone, frames) if lone is not None else None
+        if lone is None or came is None:
+            return event
+        if _plain(came) != _plain(message):
+            self.fail(f"lone_message read {came!r:.300} from the frames of {message!r:.300}")
+        self._lone[lone.task_id] = (lone, came, frames)
+        return Received(event.now, event.peer, came, event.key)
+
+    def _reuse(self, commands: list[Command]) -> list[Command]:
+        """The commands as the shell sends them: a dispatch or results answering a lone message alone go in the frames
+        it came in when reused_frames says they may, and are delivered as what those frames decode to, which must be
+        what the core said."""
+        if not self._lone:
+            return commands
+        sent: list[Command] = []
+        for command in commands:
+            message = command.message if isinstance(command, Send) else None
+            if isinstance(message, (DispatchTasks, TaskResults)) and len(message.task_ids) == 1:
+                came = self._lone.get(message.task_ids[0])
+                frames = reused_frames(message, came[1], came[0], came[2]) if came is not None else None
+                if frames is not None:
+                    self.reused += 1
+                    delivered = decode(frames)
+                    if _plain(delivered) != _plain(message):
+                        self.fail(f"the frames reused for {message!r:.300} say {delivered!r:.300}")
+                    # command is a Send: out, its message, was one of the core's sends
+                    command = Send(command.peer, delivered)  # type: ignore[union-attr]
+            sent.append(command)
         return sent
 
     def _flush_core(self) -> list[Command]:
@@ -453,7 +459,7 @@ class Simulation:
                     self.fail(f"result of task {task_id:#x} sent to client {peer!r}, which did not submit it")
 
     # ------------------------------------------------------------------------------------------- running
-    def fail(self, text: str) -> None:
+    def fail(self, text: str) -> NoReturn:
         raise SimulationError(f"t={self.now}ms: {text}")
 
     def setup(self) -> None:
@@ -647,6 +653,7 @@ class SimWorker:
         if isinstance(message, DispatchTasks):
             self._on_dispatch(message, session)
         elif isinstance(message, PutObjects):
+            # the model keeps the payloads as they came (bytes on this in-process path; Payload in the type)
             self.objects.update(zip(message.object_ids, message.payloads, strict=True))  # type: ignore[arg-type]
         elif isinstance(message, FreeObjects):
             self._on_free(message.ids)
@@ -676,7 +683,7 @@ class SimWorker:
             refs = tuple(message.arg_refs[position : position + message.arg_counts[k]])
             position += len(refs)
             inline = refs.count(0)
-            payload = bytes(message.payloads[pay]) if inline else b""  # type: ignore[call-overload]
+            payload = payload_bytes(message.payloads[pay]) if inline else b""
             pay += inline
             if task_id in self.running or any(t.task_id == task_id for t in self.queue):
                 self.sim.fail(f"task {task_id:#x} dispatched twice to {self.peer!r}")
@@ -919,7 +926,15 @@ class SimClient:
             timeout = rng.choice((30, 150)) if rng.random() < self.sim.config.timeout_rate else 0
             payload = b"%d:%d" % (duration, outcome)
             requests.append(
-                NewTask(task_id, self.function_id, flags, tuple(refs), None, (payload,), (timeout, retries, 0))
+                NewTask(
+                    task_id,
+                    self.function_id,
+                    flags,
+                    tuple(refs),
+                    None,
+                    (payload,),
+                    TaskOptions(timeout_ms=timeout, retries=retries),
+                )
             )
             self.tasks[task_id] = TaskInfo(outcome, parents, silent, retries=retries, timeout_ms=timeout)
             if not silent:
@@ -956,9 +971,9 @@ class SimClient:
             if self.results[task_id] > 1:
                 self.sim.fail(f"task {task_id:#x} ended twice at its client")
             self.status[task_id] = status
-            if status == TaskStatus.FAILED and bytes(payload).startswith(b"missing capabilities:"):
+            if status == TaskStatus.FAILED and payload_bytes(payload).startswith(b"missing capabilities:"):
                 self.missing.add(task_id)
-            text = bytes(payload)  # type: ignore[call-overload]
+            text = payload_bytes(payload)
             if status == TaskStatus.FAILED and text.endswith(b"was not sent to this worker"):
                 self.sim.fail(f"task {task_id:#x} failed at its client: {text.decode()}")
             self.open.discard(task_id)

@@ -40,6 +40,7 @@ from scaler.core.worker.agent import (
     ToScheduler,
 )
 from scaler.protocol.messages import DispatchTasks, FreeObjects, Message, Payload, TaskResults, TaskStatus, Welcome
+from tests.helpers import payload_bytes
 from tests.simulation.model import CRASHES, CRASHES_ONCE, RAISES, TICK_MS, WorkTask, behaviour
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class SimProcessor:
         for ref in (function_id, *refs):
             if ref and ref not in self.objects:
                 sim.fail(f"task {task_id:#x} starts in processor {self.number} of {worker.peer!r} without {ref:#x}")
-        payload = bytes(payloads[0]) if payloads else b""  # type: ignore[call-overload]
+        payload = payload_bytes(payloads[0]) if payloads else b""
         task = WorkTask(task_id, function_id, refs, payload, worker.sessions.get(task_id))
         sim.run_starts(worker, task)
         self.running = task_id
@@ -219,7 +220,7 @@ class AgentWorker:
 
     def _check_results(self, message: TaskResults) -> None:
         for task_id, status, payload in zip(message.task_ids, message.statuses, message.payloads, strict=True):
-            text = bytes(payload)  # type: ignore[call-overload]
+            text = payload_bytes(payload)
             if status == TaskStatus.FAILED and text.endswith(b"was not sent to this worker"):
                 self.sim.fail(f"agent {self.peer!r} failed task {task_id:#x}: {text.decode()}")
 

@@ -16,7 +16,7 @@ import random
 import sys
 from collections.abc import Callable
 
-from scaler.core.scheduler import Received, SchedulerConfig, SchedulerCore, Send, Tick, Undeliverable
+from scaler.core.scheduler import Event, Received, SchedulerConfig, SchedulerCore, Send, Tick, Undeliverable
 from scaler.protocol.messages import (
     ID_PREFIX_SHIFT,
     MESSAGE_NAMES,
@@ -31,6 +31,7 @@ from scaler.protocol.messages import (
     TaskResults,
     TaskStatus,
 )
+from tests.helpers import payload_bytes
 
 Dress = Callable[[random.Random, SubmitTasks], None]  # adds requirements to a batch (with its own random draws)
 Offer = Callable[[random.Random], list[str]]  # a worker's capabilities
@@ -50,7 +51,12 @@ def _summary(message: object) -> tuple[object, ...]:
     if isinstance(message, (DispatchTasks, SubmitTasks)):
         return (name, tuple(message.task_ids), tuple(message.arg_refs), tuple(message.payloads))
     if isinstance(message, TaskResults):
-        return (name, tuple(message.task_ids), bytes(message.statuses), tuple(bytes(p) for p in message.payloads))
+        return (
+            name,
+            tuple(message.task_ids),
+            bytes(message.statuses),
+            tuple(payload_bytes(p) for p in message.payloads),
+        )
     if isinstance(message, PutObjects):
         return (name, tuple(message.object_ids))
     ids = getattr(message, "ids", None)
@@ -77,8 +83,8 @@ class _Scenario:
         self.asked: dict[bytes, list[int]] = {}  # balance requests unanswered
         self.clients = [b"c1", b"c2"]
 
-    def feed(self, event: object) -> None:
-        for command in self.core.handle(event):  # type: ignore[arg-type]
+    def feed(self, event: Event) -> None:
+        for command in self.core.handle(event):
             if not isinstance(command, Send):
                 continue
             message = command.message

@@ -6,6 +6,7 @@ Shared by the unit, property and simulation tiers. Pure; no sockets, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 from scaler.core.scheduler import (
     Command,
@@ -28,7 +29,9 @@ from scaler.protocol.messages import (
     SubmitTasks,
     TaskResults,
     TaskStatus,
+    Welcome,
 )
+from scaler.protocol.records import Payload
 
 # One task as tests write it: (task id, function id, arguments). An int argument is a reference (object or task
 # id); a bytes argument is an inline value travelling as a payload frame.
@@ -40,7 +43,7 @@ def tid(prefix: int, counter: int) -> int:
     return (prefix << ID_PREFIX_SHIFT) | counter
 
 
-Columns = tuple[list[int], list[int], bytes, list[int], list[int], list[bytes]]
+Columns = tuple[list[int], list[int], bytes, list[int], list[int], list[Payload]]
 
 
 def _columns(specs: Iterable[TaskSpec], flags: int = 0) -> Columns:
@@ -48,7 +51,7 @@ def _columns(specs: Iterable[TaskSpec], flags: int = 0) -> Columns:
     functions: list[int] = []
     counts: list[int] = []
     refs: list[int] = []
-    payloads: list[bytes] = []
+    payloads: list[Payload] = []
     flag_column = bytearray()
     for task_id, function_id, args in specs:
         ids.append(task_id)
@@ -92,7 +95,10 @@ def logs(commands: list[Command]) -> list[Log]:
     return [c for c in commands if isinstance(c, Log)]
 
 
-def of_type(commands: list[Command], kind: type) -> list[tuple[bytes, Message]]:
+M = TypeVar("M")
+
+
+def of_type(commands: list[Command], kind: type[M]) -> list[tuple[bytes, M]]:
     return [(peer, m) for peer, m in sends(commands) if isinstance(m, kind)]
 
 
@@ -102,8 +108,8 @@ class Driver:
     Every call checks the core's invariants (validate) after the event, as the dask tests do.
     """
 
-    def __init__(self, config: SchedulerConfig | None = None, **settings: object) -> None:
-        self.core = SchedulerCore(config or SchedulerConfig(**settings))  # type: ignore[arg-type]
+    def __init__(self, config: SchedulerConfig | None = None, **settings: Any) -> None:
+        self.core = SchedulerCore(config or SchedulerConfig(**settings))
         self.now = 0.0
         self.prefixes: dict[bytes, int] = {}
 
@@ -124,9 +130,10 @@ class Driver:
     def client(self, peer: bytes = b"c1", name: str = "", key: PeerKey | None = None) -> int:
         """Connect a client; returns its id prefix."""
         commands = self.recv(peer, Hello(PeerKind.CLIENT, name or peer.decode()), key)
-        prefix: int = sends(commands)[-1][1].id_prefix  # type: ignore[union-attr]
-        self.prefixes[peer] = prefix
-        return prefix
+        welcome = sends(commands)[-1][1]
+        assert isinstance(welcome, Welcome), welcome
+        self.prefixes[peer] = welcome.id_prefix
+        return welcome.id_prefix
 
     def worker(
         self, peer: bytes = b"w1", capacity: int = 4, key: PeerKey | None = None, capabilities: Sequence[str] = ()
@@ -134,7 +141,9 @@ class Driver:
         """Connect a worker; returns every command the hello caused (its welcome, and any dispatch)."""
         hello = Hello(PeerKind.WORKER, peer.decode(), queue_capacity=capacity, capabilities=list(capabilities))
         commands = self.recv(peer, hello, key)
-        self.prefixes[peer] = sends(commands)[0][1].id_prefix  # type: ignore[union-attr]
+        welcome = sends(commands)[0][1]
+        assert isinstance(welcome, Welcome), welcome
+        self.prefixes[peer] = welcome.id_prefix
         return commands
 
     def put(self, client: bytes, *objects: tuple[int, bytes]) -> list[Command]:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from scaler.core.common import Log
+from scaler.core.common import InvariantError, Log
 from scaler.core.scheduler import Command
 from scaler.core.worker import messages as pm
 from scaler.core.worker.agent import (
@@ -29,6 +29,7 @@ from scaler.core.worker.agent import (
     ToProcessor,
     ToScheduler,
 )
+from scaler.core.worker.states import ENDED, SESSION_TRANSITIONS, SessionState, SessionStep
 from scaler.protocol.messages import (
     FLAG_PROFILING,
     FLAG_STREAM_OUTPUT,
@@ -978,3 +979,56 @@ def test_output_of_tasks_this_agent_does_not_hold_is_dropped() -> None:
     a.sched(Error(ErrorCode.NOT_CONNECTED, "no session"))  # t(1) is of the lost session now
     assert a.core.tasks == {}
     assert a.proc(0, pm.Output([t(1)], bytes([OUTPUT_ERROR]), ["stale"])) == []  # from the processor replaced
+
+
+# ----------------------------------------------------------------------------------------------- the session
+def test_the_session_table_reaches_every_state_and_ends() -> None:
+    """SESSION_TRANSITIONS, read as data: every state is reached from NEW, an ended agent changes no more, and every
+    state that has not ended can stop."""
+    reached, frontier = {SessionState.NEW}, [SessionState.NEW]
+    while frontier:
+        state = frontier.pop()
+        for (before, _), after in SESSION_TRANSITIONS.items():
+            if before == state and after not in reached:
+                reached.add(after)
+                frontier.append(after)
+    assert reached == set(SessionState)
+    assert not [key for key in SESSION_TRANSITIONS if key[0] in ENDED]
+    for state in set(SessionState) - ENDED:
+        assert SESSION_TRANSITIONS[state, SessionStep.STOP] in ENDED
+        assert SESSION_TRANSITIONS[state, SessionStep.BYE] == SessionState.STOPPED
+
+
+def test_the_session_goes_from_hello_to_welcome_to_resuming_and_back() -> None:
+    a = Agent()
+    assert a.core.session == SessionState.NEW
+    a(Started(0.0))
+    assert a.core.session == SessionState.GREETING and not a.core.connected and not a.core.reachable()
+    a.sched(Welcome(7, "sched"))
+    assert a.core.session == SessionState.CONNECTED and a.core.reachable()
+    a(SchedulerLink(1.0, up=False))
+    assert a.core.session == SessionState.CONNECTED and not a.core.reachable()  # within the grace
+    a(SchedulerLink(1.5, up=True))
+    assert a.core.session == SessionState.RESUMING and a.core.reachable()
+    [beat] = [c.message for c in a(Tick(1.6)) if isinstance(c, ToScheduler) and isinstance(c.message, Heartbeat)]
+    assert beat.resumed and a.core.session == SessionState.CONNECTED
+
+
+def test_an_agent_stopped_in_a_session_leaves_and_one_told_bye_just_stops() -> None:
+    """reachable() after the stop tells the shell whether the last messages are worth a wait."""
+    a = connected()
+    a(StopRequested(1.0, "SIGTERM"))
+    assert a.core.session == SessionState.LEAVING and a.core.stopped and a.core.reachable()
+    b = connected()
+    b.sched(Shutdown("bye"))
+    assert b.core.session == SessionState.STOPPED and b.core.stopped and not b.core.reachable()
+    c = Agent()
+    c(Started(0.0))
+    c.sched(Refused("too old"))
+    assert c.core.session == SessionState.STOPPED and not c.core.reachable()
+
+
+def test_a_session_change_the_table_does_not_have_is_a_bug() -> None:
+    core = AgentCore(CONFIG)  # not started: it said no hello, so no welcome can answer one
+    with pytest.raises(InvariantError, match="the session cannot take welcome while new"):
+        core.handle(FromScheduler(0.0, Welcome(7, "sched")))

@@ -15,6 +15,7 @@ from scaler.client.future import ProfilingInfo
 from scaler.client.graph import plan_graph
 from scaler.cluster.combo import free_local_address
 from scaler.errors import AuthenticationError, ConnectionFailedError, GraphCycleError, ProtectedModeError, ScalerError
+from tests.helpers import Graph
 
 
 def test_errors_are_also_what_1_9_9_raised() -> None:
@@ -26,7 +27,7 @@ def test_errors_are_also_what_1_9_9_raised() -> None:
 
 
 def test_a_graph_cycle_is_a_graphlib_cycle_error_listing_the_cycle_as_graphlib_does() -> None:
-    graph = {"a": (abs, "b"), "b": (abs, "c"), "c": (abs, "a"), "x": (abs, "a")}
+    graph: Graph = {"a": (abs, "b"), "b": (abs, "c"), "c": (abs, "a"), "x": (abs, "a")}
     with pytest.raises(graphlib.CycleError) as raised:
         plan_graph(graph, ["x"])
     error = raised.value

@@ -19,7 +19,12 @@ import scaler
 PACKAGE = Path(scaler.__file__).resolve().parent
 PURE_ROOTS = [PACKAGE / "core"]
 # pure by their own docstrings; errors.py: exception classes and their texts, over the protocol's records only
-PURE_FILES = [PACKAGE / "client" / "graph.py", PACKAGE / "client" / "shipped.py", PACKAGE / "errors.py"]
+PURE_FILES = [
+    PACKAGE / "client" / "graph.py",
+    PACKAGE / "client" / "shipped.py",
+    PACKAGE / "errors.py",
+    PACKAGE / "task_context.py",  # the hooks a processor installs; it imports nothing of its own
+]
 
 # Standard-library and third-party modules a pure core may not import at all.
 FORBIDDEN = {

@@ -75,7 +75,8 @@ def in_a_thread(choice: Any) -> tuple[int | None, set[int]]:
     thread.join(10)
     if isinstance(out[0], BaseException):
         raise out[0]
-    return out[0]  # type: ignore[no-any-return]
+    answer: tuple[int | None, set[int]] = out[0]
+    return answer
 
 
 @pytest.mark.parametrize("choice", ["auto", "none", None])

@@ -154,7 +154,7 @@ def test_times_on_the_scheduler_clock_become_wall_clock_ms() -> None:
         ({"running": 1, "heartbeat_age_ms": 9000, "held_back_ms": 5000}, "held back"),
     ],
 )
-def test_a_workers_state(fields: dict[str, int], state: str) -> None:
+def test_a_workers_state(fields: dict[str, Any], state: str) -> None:
     assert worker_state(WorkerStatus("w", **fields)) == state
 
 
@@ -210,7 +210,7 @@ def test_the_workers_table_shows_sorts_and_filters_capabilities() -> None:
     the filter matches a name or a capability."""
     fleet = Fleet()
     offers = {"cpu-a": (), "gpu-b": ("gpu", "mem=64G"), "ts-c": ("payload=json", "lang=ts"), "gpu-d": ("gpu",)}
-    fleet.add(status(0, [WorkerStatus(name, capabilities=("payload=python", *caps)) for name, caps in offers.items()]))
+    fleet.add(status(0, [WorkerStatus(name, capabilities=["payload=python", *caps]) for name, caps in offers.items()]))
     rows = {r["name"]: r for r in fleet.table("name", False, 0, 10)["rows"]}
     assert {name: r["offers"] for name, r in rows.items()} == {
         "cpu-a": [],

@@ -1,6 +1,7 @@
-"""scaler.client.dask_graph: when get() answers the way dask's schedulers do, and dask's graphs made plannable.
-Plans are run here, every function and argument through cloudpickle as on a worker, against dask's own
-synchronous scheduler."""
+"""Dask's graphs made plannable (scaler.client.dask_graph) and Dask's scheduler protocol on a client
+(scaler.integrations.dask): the shape of the answer, and which calls of client.get have a shape only Dask gives
+(deprecated there). Plans are run here, every function and argument through cloudpickle as on a worker, against
+dask's own synchronous scheduler."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import pandas as pd
 import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
-from scaler.client.dask_graph import as_task_tuples, dask_call, dask_node, run_node
+from scaler.client.dask_graph import as_task_tuples, dask_form, dask_node, run_node
 from scaler.client.graph import KeyArg, identity, plan_graph
+from scaler.integrations import dask as dask_protocol
 
 GRAPH = {"a": 1, ("b", 0): (operator.add, "a", 1)}
 
@@ -48,47 +50,77 @@ def spy_on_dask(collection: Any) -> tuple[Any, Any]:
     return seen[0]
 
 
+class PlanRunner:
+    """A stand-in for a client, in Scaler's form only: get(dict, flat keys) -> {key: value}, run here."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[Hashable, Any], list[Hashable], dict[str, Any]]] = []
+
+    def get(self, graph: dict[Hashable, Any], keys: list[Hashable], **kwargs: Any) -> dict[Hashable, Any]:
+        assert isinstance(graph, dict) and isinstance(keys, list) and not dask_form(graph, keys)
+        self.calls.append((graph, keys, kwargs))
+        return run(graph, keys)
+
+
 # ----------------------------------------------------------------------------------------------- which form
 @pytest.mark.parametrize("keys", [["a"], [("b", 0), "a"], ("a", ("b", 0)), []])
 def test_scaler_form_is_a_dict_graph_and_flat_keys(keys: Any) -> None:
-    assert dask_call(GRAPH, keys, "tests") is None
+    assert not dask_form(GRAPH, keys)
 
 
 def test_what_is_not_keys_is_left_to_get_to_refuse() -> None:
-    assert dask_call(GRAPH, {"a"}, "tests") is None  # get() raises its TypeError
-    assert dask_call(GRAPH, None, "tests") is None
-    with pytest.raises(TypeError, match="keys must be graph keys or lists of them, not dict"):
-        dask_call(GRAPH, [["a"], [{}]], "tests")
+    assert not dask_form(GRAPH, {"a"})  # get() raises its TypeError
+    assert not dask_form(GRAPH, None)
+    assert not dask_form([1, 2], {"a"})
 
 
+@pytest.mark.parametrize("keys", ["a", ("b", 0), [["a"], [("b", 0), "a"]]])
+def test_a_single_key_or_nested_keys_are_a_shape_only_dask_gives(keys: Any) -> None:
+    assert dask_form(GRAPH, keys)
+
+
+def test_an_expression_with_flat_keys_is_a_shape_only_dask_gives() -> None:
+    expression, keys = spy_on_dask(da.ones(4, chunks=2).sum())
+    assert isinstance(keys, list) and not any(isinstance(key, list) for key in keys)
+    assert dask_form(expression, keys)  # an expression is not a dict: only Dask hands one over
+
+
+# ----------------------------------------------------------------------------------------------- the protocol
 @pytest.mark.parametrize(
-    ("keys", "caller", "answer"),
+    ("keys", "answer"),
     [
-        ("a", "tests", 10),  # a single key: its value
-        (("b", 0), "tests", 20),  # a tuple that is a key is that key, as in dask
-        ([["a"], [("b", 0), "a"]], "tests", ((10,), (20, 10))),  # nested lists: nested tuples
-        (["a", ("b", 0)], "dask.base", (10, 20)),  # dask's own code calling: flat keys too
-        (["a"], "dask", (10,)),
+        ("a", 1),  # a single key: its value
+        (("b", 0), 2),  # a tuple that is a key is that key, as in dask
+        ([["a"], [("b", 0), "a"]], ((1,), (2, 1))),  # nested lists: nested tuples
+        (["a", ("b", 0)], (1, 2)),  # flat keys: a tuple too (what dask.persist hands over)
+        ([], ()),
     ],
 )
-def test_dask_form_answers_in_the_shape_of_keys(keys: Any, caller: str, answer: Any) -> None:
-    call = dask_call(GRAPH, keys, caller)
-    assert call is not None
-    assert call.graph is GRAPH
-    assert call.answer({"a": 10, ("b", 0): 20}) == answer
+def test_dask_get_answers_in_the_shape_of_keys(keys: Any, answer: Any) -> None:
+    client = PlanRunner()
+    assert dask_protocol.get(client, GRAPH, keys, timeout=5) == answer
+    [(graph, flat, kwargs)] = client.calls
+    assert graph is GRAPH and kwargs == {"timeout": 5}
+    assert flat == dask_protocol.flat_keys(keys)
 
 
-def test_dask_form_computes_each_key_once() -> None:
-    call = dask_call(GRAPH, [["a", ("b", 0)], ["a"]], "tests")
-    assert call is not None and call.keys == ["a", ("b", 0)]
+def test_dask_get_computes_each_key_once() -> None:
+    assert dask_protocol.flat_keys([["a", ("b", 0)], ["a"]]) == ["a", ("b", 0)]
 
 
-def test_an_expression_is_dask_form_and_materialized() -> None:
+def test_what_is_not_dask_keys_or_graph_is_refused() -> None:
+    with pytest.raises(TypeError, match="keys must be graph keys or lists of them, not dict"):
+        dask_protocol.flat_keys([["a"], [{}]])
+    with pytest.raises(TypeError, match="keys must be a graph key or a list of them, not set"):
+        dask_protocol.flat_keys({"a"})
+    with pytest.raises(TypeError, match="a Dask graph is a dict"):
+        dask_protocol.get(PlanRunner(), [1, 2], ["a"])
+
+
+def test_an_expression_is_materialized() -> None:
     expression, keys = spy_on_dask(da.ones(4, chunks=2).sum())
     assert not isinstance(expression, dict)
-    call = dask_call(expression, keys, "tests")
-    assert call is not None and isinstance(call.graph, dict)
-    assert call.answer(run(call.graph, call.keys)) == (4.0,)
+    assert dask_protocol.get(PlanRunner(), expression, keys) == (4.0,)
 
 
 # ----------------------------------------------------------------------------------------------- graphs
@@ -149,10 +181,8 @@ def test_run_node_passes_dependencies_by_key() -> None:
 def test_collections_run_from_the_plan_as_with_dask(collection: Any) -> None:
     wanted = collection()
     graph, keys = spy_on_dask(wanted)
-    call = dask_call(graph, keys, "dask.base")
-    assert call is not None
     assert len(keys) == 1  # dask.compute hands over one finalized key per collection
-    (ours,) = call.answer(run(call.graph, call.keys))
+    (ours,) = dask_protocol.get(PlanRunner(), graph, keys)
     theirs = wanted.compute(scheduler="sync")
     if isinstance(theirs, pd.Series):
         pd.testing.assert_series_equal(ours, theirs)

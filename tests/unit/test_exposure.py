@@ -3,7 +3,6 @@ sizes given on the command line. Real files and sockets; no mocks."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import stat
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from scaler.entry_points.help import byte_size
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
 from scaler.io.processes import is_loopback
 
@@ -95,20 +93,6 @@ def test_sockets_bound_in_private_files_are_closed_to_others(tmp_path: Path) -> 
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
     finally:
         listener.close()
-
-
-@pytest.mark.parametrize(
-    ("text", "size"),
-    [("1048576", 1 << 20), ("512M", 512 << 20), ("8G", 8 << 30), ("8GiB", 8 << 30), ("2k", 2048), ("1T", 1 << 40)],
-)
-def test_byte_sizes(text: str, size: int) -> None:
-    assert byte_size(text) == size
-
-
-@pytest.mark.parametrize("text", ["", "0", "-1", "1.5G", "8 gigs", "G"])
-def test_bad_byte_sizes(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="a size in bytes"):
-        byte_size(text)
 
 
 def test_a_child_left_running_is_found_described_and_killed() -> None:

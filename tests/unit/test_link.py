@@ -49,9 +49,14 @@ def test_the_blocking_end_sends_and_receives_big_and_small_messages_in_order() -
     left, right = socket.socketpair()
     sender, receiver = BlockingLink(left), BlockingLink(right)
     messages = [*_messages(7), [bytes(8 << 20)], [b"after the big one"]]
-    thread = threading.Thread(target=lambda: [sender.send(message) for message in messages])
+
+    def send_all() -> None:
+        for message in messages:
+            sender.send(message)
+
+    thread = threading.Thread(target=send_all)
     thread.start()
-    got = []
+    got: list[list[bytes]] = []
     while len(got) < len(messages):
         message = receiver.receive(10)
         assert message is not None, "a message did not arrive within 10 s"

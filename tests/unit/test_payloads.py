@@ -78,7 +78,8 @@ class _Doubling(Serializer):
 
     @staticmethod
     def serialize(obj: Any) -> bytes:
-        return b"2" + cloudpickle.dumps(obj)
+        pickled: bytes = cloudpickle.dumps(obj)
+        return b"2" + pickled
 
     @staticmethod
     def deserialize(payload: bytes) -> Any:

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from scaler.client import future as future_module
+from scaler import task_context
 from scaler.client.future import ScalerFuture
 from scaler.core.worker import messages as pm
 from scaler.payloads import pack_function
+from scaler.protocol.records import Payload
 from scaler.serializer import DefaultSerializer
 from scaler.worker import pipe
 from scaler.worker.link import BlockingLink
@@ -51,8 +52,10 @@ class Agent:
         self.sent_function = False
 
     def run(self, *specs: tuple[str, str | None] | tuple[str, str | None, str], help_epoch: int = 0) -> list[int]:
-        ids, tasks, payloads = [], [], []
+        ids: list[int] = []
+        tasks: list[pm.ProcessorTask] = []
         objects: list[int] = []
+        payloads: list[Payload] = []
         if not self.sent_function:
             objects, payloads = [FUNCTION], [pack_function(DefaultSerializer(), task)]
             self.sent_function = True
@@ -61,7 +64,7 @@ class Agent:
             ids.append(self.next_id)
             tasks.append((self.next_id, FUNCTION, 0, (0,) * len(spec), None))
             payloads += [DefaultSerializer.serialize(arg) for arg in spec]
-        self.link.send(pipe.encode(pm.RunTasks(objects, tasks, payloads, help_epoch)))  # type: ignore[arg-type]
+        self.link.send(pipe.encode(pm.RunTasks(objects, tasks, payloads, help_epoch)))
         return ids
 
     def send(self, message: pm.ToProcessor) -> None:
@@ -90,7 +93,7 @@ class Agent:
 
 def end(name: str) -> None:
     FUTURES[name].set_result(None)
-    future_module.wake_blocked_waits()  # what a client's I/O thread does after delivering results
+    task_context.wake_blocked_waits()  # what a client's I/O thread does after delivering results
 
 
 @pytest.fixture()
@@ -114,7 +117,7 @@ def agent() -> Iterator[Agent]:
         for future in FUTURES.values():
             if not future.done():
                 future.set_result(None)
-        future_module.wake_blocked_waits()
+        task_context.wake_blocked_waits()
         a.send(pm.Exit("test over"))
         thread.join(10)
         ours.close()

@@ -21,6 +21,7 @@ from scaler.serializer import DefaultSerializer
 from scaler.worker import processor as processor_module
 from scaler.worker.link import BlockingLink
 from scaler.worker.processor import Processor
+from tests.helpers import payload_bytes
 
 FUNCTION = 3
 
@@ -49,9 +50,9 @@ def processor(monkeypatch: pytest.MonkeyPatch) -> Iterator[Processor]:
 def run(proc: Processor, payloads: list[bytes], keywords: tuple[str, ...] | None = None) -> tuple[int, Any]:
     refs = (0,) * len(payloads)
     proc._run_one((1, FUNCTION, FLAG_SHARED_ARGUMENTS, refs, keywords), tuple(payloads))
-    status, payload = proc._statuses[-1], proc._payloads[-1]
+    status, payload = proc._results.statuses[-1], proc._results.payloads[-1]
     if status == TaskStatus.SUCCESS:
-        return status, pickle.loads(payload)
+        return status, pickle.loads(payload_bytes(payload))
     return status, payload
 
 

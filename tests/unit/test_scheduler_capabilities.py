@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from scaler.core.scheduler import Command, Log
 from scaler.protocol.capabilities import MISSING_PREFIX, missing_text
 from scaler.protocol.messages import (
     BalanceRequest,
@@ -25,6 +27,7 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
 )
+from tests.helpers import payload_bytes
 from tests.unit import placement_scenarios
 from tests.unit.scheduler_driver import Driver, of_type, ok, sends, submit, tid
 
@@ -40,7 +43,7 @@ def t(n: int) -> int:
     return tid(P, n + 1)
 
 
-def with_function(**settings: object) -> Driver:
+def with_function(**settings: Any) -> Driver:
     d = Driver(**settings)
     assert d.client(C) == P
     d.put(C, (F, b"<function>"))
@@ -57,18 +60,18 @@ def tasks(*numbers: int) -> SubmitTasks:
     return submit(*((t(n), F, [b"x"]) for n in numbers))
 
 
-def dispatched(commands: list) -> dict[bytes, list[int]]:  # type: ignore[type-arg]
+def dispatched(commands: list[Command]) -> dict[bytes, list[int]]:
     out: dict[bytes, list[int]] = {}
     for peer, message in of_type(commands, DispatchTasks):
-        out.setdefault(peer, []).extend(message.task_ids)  # type: ignore[attr-defined]
+        out.setdefault(peer, []).extend(message.task_ids)
     return out
 
 
-def results_of(commands: list) -> list[tuple[int, int, bytes]]:  # type: ignore[type-arg]
+def results_of(commands: list[Command]) -> list[tuple[int, int, bytes]]:
     return [
-        (task_id, status, bytes(payload))
+        (task_id, status, payload_bytes(payload))
         for _, message in of_type(commands, TaskResults)
-        for task_id, status, payload in zip(message.task_ids, message.statuses, message.payloads)  # type: ignore[attr-defined]
+        for task_id, status, payload in zip(message.task_ids, message.statuses, message.payloads)
     ]
 
 
@@ -98,7 +101,7 @@ def test_a_worker_offering_256_capabilities_of_256_bytes_is_welcomed_and_logs_th
     caps = [f"{i:03d}=" + "v" * 252 for i in range(256)]
     commands = d.recv(W1, Hello(PeerKind.WORKER, "w", queue_capacity=1, capabilities=caps))
     assert isinstance(sends(commands)[0][1], Welcome)
-    assert "capabilities: 000=" in commands[0].text  # type: ignore[union-attr]
+    assert isinstance(commands[0], Log) and "capabilities: 000=" in commands[0].text
 
 
 def test_tasks_with_an_invalid_requirement_are_refused_and_the_others_accepted() -> None:
@@ -107,9 +110,9 @@ def test_tasks_with_an_invalid_requirement_are_refused_and_the_others_accepted()
     batch = requiring(tasks(1, 2, 3), [PY], ["bad "], [f"c{i}" for i in range(65)], index=[0, 1, 2])
     commands = d.recv(C, batch)
     [(_, error)] = of_type(commands, Error)
-    assert error.code == ErrorCode.BAD_REQUEST and error.ids == [t(2), t(3)]  # type: ignore[union-attr]
-    assert "2 tasks require capabilities that are not valid" in error.message  # type: ignore[union-attr]
-    assert "white space" in error.message and "at most 64" in error.message  # type: ignore[union-attr]
+    assert error.code == ErrorCode.BAD_REQUEST and error.ids == [t(2), t(3)]
+    assert "2 tasks require capabilities that are not valid" in error.message
+    assert "white space" in error.message and "at most 64" in error.message
     assert dispatched(commands) == {W1: [t(1)]}
 
 
@@ -158,9 +161,9 @@ def test_balancing_moves_tasks_only_to_a_worker_that_can_run_them() -> None:
     d.recv(C, tasks(9, 10, 11, 12))  # no requirement: on W1 too
     commands = d.worker(W2, capacity=10)  # idle, but can run only the last four
     [(peer, request)] = of_type(commands, BalanceRequest)
-    assert peer == W1 and set(request.ids) == {t(9), t(10), t(11), t(12)}  # type: ignore[attr-defined]
-    commands = d.recv(W1, BalanceResponse(request.ids))  # type: ignore[attr-defined]
-    assert set(dispatched(commands)[W2]) == set(request.ids)  # type: ignore[attr-defined]
+    assert peer == W1 and set(request.ids) == {t(9), t(10), t(11), t(12)}
+    commands = d.recv(W1, BalanceResponse(request.ids))
+    assert set(dispatched(commands)[W2]) == set(request.ids)
 
 
 # ------------------------------------------------------------------------------------------------ nobody can run it
@@ -301,4 +304,4 @@ def test_the_scheduler_cli_takes_the_capability_grace_period_and_refuses_a_negat
     for bad in ("-1", "nan"):
         with pytest.raises(SystemExit):
             main(["tcp://127.0.0.1:1", "--capability-grace-seconds", bad])
-        assert "--capability-grace-seconds must be 0 or more" in capsys.readouterr().err
+        assert "--capability-grace-seconds: must be 0 or more" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, Sch
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
 from scaler.core.scheduler.needs import Need, ready_queue
 from scaler.core.scheduler.placement import lone_worker, water_fill
+from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.scheduler.tasks import (
     EVENT_NAMES,
     STATE_NAMES,
@@ -52,6 +54,7 @@ from scaler.protocol.messages import (
     Welcome,
     WorkerStatus,
 )
+from tests.helpers import payload_bytes
 from tests.unit.scheduler_driver import Driver, dispatch, logs, of_type, ok, results, sends, submit, tid
 
 C, W1, W2, W3 = b"c1", b"w1", b"w2", b"w3"
@@ -64,7 +67,10 @@ def t(n: int) -> int:
     return tid(P, n + 1)  # task n; ids after the function object's
 
 
-def with_function(**settings: object) -> Driver:
+ECHO_ONE_WORKER = HeartbeatEcho(workers=1, worker_capacity=4, workers_stated=True)  # W1 of capacity 4 (fleet_size.py)
+
+
+def with_function(**settings: Any) -> Driver:
     """A driver with client C connected and its function object stored."""
     d = Driver(**settings)
     assert d.client(C) == P
@@ -86,10 +92,12 @@ def test_client_hello_is_welcomed_with_a_fresh_prefix_and_the_client_timeout() -
     commands = d.recv(C, Hello(PeerKind.CLIENT, "alice"))
     assert commands == [
         Log(logging.INFO, "client alice connected"),
-        Send(C, Welcome(1, "scheduler", True, 60_000, max_payload_bytes=LIMIT)),
+        Send(C, Welcome(1, "scheduler", True, 60_000, max_payload_bytes=LIMIT, workers_stated=True)),  # no worker yet
     ]
     commands = d.recv(b"c2", Hello(PeerKind.CLIENT, ""))
-    assert sends(commands) == [(b"c2", Welcome(2, "scheduler", True, 60_000, max_payload_bytes=LIMIT))]
+    assert sends(commands) == [
+        (b"c2", Welcome(2, "scheduler", True, 60_000, max_payload_bytes=LIMIT, workers_stated=True))
+    ]
     # A nameless peer is named by its prefix: routing ids are never shown (knowing one lets a peer take its route).
     assert [c.name for c in d.core.clients.values()] == ["alice", "unnamed-client-2"]
 
@@ -150,7 +158,7 @@ def test_malformed_message_is_answered_and_counted() -> None:
 def test_heartbeats_are_echoed_and_the_worker_one_is_kept_for_status() -> None:
     d = with_function()
     d.worker(W1)
-    assert sends(d.recv(C, Heartbeat())) == [(C, HeartbeatEcho())]
+    assert sends(d.recv(C, Heartbeat())) == [(C, ECHO_ONE_WORKER)]  # a client's echo says how many workers there are
     beat = Heartbeat(cpu_percent=12.5, rss_bytes=1000, queued=3, running=1, processors=2)
     assert sends(d.recv(W1, beat)) == [(W1, HeartbeatEcho())]
     [worker] = d.core.status().workers
@@ -163,7 +171,8 @@ def test_a_resumed_heartbeat_that_counts_what_came_is_answered_with_what_was_sen
     welcome and results included), for the client to check."""
     d = with_tasks(3, capacity=2)  # C sent a putObjects and a submitTasks
     d.recv(W1, results((t(1), TaskStatus.SUCCESS, b"one")))  # C was sent its welcome, then this result
-    assert sends(d.recv(C, Heartbeat())) == [(C, HeartbeatEcho())]  # neither counted
+    echo = HeartbeatEcho(workers=1, worker_capacity=2, workers_stated=True)
+    assert sends(d.recv(C, Heartbeat())) == [(C, echo)]  # neither counted
     assert sends(d.recv(C, Heartbeat(resumed=True, sent=2))) == [(C, HeartbeatEcho(resumed=True, sent=2))]
     assert C in d.core.clients and len(d.core.tasks) == 2
 
@@ -202,7 +211,7 @@ def test_a_worker_heartbeat_is_echoed_at_most_once_per_quarter_of_the_worker_tim
         d.now = 2.0 * beat + (0.3 if beat % 3 == 1 else 0.0)
         if sends(d.recv(W1, Heartbeat())) == [(W1, HeartbeatEcho())]:
             echoed.append(d.now)
-        assert sends(d.recv(C, Heartbeat())) == [(C, HeartbeatEcho())]
+        assert sends(d.recv(C, Heartbeat())) == [(C, ECHO_ONE_WORKER)]
     assert echoed == [0.0, 4.0, 8.3, 12.0, 16.0, 20.3]
     assert max(b - a for a, b in itertools.pairwise(echoed)) <= 5.0
     assert W1 in d.core.workers
@@ -327,7 +336,7 @@ def test_task_referring_to_an_unknown_object_fails_at_once() -> None:
     text = f"the task's argument refers to object or task {missing:#x}, which this client does not have"
     assert message.payloads[0] == text.encode()
     [(_, message)] = sends(d.recv(C, submit((t(2), tid(P, 98), []))))
-    assert b"the task's function refers to" in message.payloads[0]  # type: ignore[union-attr]
+    assert isinstance(message, TaskResults) and b"the task's function refers to" in payload_bytes(message.payloads[0])
     assert d.core.tasks == {}
     assert d.core.objects[F].refs == 0
 
@@ -336,7 +345,7 @@ def test_task_may_not_use_another_clients_object() -> None:
     d = with_function()
     d.client(b"c2")  # prefix 2
     [(peer, message)] = sends(d.recv(b"c2", submit((tid(2, 1), F, []))))
-    assert peer == b"c2" and message.statuses == bytes([TaskStatus.FAILED])  # type: ignore[union-attr]
+    assert isinstance(message, TaskResults) and peer == b"c2" and message.statuses == bytes([TaskStatus.FAILED])
     assert d.core.objects[F].refs == 0
 
 
@@ -423,8 +432,8 @@ def test_cancelling_a_task_cancels_its_waiting_dependents() -> None:
     d = with_function()
     d.recv(C, submit((t(1), F, []), (t(2), F, [t(1)])))
     [(_, message)] = sends(d.recv(C, CancelTasks([t(1)])))
-    assert sorted(message.task_ids) == [t(1), t(2)]  # type: ignore[union-attr]
-    assert message.statuses == bytes([TaskStatus.CANCELED] * 2)  # type: ignore[union-attr]
+    assert isinstance(message, TaskResults) and sorted(message.task_ids) == [t(1), t(2)]
+    assert message.statuses == bytes([TaskStatus.CANCELED] * 2)
 
 
 def test_result_of_a_finished_task_can_still_be_used_while_kept() -> None:
@@ -483,7 +492,7 @@ def test_silent_worker_is_declared_lost_and_its_tasks_run_elsewhere() -> None:
     assert of_type(d.tick(10.0), DispatchTasks) == []  # not yet: silent for exactly the timeout
     commands = d.tick(10.5)
     [(peer, message)] = of_type(commands, DispatchTasks)
-    assert peer == W2 and sorted(message.task_ids) == [t(1), t(2)]  # type: ignore[union-attr]
+    assert peer == W2 and sorted(message.task_ids) == [t(1), t(2)]
     assert "no heartbeat for 10.5s" in logs(commands)[0].text
     assert list(d.core.workers) == [W2]
     assert d.core.tasks[t(1)].attempts == 1  # it may have started: charged
@@ -527,8 +536,8 @@ def test_worker_lost_too_often_fails_the_task_with_a_clear_error() -> None:
     d.recv(W2, TasksStarted([t(1)]))
     commands = d.gone(W2)  # second loss: beyond one retry
     [(peer, message)] = sends(commands)
-    assert peer == C and message.statuses == bytes([TaskStatus.FAILED])  # type: ignore[union-attr]
-    text = message.payloads[0].decode()  # type: ignore[union-attr]
+    assert isinstance(message, TaskResults) and peer == C and message.statuses == bytes([TaskStatus.FAILED])
+    text = payload_bytes(message.payloads[0]).decode()
     assert "was not completed: worker w2 was lost (its connection closed)" in text and "tried 2 times" in text
     assert any(log.level == logging.WARNING for log in logs(commands))
 
@@ -565,7 +574,7 @@ def test_a_worker_lost_repeatedly_is_held_back_longer_each_time_and_shows_it() -
     d.recv(W2, Disconnect("bye"))  # a goodbye is not a loss
     assert of_type(d.tick(5.9), DispatchTasks) == []
     [(peer, message)] = of_type(d.tick(6.0), DispatchTasks)  # the hold is over
-    assert peer == W1 and message.task_ids == [t(1), t(2)]  # type: ignore[union-attr]
+    assert peer == W1 and message.task_ids == [t(1), t(2)]
     d.gone(W1)  # the third loss: 10 s; the fourth: 20 s, capped at 12
     assert d.core.workers == {} and d.core.names.records["w1"].held_until == 16.0
     d.worker(W1)
@@ -601,9 +610,9 @@ def test_timeouts_travel_to_the_worker_in_the_dispatch() -> None:
     d = with_function()
     d.recv(C, SubmitTasks([t(1), t(2)], [F, F], b"\x00\x00", [0, 0], [], None, [], [0, 2500], None, None))
     [(_, message)] = of_type(d.worker(W1), DispatchTasks)
-    assert message.task_ids == [t(1), t(2)] and message.timeouts_ms == [0, 2500]  # type: ignore[union-attr]
+    assert message.task_ids == [t(1), t(2)] and message.timeouts_ms == [0, 2500]
     [(_, message)] = of_type(d.recv(C, submit((t(3), F, []))), DispatchTasks)
-    assert message.timeouts_ms is None  # type: ignore[union-attr]
+    assert message.timeouts_ms is None
 
 
 def test_higher_priority_first_within_a_client_and_clients_still_take_turns() -> None:
@@ -628,8 +637,8 @@ def test_crashed_task_is_retried_then_failed() -> None:
     commands = d.recv(W1, results((t(1), TaskStatus.CRASHED, b"processor died")))
     assert sends(commands) == [(W1, dispatch((t(1), F, [b"a1"])))]
     [(_, message)] = sends(d.recv(W1, results((t(1), TaskStatus.CRASHED, b"processor died"))))
-    assert message.statuses == bytes([TaskStatus.FAILED])  # type: ignore[union-attr]
-    assert b"processor died" in message.payloads[0]  # type: ignore[union-attr]
+    assert isinstance(message, TaskResults) and message.statuses == bytes([TaskStatus.FAILED])
+    assert b"processor died" in payload_bytes(message.payloads[0])
 
 
 def test_worker_that_disconnects_gives_its_tasks_back_without_using_a_retry() -> None:
@@ -727,7 +736,7 @@ def test_balance_response_for_a_cancelling_task_ends_it_cancelled() -> None:
     d = with_tasks(4, capacity=10)
     d.now = 0.1  # a balancing interval after W1's join
     [(_, request)] = of_type(d.worker(W2), BalanceRequest)
-    assert request.ids == [t(3), t(4)]  # type: ignore[union-attr]
+    assert request.ids == [t(3), t(4)]
     d.recv(C, CancelTasks([t(4)]))
     assert sends(d.recv(W1, BalanceResponse([t(4), t(3), t(9)]))) == [
         (W2, PutObjects([F], [FN])),
@@ -782,7 +791,7 @@ def test_a_big_batch_goes_to_the_least_loaded_workers_a_grain_each_not_to_all() 
     d.recv(C, submit((t(1), F, [])))  # w1 holds one
     # 7 tasks: max(grain, ceil(7 / grain)) = 4 workers, the least loaded (w2..w5), levelled
     commands = d.recv(C, submit(*((t(i), F, []) for i in range(2, 9))))
-    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [
         (b"w2", [t(2), t(3)]),
         (b"w3", [t(4), t(5)]),
         (b"w4", [t(6), t(7)]),
@@ -790,7 +799,7 @@ def test_a_big_batch_goes_to_the_least_loaded_workers_a_grain_each_not_to_all() 
     ]
     # the next batch goes to those left out: w6, then w1 (levelled; dispatched in worker order)
     commands = d.recv(C, submit(*((t(i), F, []) for i in range(9, 12))))
-    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+    assert [(peer, m.task_ids) for peer, m in of_type(commands, DispatchTasks)] == [
         (b"w1", [t(9)]),
         (b"w6", [t(10), t(11)]),
     ]
@@ -817,7 +826,7 @@ def test_a_lone_task_goes_where_water_fill_would_put_one_task() -> None:
                     d.recv(w, ok(*rng.sample(held, rng.randrange(1, len(held) + 1))))
         open_workers = [w for w in d.core.workers.values() if len(w.assigned) < w.limit]
         shares = water_fill([len(w.assigned) for w in open_workers], [w.limit for w in open_workers], 1, grain=64)
-        expected = [w for w, share in zip(open_workers, shares) if share]
+        expected: list[WorkerSession | None] = [w for w, share in zip(open_workers, shares) if share]
         assert [lone_worker(d.core.workers.values(), None, d.core.now)] == (expected or [None])
 
 
@@ -826,7 +835,7 @@ def test_a_grain_never_overfills_a_worker_it_takes_more_workers_instead() -> Non
     for w in (W1, W2, W3):
         d.worker(w, capacity=2)
     commands = d.recv(C, submit(*((t(i), F, []) for i in range(1, 6))))  # 5 tasks, 2 per worker at most
-    assert [(peer, len(m.task_ids)) for peer, m in of_type(commands, DispatchTasks)] == [  # type: ignore[attr-defined]
+    assert [(peer, len(m.task_ids)) for peer, m in of_type(commands, DispatchTasks)] == [
         (W1, 2),
         (W2, 2),
         (W3, 1),
@@ -980,6 +989,7 @@ def test_tasks_that_end_while_queued_leave_the_ready_queue_with_their_arguments(
     [(), (0,), (7,), (F,), (7, 8), (7, 7), (7, 0), (0, 8), (F, 8), (7, F), (0, 0), (7, 8, 9), (7, 8, 7, 0, F, 9)],
 )
 def test_task_references_are_the_function_then_the_arguments_each_once(arg_refs: tuple[int, ...]) -> None:
+    # _FakeClient stands in for a ClientSession (only what Task reads of it)
     task = Task(t(1), _FakeClient(), F, 0, arg_refs, None, (), Need(frozenset(), ready_queue()))  # type: ignore[arg-type]
     expected: list[int] = [F]
     for ref in arg_refs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,6 @@ from scaler.protocol.messages import (
     ErrorCode,
     FunctionStatus,
     Heartbeat,
-    LoneResult,
-    LoneTask,
     OutputRecord,
     PutObjects,
     SubmitTasks,
@@ -38,8 +37,6 @@ from scaler.protocol.messages import (
     TaskResults,
     TasksStarted,
     TaskStatus,
-    encode,
-    read_lone,
 )
 from scaler.protocol.records import DURATION_BOUNDS_US
 from tests.core_dump import canonical, first_difference
@@ -54,7 +51,7 @@ def t(n: int) -> int:
     return tid(P, n + 2)
 
 
-def connected(monitored: bool = False, capacity: int = 4, **settings: object) -> Driver:
+def connected(monitored: bool = False, capacity: int = 4, **settings: Any) -> Driver:
     """Client C with functions F ("f") and G ("g"), worker W1."""
     d = Driver(**settings)
     d.core.monitored = monitored
@@ -165,26 +162,6 @@ def test_the_mean_run_time_counts_only_the_tasks_that_came_with_one() -> None:
     [f] = [f for f in d.core.status().functions if f.name == "f"]
     assert (f.success, f.duration_us, f.timed_tasks) == (301, 100_000, 1)  # the mean is 100 ms, not 0.33 ms
     assert f.buckets()[DURATION_BOUNDS_US.index(100_000)] == 1 and sum(f.buckets()) == 1
-
-
-def test_the_lone_shortcuts_count_as_the_normal_path_does() -> None:
-    d = connected()
-    d.recv(C, submit((t(1), F, [b"x"])))  # the worker now holds F: the next lone submit may be forwarded
-    d.recv(W1, ok(t(1)))
-    slow = copy.deepcopy(d.core)
-    message = submit((t(2), F, [b"y"]))
-    lone = read_lone(encode(message)[0])  # type: ignore[arg-type]
-    assert isinstance(lone, LoneTask)
-    assert d.core.forward_submit(1.0, C, lone, (b"y",)) == W1
-    d.core.flush()
-    slow.handle(Received(1.0, C, message))
-    assert canonical(d.core) == canonical(slow), first_difference(d.core, slow)
-    assert d.core.functions.by_name["f"].submitted == 2
-    answer = results((t(2), TaskStatus.ERROR, b"e"))
-    lone_result = read_lone(encode(answer)[0])  # type: ignore[arg-type]
-    assert isinstance(lone_result, LoneResult)
-    assert d.core.forward_result(1.0, W1, lone_result, b"e") == C
-    assert d.core.functions.by_name["f"].ended == [1, 1, 0, 0]
 
 
 def test_a_period_ended_without_a_status_leaves_the_core_as_a_status_would() -> None:
@@ -384,21 +361,6 @@ def test_printed_output_of_flagged_tasks_reaches_the_client_before_their_results
     ]
 
 
-def test_a_lone_result_is_not_forwarded_while_output_waits_for_its_client() -> None:
-    d = connected()
-    d.recv(C, submit((t(1), F, [])))  # the function is on the worker now
-    d.recv(W1, ok(t(1)))
-    d.recv(C, submit((t(2), F, []), flags=FLAG_STREAM_OUTPUT))
-    d.core.feed(Received(1.0, W1, output((t(2), OUTPUT_STDOUT, "x"))))
-    lone = read_lone(encode(ok(t(2)))[0])  # type: ignore[arg-type]
-    assert isinstance(lone, LoneResult)
-    before = canonical(d.core)
-    d.core._dirty_clients.clear()  # even if the client were not marked: its pending output is enough
-    assert d.core.forward_result(1.0, W1, lone, b"r") is None
-    d.core._dirty_clients[d.core.clients[C]] = None
-    assert canonical(d.core) == before
-
-
 def test_output_of_tasks_not_held_is_ignored_and_pending_output_is_bounded() -> None:
     d = connected()
     d.recv(C, submit((t(1), F, []), flags=FLAG_STREAM_OUTPUT))
@@ -407,7 +369,7 @@ def test_output_of_tasks_not_held_is_ignored_and_pending_output_is_bounded() -> 
     d.core.feed(Received(1.0, W1, output(*((t(1), OUTPUT_STDOUT, big) for _ in range(5)))))
     commands = d.core.flush()
     [(_, sent)] = of_type(commands, TaskOutput)
-    assert len(sent.texts) == 4 and d.core.output_dropped == 1  # type: ignore[attr-defined]
+    assert len(sent.texts) == 4 and d.core.output_dropped == 1
     assert "dropped printed output of task" in logs(commands)[0].text
 
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -306,11 +307,11 @@ class _Key:
     size: int = 0
 
 
-def _check_slotted(point_cls: type, key_cls: type) -> None:
+def _check_slotted(point_cls: type[Any], key_cls: type[Any]) -> None:
     point = point_cls(1)
     assert point_cls.__slots__ == ("x", "y", "tags") and not hasattr(point, "__dict__")
     assert (point.x, point.y, point.tags) == (1, 2, []) and point == point_cls(1, 2, [])
-    assert repr(point) == f"{point_cls.__name__}(x=1, y=2, tags=[])" and dataclasses.is_dataclass(point)
+    assert repr(point) == f"{point_cls.__name__}(x=1, y=2, tags=[])" and dataclasses.is_dataclass(point_cls)
     with pytest.raises(AttributeError):
         point.z = 3
     key = key_cls("a", 3)
@@ -338,6 +339,7 @@ class _Key39:
 
 
 # What Python 3.9 gets from slotted (dataclass() without slots=, then with_slots()), made here to be checked here too.
+# mypy refuses to rebind a class name (misc); 3.9's slotted does rebind it, to the class with_slots makes
 _Point39 = with_slots(dataclasses.dataclass(_Point39), frozen=False)  # type: ignore[misc]
 _Key39 = with_slots(dataclasses.dataclass(_Key39, frozen=True), frozen=True)  # type: ignore[misc]
 

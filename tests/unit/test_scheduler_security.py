@@ -5,10 +5,8 @@ the core's invariants after each one).
 
 from __future__ import annotations
 
-import logging
-
 from scaler.core.limiter import BURST
-from scaler.core.scheduler import Forbidden, Log, Malformed, PeerKey, Received, Revoked, Tick
+from scaler.core.scheduler import Command, Forbidden, Log, PeerKey, Received, Revoked, Tick
 from scaler.core.scheduler.prefixes import REUSE_PREFIXES_FROM
 from scaler.protocol.messages import (
     CancelTasks,
@@ -26,7 +24,8 @@ from scaler.protocol.messages import (
     TaskStatus,
     Welcome,
 )
-from tests.unit.scheduler_driver import Driver, logs, of_type, ok, results, sends, submit, tid
+from tests.helpers import payload_bytes
+from tests.unit.scheduler_driver import Driver, logs, of_type, results, sends, submit, tid
 
 C, C2, W1, W2 = b"c1", b"c2", b"w1", b"w2"
 ALICE = PeerKey(PeerKind.CLIENT, "alice", b"A" * 40)
@@ -35,8 +34,8 @@ GPU = PeerKey(PeerKind.WORKER, "gpu", b"G" * 40)
 FN = b"<function>"
 
 
-def refusals(commands: list[object]) -> list[str]:
-    return [m.reason for _, m in of_type(commands, Refused)]  # type: ignore[arg-type, attr-defined]
+def refusals(commands: list[Command]) -> list[str]:
+    return [m.reason for _, m in of_type(commands, Refused)]
 
 
 # ------------------------------------------------------------------------------------------------ keys and roles
@@ -76,7 +75,8 @@ def test_a_message_for_a_session_from_a_connection_with_another_key_is_dropped_s
         assert sends(commands) == []  # no answer: it would go to whoever holds the routing id now
         assert not d.core.tasks
     assert d.core.refused == 3 and C in d.core.clients
-    assert sends(d.recv(C, Heartbeat(), ALICE)) == [(C, HeartbeatEcho())]  # the session itself is untouched
+    echo = HeartbeatEcho(workers=0, worker_capacity=0, workers_stated=True)  # to a client: the workers it may use
+    assert sends(d.recv(C, Heartbeat(), ALICE)) == [(C, echo)]  # the session itself is untouched
 
 
 def test_a_hello_with_another_key_cannot_take_over_a_session() -> None:
@@ -121,7 +121,7 @@ def test_a_revoked_worker_key_ends_its_session_and_its_tasks_run_elsewhere() -> 
     commands = d._after(d.core.handle(Revoked(d.now, frozenset({GPU.public}))))
     assert W1 not in d.core.workers and refusals(commands)
     [(peer, dispatched)] = of_type(commands, DispatchTasks)
-    assert peer == W2 and dispatched.task_ids == [tid(prefix, 2), tid(prefix, 3)]  # type: ignore[attr-defined]
+    assert peer == W2 and dispatched.task_ids == [tid(prefix, 2), tid(prefix, 3)]
     assert all(task.attempts == 0 for task in d.core.tasks.values())  # not their fault: no attempt counted
 
 
@@ -133,44 +133,6 @@ def test_a_message_with_a_revoked_key_is_refused_and_ends_its_session() -> None:
     # a Forbidden for a key that is not the session's leaves the session alone
     d._after(d.core.handle(Forbidden(d.now, C, BOB.public, "its key is no longer authorized")))
     assert C in d.core.clients
-
-
-def test_forwarded_lone_messages_check_the_key_too() -> None:
-    from scaler.protocol.messages import LoneResult, LoneTask
-
-    d = Driver()
-    prefix = d.client(C, key=ALICE)
-    d.recv(C, PutObjects([tid(prefix, 1)], [FN]), ALICE)
-    d.worker(W1, key=GPU)
-    d.recv(C, submit((tid(prefix, 2), tid(prefix, 1), [b"x"])), ALICE)  # the worker now holds the function
-    d.recv(W1, ok(tid(prefix, 2)), GPU)
-    lone = LoneTask(b"", tid(prefix, 3), tid(prefix, 1), 0, [1])
-    assert d.core.forward_submit(d.now, C, lone, (b"y",), BOB) is None
-    assert d.core.forward_submit(d.now, C, lone, (b"y",), None) is None
-    assert d.core.forward_submit(d.now, C, lone, (b"y",), ALICE) == W1
-    result = LoneResult(b"", tid(prefix, 3), TaskStatus.SUCCESS, 1)
-    assert d.core.forward_result(d.now, W1, result, b"r", ALICE) is None
-    assert d.core.forward_result(d.now, W1, result, b"r", GPU) == C
-    d.core.validate()
-
-
-# ------------------------------------------------------------------------------------------------ floods
-def test_a_flood_of_garbage_gets_a_few_answers_and_log_lines_then_one_summary() -> None:
-    d = Driver()
-    answers = warnings = 0
-    for _ in range(10_000):
-        commands = d._after(d.core.handle(Malformed(d.now, b"attacker", "not a Cap'n Proto message")))
-        answers += len(of_type(commands, Error))
-        warnings += len(logs(commands))
-    assert answers == warnings == BURST  # per peer and window
-    assert d.core.dropped == 10_000
-    summary = [str(log.text) for log in logs(d.tick(10.0)) if log.level == logging.WARNING]
-    assert len(summary) == 1 and f"{10_000 - BURST:,} more 'malformed message' events" in summary[0]
-    assert "most from a peer whose routing id is not shown: 9,990" in summary[0]  # its id is a secret
-    assert "attacker" not in summary[0]
-    assert logs(d.tick(10.5)) == []  # a new window, nothing to say
-    commands = d._after(d.core.handle(Malformed(d.now, b"attacker", "again")))
-    assert of_type(commands, Error)  # a new window answers again
 
 
 def test_messages_without_a_session_get_a_few_not_connected_answers() -> None:
@@ -245,7 +207,7 @@ def test_the_welcome_states_the_payload_limit() -> None:
     d = Driver(max_payload_bytes=1234)
     commands = d.recv(C, Hello(PeerKind.CLIENT, "c"))
     [(_, welcome)] = of_type(commands, Welcome)
-    assert welcome.max_payload_bytes == 1234  # type: ignore[attr-defined]
+    assert welcome.max_payload_bytes == 1234
 
 
 def test_tasks_with_a_payload_over_the_limit_are_refused_too_large_and_the_others_run() -> None:
@@ -256,8 +218,8 @@ def test_tasks_with_a_payload_over_the_limit_are_refused_too_large_and_the_other
     big, small = tid(prefix, 2), tid(prefix, 3)
     commands = d.recv(C, submit((big, tid(prefix, 1), [b"123456789"]), (small, tid(prefix, 1), [b"12345678"])))
     [(_, error)] = of_type(commands, Error)
-    assert error.code == ErrorCode.TOO_LARGE and error.ids == [big]  # type: ignore[attr-defined]
-    assert "more than 8 bytes" in error.message  # type: ignore[attr-defined]
+    assert error.code == ErrorCode.TOO_LARGE and error.ids == [big]
+    assert "more than 8 bytes" in error.message
     assert list(d.core.tasks) == [small]
 
 
@@ -266,7 +228,7 @@ def test_objects_over_the_limit_are_refused_too_large() -> None:
     prefix = d.client(C)
     commands = d.recv(C, PutObjects([tid(prefix, 1), tid(prefix, 2)], [b"x" * 9, b"x" * 8]))
     [(_, error)] = of_type(commands, Error)
-    assert error.code == ErrorCode.TOO_LARGE and error.ids == [tid(prefix, 1)]  # type: ignore[attr-defined]
+    assert error.code == ErrorCode.TOO_LARGE and error.ids == [tid(prefix, 1)]
     assert list(d.core.objects) == [tid(prefix, 2)]
 
 
@@ -278,22 +240,8 @@ def test_a_result_over_the_limit_fails_its_task_with_a_clear_text() -> None:
     d.recv(C, submit((tid(prefix, 2), tid(prefix, 1), [b"x"])))
     commands = d.recv(W1, TaskResults([tid(prefix, 2)], bytes([TaskStatus.SUCCESS]), [b"r" * 9]))
     [(_, result)] = of_type(commands, TaskResults)
-    assert result.statuses == bytes([TaskStatus.FAILED])  # type: ignore[attr-defined]
-    assert b"is 9 bytes, more than this scheduler's limit of 8" in bytes(result.payloads[0])  # type: ignore[attr-defined]
-
-
-def test_a_lone_task_over_the_limit_is_not_forwarded() -> None:
-    from scaler.protocol.messages import LoneTask
-
-    d = Driver(max_payload_bytes=8)
-    prefix = d.client(C)
-    d.recv(C, PutObjects([tid(prefix, 1)], [b"f"]))
-    d.worker(W1)
-    d.recv(C, submit((tid(prefix, 2), tid(prefix, 1), [b"x"])))
-    d.recv(W1, ok(tid(prefix, 2)))
-    lone = LoneTask(b"", tid(prefix, 3), tid(prefix, 1), 0, [9])
-    assert d.core.forward_submit(d.now, C, lone, (b"x" * 9,)) is None
-    assert d.core.forward_submit(d.now, C, lone, (b"x" * 8,)) == W1
+    assert result.statuses == bytes([TaskStatus.FAILED])
+    assert b"is 9 bytes, more than this scheduler's limit of 8" in payload_bytes(result.payloads[0])
 
 
 def test_ticks_alone_log_nothing_about_limits() -> None:

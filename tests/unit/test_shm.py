@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import stat
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,14 +27,15 @@ from scaler.shm import (
     pickle_parts,
     read_argument,
 )
+from tests.helpers import make_char_device, make_fifo
 
 NAME = "scaler-4026531836-1234-5678-" + "ab" * 16
 
 
 def reference(**changes: object) -> Reference:
-    fields: dict[str, object] = {"name": NAME, "size": 10, "nonce": b"n" * 16, "token": b"t" * 16}
+    fields: dict[str, Any] = {"name": NAME, "size": 10, "nonce": b"n" * 16, "token": b"t" * 16}
     fields.update(changes)
-    return Reference(**fields)  # type: ignore[arg-type]
+    return Reference(**fields)
 
 
 def test_reference_round_trip() -> None:
@@ -73,7 +76,7 @@ def test_host_token_is_this_boot_this_shm_this_user() -> None:
     assert len(token) == 16 and token == shm.host_token()
     boot = Path("/proc/sys/kernel/random/boot_id").read_bytes().strip()
     st = os.stat("/dev/shm")
-    other_uid = shm.hashlib.sha256(b"%s|%d|%d|%d" % (boot, st.st_dev, st.st_ino, os.getuid() + 1)).digest()[:16]
+    other_uid = hashlib.sha256(b"%s|%d|%d|%d" % (boot, st.st_dev, st.st_ino, os.getuid() + 1)).digest()[:16]
     assert other_uid != token
 
 
@@ -241,20 +244,8 @@ def size_of(path: Path) -> int:
     return max(0, os.lstat(path).st_size - DATA_OFFSET)
 
 
-def make_fifo(path: Path) -> None:
-    os.mkfifo(path, 0o600)
-
-
 def make_directory(path: Path) -> None:
     path.mkdir(mode=0o600)
-
-
-def make_char_device(path: Path) -> None:
-    """A /dev/null-like character device (1, 3); only root may make one."""
-    try:
-        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    except PermissionError:
-        pytest.skip("making a character device needs root (CAP_MKNOD)")
 
 
 @pytest.mark.timeout(10)

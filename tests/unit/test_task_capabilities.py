@@ -116,6 +116,7 @@ class _PicklableClient(_FakeClient):
 
 
 def test_the_view_of_a_client_shows_its_capabilities() -> None:
+    # _FakeClient stands in for a Client (only what ClientOptions reads of it)
     view = ClientOptions(_FakeClient(), Options())  # type: ignore[arg-type]
     assert repr(view) == "<Client tcp://127.0.0.1:2345 with timeout=None retries=0 priority=0>"
     gpu = view.options(capabilities={"gpu": True, "lang": "ts"}, timeout=3)
@@ -128,6 +129,7 @@ def test_the_view_of_a_client_shows_its_capabilities() -> None:
 
 
 def test_a_view_of_a_client_passed_to_a_task_keeps_its_options() -> None:
+    # _PicklableClient stands in for a Client (only what ClientOptions reads of it)
     view = ClientOptions(_PicklableClient(), Options()).options(capabilities=["gpu"], priority=3)  # type: ignore[arg-type]
     copy = pickle.loads(cloudpickle.dumps(view))
     assert isinstance(copy, ClientOptions) and isinstance(copy._client, _PicklableClient)
@@ -139,7 +141,7 @@ def test_a_view_of_a_client_passed_to_a_task_keeps_its_options() -> None:
 def test_a_worker_offers_payload_python_first_then_what_it_was_given_in_order() -> None:
     assert worker_capabilities([]) == ("payload=python",)
     assert worker_capabilities(["lang=py", "gpu", "gpu", "payload=python"]) == ("payload=python", "lang=py", "gpu")
-    config = AgentConfig(capabilities=("gpu", "gpu"))  # type: ignore[arg-type]
+    config = AgentConfig(capabilities=("gpu", "gpu"))
     assert config.capabilities == ("gpu",) and config.offered == ("payload=python", "gpu")
     assert AgentConfig().offered == ("payload=python",)
 
@@ -174,9 +176,10 @@ def test_the_cluster_classes_check_capabilities_before_starting_anything() -> No
     with pytest.raises(ValueError, match="runs Python payloads only"):
         Cluster(free_address(), n_workers=1, capabilities=["payload=json"])
     with pytest.raises(ValueError, match="a list of capabilities, not a single str"):
-        SchedulerClusterCombo(free_address(), n_workers=1, capabilities="gpu")  # type: ignore[arg-type]
+        SchedulerClusterCombo(free_address(), n_workers=1, capabilities="gpu")
     for grace in (-1, float("nan"), "5", True):
         with pytest.raises(ValueError, match="capability_grace_seconds must be 0 or more"):
+            # a call mypy refuses, made anyway: the run-time check is what is tested
             SchedulerClusterCombo(free_address(), n_workers=1, capability_grace_seconds=grace)  # type: ignore[arg-type]
     assert {p.pid for p in my_children()} <= before
     cluster = Cluster(free_address(), n_workers=1, capabilities=["gpu", "licence=matlab"])

@@ -196,5 +196,6 @@ def test_a_refused_answer_carries_nothing_of_the_scheduler() -> None:
 
 def test_access_is_a_frozen_value() -> None:
     with pytest.raises(AttributeError):
+        # an assignment mypy refuses (frozen), made anyway: the run-time refusal is what is tested
         ACCESS.token = "x"  # type: ignore[misc]
     assert isinstance(ACCESS, Access) and ACCESS.cookie == "scaler_ui_8081"

@@ -7,6 +7,7 @@ Without keys nothing changes. State is built only by feeding events (Driver vali
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from scaler.core.scheduler import Command, Log, PeerKey, Revoked, Send
 from scaler.protocol.messages import (
@@ -40,7 +41,7 @@ def welcomed(commands: list[Command]) -> bool:
     return bool(of_type(commands, Welcome))
 
 
-def with_real_worker(**settings: object) -> Driver:
+def with_real_worker(**settings: Any) -> Driver:
     """Worker REAL (key A) joined as NAME; client C (ALICE) has its function object stored and two tasks queued."""
     d = Driver(**settings)
     prefix = d.client(C, key=ALICE)

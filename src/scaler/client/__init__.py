@@ -3,10 +3,9 @@ scaler.client.graph, imports without ZeroMQ or Cap'n Proto)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from scaler.about import require_python_310
+from scaler.lazy import lazy_names
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
@@ -22,11 +21,4 @@ _WHERE = {
 __all__ = ["Client", "ObjectReference", "ProfilingInfo", "ScalerFuture"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'scaler.client' has no attribute {name!r}")
-    require_python_310("Scaler's clients")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(globals(), _WHERE, __all__, "Scaler's clients")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from typing import Any
 
 from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
-from scaler.client.dask_graph import as_task_tuples, caller_module, dask_call
+from scaler.client.dask_graph import DASK_GET_MOVED, as_task_tuples, dask_form
 from scaler.client.executor import ScalerExecutor
-from scaler.client.future import BlockingSection, ScalerFuture, check_may_wait
+from scaler.client.future import ScalerFuture, check_may_wait
 from scaler.client.graph import KeyArg, TaskNode, plan_graph
 from scaler.client.grouped_futures import submit_grouped
 from scaler.client.grouping import check_group, group_plan
@@ -38,6 +38,7 @@ from scaler.client.options import (
     check_options,
 )
 from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
+from scaler.client.resources import ClusterResources
 from scaler.client.shared import SharedSink
 from scaler.core.client.session import (
     HEADER_BUDGET,
@@ -70,6 +71,7 @@ from scaler.protocol.records import FLAG_SHARED_ARGUMENTS
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer, _is_plain, serializer_input
 from scaler.shm import DEFAULT_THRESHOLD, Parts, SharedArguments, pickle_parts, untag
+from scaler.task_context import NestedWait, current_task_id, in_task
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +109,6 @@ class Client:
             scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
             False: always inline.
     """
-
-    # dask.compute(..., scheduler=client) reads it (a "Client" with a get: its get is the scheduler, if not async).
-    asynchronous = False
 
     def __init__(
         self,
@@ -160,7 +159,7 @@ class Client:
         self._pid = os.getpid()
         with _clients_lock:  # numbered in this process: two clients of one thread are two names (monitors, /metrics)
             _clients_made[0] += 1
-            kind = "client" if _current_task is None else "nested"  # nested: made in a worker's processor, in a task
+            kind = "nested" if in_task() else "client"  # nested: made in a worker's processor, in a task
             name = f"{kind}-{os.getpid()}-{_clients_made[0]}"
         self._connection = Connection(address, name, self._heartbeat, self._timeout, self._keys)
         self._connection.start()
@@ -256,7 +255,7 @@ class Client:
         self._check_call(fn, function_id, args, kwargs)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
-        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait_alone)
+        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait)
         future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
         task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement)
@@ -400,13 +399,32 @@ class Client:
         (None, the default: no limit); past it, get raises TimeoutError and cancels the graph's unfinished tasks.
         progress: show a live progress bar of the keys computed while waiting (see scaler.progress).
         group: run up to this many nodes per task (see submit_graph).
-        Called the way Dask calls a scheduler (dask.compute(..., scheduler=client.get)), it answers as Dask's
-        schedulers do: the values in the shape of keys (docs/client.md, "Dask collections").
+        It answers {key: value} whoever calls it. Dask's scheduler protocol is dask_get (or the client itself:
+        dask.compute(..., scheduler=client)). A call in a shape only Dask gives (a graph that is not a dict, keys
+        nested in lists, a single key) is still answered as dask_get answers, with a FutureWarning (deprecated).
         """
-        call = dask_call(graph, keys, caller_module())
-        if call is not None:
-            return call.answer(self._get(self._options, call.graph, call.keys, timeout, block, progress, group))
+        if dask_form(graph, keys):
+            warnings.warn(DASK_GET_MOVED, FutureWarning, stacklevel=2)
+            return self.dask_get(graph, keys, block=block, timeout=timeout, progress=progress, group=group)
         return self._get(self._options, graph, keys, timeout, block, progress, group)
+
+    def dask_get(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
+        """Dask's scheduler protocol: Dask collections computed by the cluster (docs/client.md, "Dask collections").
+
+        >>> dask.compute(x.sum(), bag.count(), scheduler=client.dask_get)  # or scheduler=client
+
+        Takes the graph as Dask hands it over (an expression, a HighLevelGraph, a dict of task tuples or task-spec
+        nodes) and answers as Dask's schedulers do: the values in the shape of keys (a tuple for a list, the value
+        for a key). Keywords as for get (timeout=, progress=, group=). See scaler.integrations.dask.
+        """
+        from scaler.integrations import dask  # the integration stands on the public API; this is its door
+
+        return dask.get(self, graph, keys, **kwargs)
+
+    def __call__(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
+        """dask_get: a client is a Dask scheduler, dask.compute(..., scheduler=client) (Dask calls a callable
+        scheduler as it is, before it looks for a get method)."""
+        return self.dask_get(graph, keys, **kwargs)
 
     def _get(
         self,
@@ -555,6 +573,29 @@ class Client:
                 out.append(done)
         return out, task_ids
 
+    def cluster_resources(self, refresh: bool = False, timeout: float | None = 5.0) -> ClusterResources:
+        """How many workers may take tasks now (connected to the scheduler, not held back) and their queue capacities
+        added up, as the scheduler last said: when this client connected, then in the answer to every heartbeat (so
+        at most heartbeat_interval_seconds old). refresh=True asks the scheduler now and waits for its answer, at
+        most `timeout` seconds (None: no limit; TimeoutError after that).
+
+        >>> client.cluster_resources()
+        ClusterResources(workers=4, queue_capacity=16)
+        >>> while client.cluster_resources(refresh=True).workers < 4: ...  # wait for the cluster to be complete
+        """
+        _check_timeout(timeout, "cluster_resources()")
+        connection = self._live()
+        if refresh and not connection.ask_workers(timeout):
+            self._live()  # the session ended meanwhile: raises saying why
+            raise TimeoutError(f"cluster_resources(): the scheduler did not answer within {timeout:g}s")
+        stated = connection.core.workers
+        if stated is None:
+            raise RuntimeError(
+                f"the scheduler at {self._address} does not say how many workers it has (it is older than this "
+                "client): upgrade it"
+            )
+        return ClusterResources(stated.workers, stated.capacity)
+
     def get_executor(self) -> ScalerExecutor:
         """A concurrent.futures.Executor whose calls run as tasks of this client (with this client's task options;
         client.options(...).get_executor() for others). Shutting it down leaves the client connected.
@@ -650,7 +691,7 @@ class Client:
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         next_report = now + PROGRESS_SECONDS
-        with BlockingSection(True) as section:
+        with NestedWait() as section:
             while True:
                 left = max(0.0, 0.1 if deadline is None else min(0.1, deadline - time.monotonic()))
                 if not section.wait(event.is_set, left):
@@ -672,7 +713,7 @@ class Client:
             return True
         check_may_wait("get()", self._pid, self._connection.io_thread)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with BlockingSection(True) as section:
+        with NestedWait() as section:
             while True:
                 wait = PROGRESS_SECONDS if deadline is None else min(PROGRESS_SECONDS, deadline - time.monotonic())
                 wait = max(0.0, wait)
@@ -971,7 +1012,7 @@ def _outcome_error(status: int, payload: Payload, requirement: Sequence[str] | N
 
 # ----------------------------------------------------------------------------------------------- nested clients
 # Clients unpickled in this process (a Client passed to a task): one live client per address, settings and whole key
-# pair (a public key, which is no secret, finds nothing). In a processor (scope_nested_clients) each belongs to the
+# pair (a public key, which is no secret, finds nothing). In a processor (scaler.task_context) each belongs to the
 # tasks that unpickled it and is closed, forgotten and stripped of its keys when the last of them ends: a later task,
 # whoever sent it, finds nothing of it (docs/security.md). Elsewhere they live as long as the process.
 _nested: dict[tuple[Any, ...], Client] = {}
@@ -979,15 +1020,7 @@ _nested_holders: dict[tuple[Any, ...], set[int]] = {}  # in a processor: the ids
 _nested_lock = threading.Lock()
 _clients_made = [0]  # clients made in this process: the number in each one's name
 _clients_lock = threading.Lock()  # not _nested_lock: a nested client is made while that one is held
-_current_task: Callable[[], int | None] | None = None  # in a processor: the task running now, None between tasks
 _nested_made = 0  # clients handed out by _reconnect: a processor keeps no function or object that brought one
-
-
-def scope_nested_clients(current_task: Callable[[], int | None] | None) -> None:
-    """A processor's call at start (None at its end): a client unpickled while current_task() names a task belongs
-    to that task (see release_nested_clients); one unpickled between tasks is its own, shared with no one."""
-    global _current_task
-    _current_task = current_task
 
 
 def release_nested_clients(task_id: int) -> None:
@@ -1049,9 +1082,8 @@ def _reconnect(
     pair = (keys.server_public, keys.pair.public, keys.pair.secret) if keys is not None else None
     name = type(serializer).__qualname__
     key = (address, profiling, timeout, heartbeat, name, pair, options, os.getpid(), shared_memory)
-    scope = _current_task
-    task = scope() if scope is not None else None
-    if scope is not None and task is None:  # in a processor, between tasks (a thread a task left running)
+    task = current_task_id()
+    if task is None and in_task():  # in a processor, between tasks (a thread a task left running)
         own = connect()
         with _nested_lock:
             _nested_made += 1

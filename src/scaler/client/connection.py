@@ -4,8 +4,11 @@ User threads hand requests over through a deque and wake the loop through a pipe
 awake, so a burst of submits costs one wake-up and travels as one batch. Results end futures (or map
 collectors) right here; decoding the values waits until someone asks for them.
 
-A lone round trip (one task pending, its result waited for) leaves the I/O thread out: the calling thread sends the
-task (submit_task) and reads the result (wait_alone) itself, which saves a thread wake-up each way.
+One way to use the socket, whoever uses it: the thread holding the socket's lock may send (_send_requests) and read
+(_receive: decode(), the ClientCore, the commands), and the I/O thread holds it except while it sleeps. In a lone
+round trip (one task pending, its result waited for) the calling thread takes the lock to send its task
+(submit_task), and then to read in the I/O thread's place while it waits (wait: leader/follower), which saves a
+thread wake-up each way. Done-callbacks always run in the I/O thread: a reading thread hands them over.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from scaler.client.future import ProfilingInfo, ScalerFuture, wake_blocked_waits
+from scaler.client.future import ProfilingInfo, ScalerFuture, callback_route, run_callback
 from scaler.client.output import OutputPrinter
 from scaler.core.client.session import (
     CancelRequest,
@@ -38,21 +41,13 @@ from scaler.core.client.session import (
     Request,
     Send,
     SessionState,
+    WorkersStated,
 )
 from scaler.errors import AuthenticationError, ConnectionFailedError, ProtectedModeError, TaskFailedError
 from scaler.errors import task_failure as failure
 from scaler.io.curve import HandshakeWatch
 from scaler.io.processes import hostname
-from scaler.io.sockets import (
-    context,
-    has_input,
-    new_dealer,
-    recv_frames,
-    recv_message,
-    send_message,
-    small_to_bytes,
-    socket_fd,
-)
+from scaler.io.sockets import context, has_input, new_dealer, recv_message, send_message, socket_fd
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
     ACCEPTED_BY_CLIENT,
@@ -61,11 +56,10 @@ from scaler.protocol.messages import (
     Payload,
     TaskResults,
     TaskStatus,
-    decode,
-    read_lone_result,
 )
 from scaler.security.keys import PeerKeys
 from scaler.serializer import Serializer
+from scaler.task_context import wake_blocked_waits
 
 logger = logging.getLogger(__name__)
 
@@ -181,26 +175,27 @@ class Connection:
         self._control: deque[Callable[[float], list[ClientCommand]]] = deque()
         self._wake_pending = False
         self._wake_read, self._wake_write = os.pipe()
-        # The socket, and who may use it: the I/O thread holds this lock except while it sleeps in epoll, so a user
-        # thread that takes it (without waiting) may send straight away (see submit_task).
+        # The socket and the session core, and who may use them: whoever holds this lock. The I/O thread holds it
+        # except while it sleeps in epoll, so a user thread that takes it may send (submit_task) or read (wait).
         self._sock: zmq.Socket[Any] | None = None
         self._sock_fd = -1
         self._sock_lock = threading.Lock()
         self._epoll: select.epoll | None = None  # the I/O thread's: sleeps on the socket's FD and the wake pipe
-        # A user thread waiting for its lone task reads the socket itself meanwhile (wait_alone): one at a time,
-        # the I/O thread no longer watching the socket. What it reads and is not its result waits in the inbox
-        # for the I/O thread, in order.
-        self._receiving = threading.Lock()
-        self._receiver_active = False
-        self._inbox: deque[list[Payload]] = deque()
-        self._alone_read, self._alone_write = os.pipe()
-        self._alone_poller = select.poll()
-        self._alone_poller.register(self._alone_read, select.POLLIN)
+        # The future of the user thread that reads in the I/O thread's place (wait), if one does: set and cleared
+        # with the lock held; meanwhile the I/O thread's epoll does not watch the socket, the reader's poll does.
+        # The reader is woken through its pipe, by whoever holds the lock and sees its future done.
+        self._reader: ScalerFuture | None = None
+        self._reader_read, self._reader_write = os.pipe()
+        self._reader_poller = select.poll()
+        self._reader_poller.register(self._reader_read, select.POLLIN)
+        self._callbacks: deque[tuple[Callable[[ScalerFuture], object], ScalerFuture]] = deque()  # (see _hand_over)
         self._sinks_lock = threading.Lock()
         self._mint_lock = threading.Lock()
         self._sinks_closed = False
         self._shutdown_answer: list[BaseException | None] = []
         self._shutdown_event = threading.Event()
+        self._workers_told = threading.Condition()  # notified when the scheduler states its workers, or on close
+        self._workers_statements = 0
         self._thread = threading.Thread(target=self._run, name=f"scaler-client-io-{name}", daemon=True)
 
     # ------------------------------------------------------------------------------------------- user side
@@ -209,8 +204,7 @@ class Connection:
 
     @property
     def io_thread(self) -> int | None:
-        """The ident of the I/O thread (None before start): results, and done-callbacks, run there (except for a
-        lone result read by the thread waiting for it, see wait_alone)."""
+        """The ident of the I/O thread (None before start): done-callbacks of results run there, always."""
         return self._thread.ident
 
     def wait_connected(self, timeout: float) -> None:
@@ -249,128 +243,105 @@ class Connection:
 
     def submit_task(self, task: NewTask) -> None:
         """Hand a task over whose result is registered already. If it is the only task pending (a round trip, not a
-        burst: bursts are batched), it is sent at once from this thread when the I/O thread sleeps and holds
-        nothing back, which spares waking that thread to send it (a tenth of a round trip on a small machine).
-        Otherwise, or if this thread is the I/O thread (a done-callback), it goes the usual way. Requests keep
-        their order either way: this sends only when nothing handed over earlier waits to be sent."""
-        if len(self.sinks) != 1 or self._requests or self._control or not self._sock_lock.acquire(blocking=False):
-            self.submit_one(task)
-            return
-        try:
-            sock = self._sock
-            if sock is None or self._requests or self._control or self.core.state != SessionState.CONNECTED:
-                self._requests.append(task)
-            else:
-                for message in self.core.batch((task,)):
-                    self._send(sock, message)
-                # Sending made ZeroMQ read the socket's FD: input that came meanwhile no longer wakes the I/O
-                # thread's poll, so it is woken here to read it.
-                if not has_input(sock):
-                    return
-        finally:
-            self._sock_lock.release()
+        burst: bursts are batched) and the I/O thread sleeps and has no control action to run first, this thread
+        takes the socket's lock and sends what waits itself, which spares waking that thread to send it (a tenth
+        of a round trip on a small machine). Requests keep their order either way: they wait in one deque."""
+        self._requests.append(task)
+        if len(self.sinks) == 1 and not self._control and self._sock_lock.acquire(blocking=False):
+            try:
+                sock = self._sock
+                if sock is not None:
+                    self._send_requests(sock)
+                    # Sending made ZeroMQ read the socket's FD: input that came meanwhile no longer wakes the I/O
+                    # thread's poll, so it is woken here to read it.
+                    if not has_input(sock):
+                        return
+            finally:
+                self._sock_lock.release()
         self._wake()
 
-    def wait_alone(self, future: ScalerFuture, timeout: float | None) -> None:
-        """Wait (at most `timeout` seconds, None: no limit) for the result of `future`, the only task this client
-        waits for, by reading the socket in this thread: the result then wakes this thread straight away, not the
-        I/O thread, which would wake this one in turn (on a small machine, that wake-up and the I/O thread's work
-        are a tenth of a round trip). Returns when the future is done, when the time is up, or at
-        once if another thread reads already, or other tasks are pending: then the caller waits the usual way.
+    def wait(self, future: ScalerFuture, timeout: float | None) -> bool:
+        """Wait (at most `timeout` seconds, None: no limit) for `future`, the only task this client waits for, by
+        reading the socket in this thread, in the I/O thread's place (leader/follower): the result then wakes this
+        thread straight away, not the I/O thread, which would wake this one in turn (on a small machine, that
+        wake-up and the I/O thread's work are a tenth of a round trip). It reads as the I/O thread does
+        (_receive: every message, decode(), the ClientCore, the commands), with the socket's lock held while it
+        reads, not while it sleeps; done-callbacks go to the I/O thread (_hand_over).
 
-        Only a lone result of `future` (one result, no profiling) is handled here; anything else read meanwhile
-        goes to the I/O thread, in order, and it ends the future as usual (waking this thread)."""
-        task_id = future.task_id
-        if len(self.sinks) != 1 or task_id not in self.sinks or task_id in self.output.labels:
-            return  # (a task's output is printed by the I/O thread, before its result is delivered)
-        if not self._receiving.acquire(blocking=False):
-            return
-        delivery: tuple[ResultSink, int, Payload] | None = None
+        Returns whether it read: False at once if `future` is not the only task pending, another thread reads
+        already, or the session ended (the caller then waits on the future as usual). When it returns True the
+        future is done, or the time is up."""
+        if len(self.sinks) != 1 or future.task_id not in self.sinks:
+            return False
+        with self._sock_lock:  # held only for moments (user code runs under it only as done-callbacks)
+            if self._sock is None or self._epoll is None or self._reader is not None or future.done():
+                return False
+            self._epoll.modify(self._sock_fd, 0)  # the I/O thread stops watching the socket
+            self._reader = future
+            callback_route.hand_over = self._hand_over
         try:
+            self._read_until(future, timeout)
+        finally:
             with self._sock_lock:
-                if self._sock is None or self._epoll is None:
-                    return
-                self._epoll.modify(self._sock_fd, 0)  # the I/O thread stops watching the socket
-                self._receiver_active = True
-            try:
-                delivery = self._read_alone(future, task_id, timeout)
-            finally:
-                with self._sock_lock:
-                    self._receiver_active = False
-                    if self._sock is not None and self._epoll is not None:
-                        self._epoll.modify(self._sock_fd, select.EPOLLIN)
-                        # What came meanwhile and was not read here no longer wakes the I/O thread's poll.
-                        if self._inbox or has_input(self._sock):
-                            self._wake()
-        finally:
-            self._receiving.release()
-        if delivery is not None:  # outside every lock: done-callbacks may do anything
-            sink, status, payload = delivery
-            sink.deliver(status, payload, None)
-            wake_blocked_waits()
+                callback_route.hand_over = None
+                self._reader = None
+                if self._sock is None:  # the I/O thread ended while this one read: the last one out closes
+                    self._close_reader_pipe()
+                elif self._epoll is not None:
+                    self._epoll.modify(self._sock_fd, select.EPOLLIN)
+                    # What came meanwhile and was not read here no longer wakes the I/O thread's poll.
+                    if has_input(self._sock):
+                        self._wake()
+        return True
 
-    def _read_alone(
-        self, future: ScalerFuture, task_id: int, timeout: float | None
-    ) -> tuple[ResultSink, int, Payload] | None:
+    def _read_until(self, future: ScalerFuture, timeout: float | None) -> None:
+        """Sleep on the socket's FD and the reader's pipe, and read what comes, until `future` is done or the time is
+        up. Whoever used the socket last looked for input before letting go of it (the I/O thread before it sleeps,
+        submit_task after it sent): a message waits unread only if the socket's FD says so. So the first look is
+        the poll."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        poller = self._alone_poller
-        poller.register(self._sock_fd, select.POLLIN)
-        # Whoever used the socket last looked for input before letting go of it (the I/O thread before it sleeps,
-        # submit_task after it sent): a message waits unread only if the socket's FD says so. So the first look
-        # is the poll.
-        look = False
-        try:
-            while True:
-                if look:
-                    with self._sock_lock:
-                        if self._sock is None:
-                            return None
-                        delivery = self._read_waiting(self._sock, task_id)
-                    if delivery is not None:
-                        return delivery
-                if future.done():
-                    return None
-                wait = 0.1
-                if deadline is not None:
-                    wait = min(wait, deadline - time.monotonic())
-                    if wait <= 0:
-                        return None
-                for fd, _ in poller.poll(wait * 1000):
-                    if fd == self._alone_read:
-                        os.read(self._alone_read, 4096)
-                look = True
-        finally:
-            poller.unregister(self._sock_fd)
+        poller = self._reader_poller
+        while not future.done():
+            wait_ms = None
+            if deadline is not None:
+                wait_ms = (deadline - time.monotonic()) * 1000
+                if wait_ms <= 0:
+                    return
+            for fd, _ in poller.poll(wait_ms):
+                if fd == self._reader_read:
+                    os.read(fd, 4096)
+            with self._sock_lock:
+                if self._sock is None:
+                    return
+                self._receive(self._sock, future)  # the first read does not ask: nothing, if only the pipe woke it
 
-    def _read_waiting(self, sock: zmq.Socket[Any], task_id: int) -> tuple[ResultSink, int, Payload] | None:
-        """For wait_alone, with the socket's lock held: read what waits, up to the lone result of `task_id` (then
-        returned, with its sink, for delivery); anything else goes to the I/O thread's inbox, in order."""
-        while has_input(sock):
-            parts = small_to_bytes(recv_frames(sock))
-            message = read_lone_result(parts) if not self._inbox else None
-            if message is not None and message.task_ids[0] == task_id:
-                commands = self.core.received(time.monotonic(), message)
-                sink = self.sinks.pop(task_id, None)
-                if commands and sink is not None:
-                    return sink, message.statuses[0], message.payloads[0]
-                continue  # read by the session already (counted): nothing is left to deliver
-            self._inbox.append(parts)
-            self._wake()
-        return None
-
-    def _wake_receiver(self) -> None:
-        if self._alone_write < 0:
+    def _hand_over(self, fn: Callable[[ScalerFuture], object], future: ScalerFuture) -> None:
+        """A done-callback of a future that a reading thread ended (with the socket's lock held): to the I/O thread,
+        which runs it next time it wakes, or here if that thread has ended."""
+        if self._sock is None:
+            run_callback(fn, future)
             return
-        try:
-            os.write(self._alone_write, b"x")
-        except OSError:
-            pass
+        self._callbacks.append((fn, future))
+        self._wake()
+
+    def _run_callbacks(self) -> None:
+        while self._callbacks:
+            run_callback(*self._callbacks.popleft())
+
+    def _wake_reader(self) -> None:
+        """With the socket's lock held: the reader's future is done (ended or cancelled by another thread), or the
+        session ended."""
+        os.write(self._reader_write, b"x")
+
+    def _close_reader_pipe(self) -> None:
+        """With the socket's lock held, once the I/O thread ended and no thread reads (it may not start again)."""
+        self._reader_poller.unregister(self._reader_read)
+        os.close(self._reader_read)
+        os.close(self._reader_write)
 
     def cancel(self, task_id: int) -> None:
-        """Hand a cancellation over; a thread waiting in wait_alone (for that future, say) looks again."""
+        """Hand a cancellation over (the I/O thread then wakes a thread reading for the cancelled future)."""
         self.submit_one(CancelRequest(task_id))
-        if self._receiver_active:
-            self._wake_receiver()
 
     def cancel_all(self) -> None:
         """Cancel every task whose result is awaited, here and now (Client.clear): its future is cancelled, or its
@@ -384,8 +355,6 @@ class Connection:
         for _, sink in pending:
             sink.cancel()
         wake_blocked_waits()  # a task in a processor may wait on one of them
-        if self._receiver_active:
-            self._wake_receiver()
 
     def end_output(self, task_ids: list[int]) -> None:
         """Print nothing more of these tasks (graph nodes whose results never reach this client), in the I/O
@@ -403,6 +372,17 @@ class Connection:
             raise ConnectionFailedError(f"the scheduler did not answer the shutdown request within {timeout:g}s")
         if self._shutdown_answer and self._shutdown_answer[0] is not None:
             raise self._shutdown_answer[0]
+
+    def ask_workers(self, timeout: float | None) -> bool:
+        """Ask the scheduler how many workers may take tasks now (a heartbeat at once: its echo says) and wait for the
+        answer, at most `timeout` seconds (None: no limit); whether it came (core.workers holds it). False also if the
+        session ended."""
+        with self._workers_told:
+            seen = self._workers_statements
+        self._call(self.core.ask_workers)
+        with self._workers_told:
+            told = lambda: self._workers_statements != seen or self.closed.is_set()  # noqa: E731
+            return self._workers_told.wait_for(told, timeout) and not self.closed.is_set()
 
     def close(self, reason: str = "", wait: bool = True) -> None:
         if self._thread.is_alive():
@@ -431,12 +411,13 @@ class Connection:
         watch = HandshakeWatch(sock, self.address, self.keys, "client", links=True, log_refusals=False)
         sock.connect(self.address)
         lock = self._sock_lock
-        lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task)
+        lock.acquire()  # held whenever this thread is not asleep in epoll (see submit_task, wait)
         self._sock = sock
         self._sock_fd = socket_fd(sock)
+        self._reader_poller.register(self._sock_fd, select.POLLIN)  # only ever polled by one reader at a time
         # A plain epoll on the socket's FD and the wake pipe: cheaper than zmq.Poller. The FD only tells that
         # something changed, so input is looked for after every use of the socket, before sleeping again. (epoll,
-        # not poll: wait_alone turns the socket's FD off and on while this thread sleeps.)
+        # not poll: wait turns the socket's FD off and on while this thread sleeps.)
         self._epoll = poller = select.epoll()
         poller.register(self._sock_fd, select.EPOLLIN)
         poller.register(self._wake_read, select.EPOLLIN)
@@ -446,21 +427,20 @@ class Connection:
             next_tick = time.monotonic() + TICK_SECONDS
             sent = True  # the socket was used since input was last looked for
             while self.core.state != SessionState.CLOSED:
-                if self._inbox:
-                    self._take_inbox(sock)
-                    sent = True
                 if sent and has_input(sock):
                     self._receive(sock)  # reads until ZeroMQ says nothing waits
                 sent = False
+                reader = self._reader
+                if reader is not None and reader.done():  # ended here, cancelled, or the session ended
+                    self._wake_reader()
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
                 lock.release()
                 try:
                     events = poller.poll(timeout_ms / 1000)
                 finally:
                     lock.acquire()
-                if self._inbox:  # read before anything this thread reads now
-                    self._take_inbox(sock)
-                    sent = True  # handling them may have used the socket
+                if self._callbacks:  # handed over by a reader while this thread slept: before what it reads now
+                    self._run_callbacks()
                 for fd, _ in events:
                     if fd == self._wake_read:
                         os.read(self._wake_read, 4096)
@@ -482,21 +462,20 @@ class Connection:
             logger.exception("client I/O thread failed")
             self._on_closed(Closed(CloseKind.UNREACHABLE, f"the client's I/O thread failed: {exc!r}"))
         finally:
-            self._sock = None
+            self._sock = None  # no thread uses the socket any more (a reader leaves when it looks next)
             poller.close()
             self._epoll = None
             watch.close(sock)
             sock.close(linger=2000)
-            lock.release()
-            self._wake_receiver()
-            # A thread in wait_alone sees the socket gone and leaves; then nobody polls the pipe it was woken by.
-            if self._receiving.acquire(timeout=5):  # kept: no thread waits alone on a closed connection
-                read, write = self._alone_read, self._alone_write
-                self._alone_read = self._alone_write = -1
-                os.close(read)
-                os.close(write)
+            self._wake_pending = True  # nobody writes to the wake pipe any more (_wake)
             os.close(self._wake_read)
             os.close(self._wake_write)
+            if self._reader is None:
+                self._close_reader_pipe()
+            else:
+                self._wake_reader()  # it sees the socket gone, leaves, and closes its pipe
+            self._run_callbacks()  # handed over before the end; later ones run where they are handed over
+            lock.release()
             self.closed.set()
 
     def _check_handshakes(self, sock: zmq.Socket[Any], watch: HandshakeWatch) -> None:
@@ -527,6 +506,11 @@ class Connection:
     def _forward(self, sock: zmq.Socket[Any]) -> None:
         while self._control:
             self._execute(sock, self._control.popleft()(time.monotonic()))
+        self._send_requests(sock)
+
+    def _send_requests(self, sock: zmq.Socket[Any]) -> None:
+        """Send what user threads handed over, in one batch, with the socket's lock held (I/O thread or
+        submit_task)."""
         if not self._requests or self.core.state != SessionState.CONNECTED:
             return
         requests = self._requests
@@ -541,20 +525,10 @@ class Connection:
         send_message(sock, message)
         self.core.count_sent(message)
 
-    def _take_inbox(self, sock: zmq.Socket[Any]) -> None:
-        """Messages a thread in wait_alone read and left to this thread, in the order they came."""
-        while self._inbox and self.core.state != SessionState.CLOSED:
-            parts = self._inbox.popleft()
-            try:
-                message = decode(parts, ACCEPTED_BY_CLIENT)
-            except ProtocolError as exc:
-                logger.warning("dropped a malformed message from the scheduler: %s", exc)
-                continue
-            self._execute(sock, self.core.received(time.monotonic(), message))
-
-    def _receive(self, sock: zmq.Socket[Any]) -> None:
+    def _receive(self, sock: zmq.Socket[Any], until: ScalerFuture | None = None) -> None:
         """Read what waits until ZeroMQ says nothing does (the first read does not ask: the caller knows, or the
-        FD said something changed)."""
+        FD said something changed), or until the future a reader waits for is done (it looks for more input when
+        it lets go of the socket, see wait)."""
         first = True
         while first or has_input(sock):
             try:
@@ -567,7 +541,7 @@ class Connection:
             finally:
                 first = False
             self._execute(sock, self.core.received(time.monotonic(), message))
-            if self.core.state == SessionState.CLOSED:
+            if self.core.state == SessionState.CLOSED or (until is not None and until.done()):
                 return
 
     def _execute(self, sock: zmq.Socket[Any], commands: list[ClientCommand]) -> None:
@@ -575,8 +549,6 @@ class Connection:
             if isinstance(command, Completed):
                 self._on_results(command.results)
                 wake_blocked_waits()
-                if self._receiver_active:
-                    self._wake_receiver()
             elif isinstance(command, Send):
                 self._send(sock, command.message)
             elif isinstance(command, Connected):
@@ -587,12 +559,14 @@ class Connection:
             elif isinstance(command, Rejected):
                 self._on_rejected(command)
                 wake_blocked_waits()
-                if self._receiver_active:
-                    self._wake_receiver()
             elif isinstance(command, Closed):
                 self._on_closed(command)
             elif isinstance(command, Output):
                 self.output.write(command.message)
+            elif isinstance(command, WorkersStated):
+                with self._workers_told:
+                    self._workers_statements += 1
+                    self._workers_told.notify_all()
 
     def _on_results(self, results: TaskResults) -> None:
         if self.output.labels:  # the last line a task printed, if it did not end it, comes before its result
@@ -643,5 +617,7 @@ class Connection:
             self._shutdown_answer.append(None)
         self._shutdown_event.set()
         self.closed.set()
+        with self._workers_told:
+            self._workers_told.notify_all()
         wake_blocked_waits()
-        self._wake_receiver()
+        self._wake()  # read by a reader, the close must wake the I/O thread, which ends

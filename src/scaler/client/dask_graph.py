@@ -1,5 +1,6 @@
-"""Dask's scheduler protocol for client.get: the graphs Dask hands a scheduler (expressions, HighLevelGraphs, dicts of
-its task-spec nodes) turned into the task-tuple graphs of graph.py, and results put back in the shape of the keys.
+"""Dask's graphs as the client plans them: the graphs Dask hands a scheduler (expressions, HighLevelGraphs, dicts
+of its task-spec nodes) turned into the task-tuple graphs of graph.py, for every graph the client takes (get,
+submit_graph, and Dask's scheduler protocol in scaler.integrations.dask).
 
 Imports dask only when given one of its objects: scaler runs without it. Pure; no I/O.
 """
@@ -8,12 +9,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from scaler.client.shipped import run_node as run_node  # runs on workers: travels by value
 
 _KEY_TYPES = (str, bytes, int, float, tuple)  # what a dask key is made of (dask.core.iskey)
+DASK_GET_MOVED = (
+    "client.get called the way Dask calls a scheduler is deprecated: pass the client itself as Dask's scheduler, "
+    "dask.compute(..., scheduler=client), or scheduler=client.dask_get (client.get will answer {key: value} only)"
+)
 
 
 def dask_node(node: Any, deps: tuple[Hashable, ...]) -> dict[str, Any]:
@@ -23,44 +27,18 @@ def dask_node(node: Any, deps: tuple[Hashable, ...]) -> dict[str, Any]:
     return {"node": node, "deps": deps}
 
 
-@dataclass
-class DaskCall:
-    """get() called the way Dask calls a scheduler: the graph to plan, the keys to compute (flat, each once), and
-    the keys as asked, whose shape the answer takes."""
-
-    graph: Any
-    keys: list[Hashable]
-    asked: Any
-
-    def answer(self, values: Mapping[Hashable, Any]) -> Any:
-        """The values in the shape of the keys asked for, as dask's own schedulers answer: a tuple for a list
-        (nested as deep), a value for a key."""
-        return _shaped(self.asked, values)
-
-
-def dask_call(graph: Any, keys: Any, caller: str) -> DaskCall | None:
-    """A DaskCall if get(graph, keys) follows Dask's protocol, None for scaler's own form (a dict graph and a flat
-    list or tuple of keys, answered with a dict). Dask's form: `caller` (the calling module) is dask's, the graph is
-    not a dict (a Dask expression or HighLevelGraph), the keys are nested in lists, or `keys` is a single key (a str,
-    bytes, int, float or tuple, as dask's keys are; a tuple of keys that is not itself a key is scaler's form)."""
-    by_dask = caller == "dask" or caller.startswith("dask.")
-    if not by_dask and isinstance(graph, dict):
-        if isinstance(keys, list) and not any(isinstance(key, list) for key in keys):
-            return None
-        if isinstance(keys, tuple) and not _is_key(graph, keys):
-            return None  # a tuple of keys
-    if not isinstance(keys, (list, *_KEY_TYPES)):
-        return None  # neither keys nor a key: _submit_graph says what keys must be
-    return DaskCall(as_task_tuples(graph), _flat_once(keys), keys)
-
-
-def caller_module(depth: int = 2) -> str:
-    """The module of the code `depth` frames up (2: whoever called the function that calls this), or ""."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:  # the stack is not that deep
-        return ""
-    return str(frame.f_globals.get("__name__", ""))
+def dask_form(graph: Any, keys: Any) -> bool:
+    """Whether get(graph, keys) has a shape only Dask's scheduler protocol gives (deprecated in Client.get, which
+    then warns and answers as client.dask_get): a graph that is not a dict (a Dask expression or HighLevelGraph) with
+    keys or a key, keys nested in lists, or a single key (a str, bytes, int or float, or a tuple that is a key of
+    the graph; a tuple of keys that is not itself a key is Scaler's form). Decided by the arguments alone."""
+    if not isinstance(graph, dict):
+        return isinstance(keys, (list, *_KEY_TYPES))
+    if isinstance(keys, list):
+        return any(isinstance(key, list) for key in keys)
+    if isinstance(keys, tuple):
+        return _is_key(graph, keys)
+    return isinstance(keys, _KEY_TYPES)
 
 
 def as_task_tuples(graph: Any) -> Any:
@@ -115,37 +93,8 @@ def _entry(key: Hashable, node: Any, nodes: dict[Hashable, Any], spec: Any) -> A
     return (run_node, dask_node(node, deps), *deps)
 
 
-def _flat_once(keys: Any) -> list[Hashable]:
-    """The keys in nested lists, in order, each once."""
-    flat: list[Hashable] = []
-    stack = [keys]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(reversed(item))
-        elif not _is_hashable(item):
-            raise TypeError(f"keys must be graph keys or lists of them, not {type(item).__name__}")
-        else:
-            flat.append(item)
-    return list(dict.fromkeys(flat))
-
-
-def _shaped(asked: Any, values: Mapping[Hashable, Any]) -> Any:
-    if isinstance(asked, list):
-        return tuple(_shaped(item, values) for item in asked)
-    return values[asked]
-
-
 def _is_key(graph: Mapping[Hashable, Any], value: Any) -> bool:
     try:
         return value in graph
     except TypeError:  # unhashable: not a key
         return False
-
-
-def _is_hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True

@@ -4,6 +4,8 @@ thread, and which can tell how the task ran (profiling_info)."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from scaler.io.processes import current_pid
 from scaler.payloads import unpack_exception
 from scaler.protocol.messages import Payload
 from scaler.serializer import serializer_input
+from scaler.task_context import NestedWait, wake_blocked_waits
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -22,13 +25,34 @@ if TYPE_CHECKING:
     from scaler.serializer import Serializer
 
 _UNDECODED = object()
+_callback_logger = logging.getLogger("concurrent.futures")  # where concurrent.futures logs a failing callback
 
-# Set inside a processor: called when a task is about to wait on a nested future, and when it stops waiting;
-# the processor's own wait (which may run other tasks meanwhile), and what wakes that wait up.
-_block_enter: Callable[[], bool] | None = None
-_block_exit: Callable[[], None] | None = None
-_block_wait: Callable[[Callable[[], bool], float | None], None] | None = None
-_block_wake: Callable[[], None] | None = None
+
+class CallbackRoute(threading.local):
+    """Where the done-callbacks of futures ended in this thread run. `hand_over` is None (run them here) except in a
+    thread that reads the socket for a client's I/O thread (Connection.wait), which hands them to that I/O thread:
+    results' callbacks always run there (docs/client.md)."""
+
+    hand_over: Callable[[Callable[[ScalerFuture], object], ScalerFuture], None] | None = None
+
+
+callback_route = CallbackRoute()
+
+
+def run_callback(fn: Callable[[ScalerFuture], object], future: ScalerFuture) -> None:
+    """Run one done-callback as concurrent.futures does: what it raises is logged, not raised."""
+    try:
+        fn(future)
+    except Exception:
+        _callback_logger.exception("exception calling callback for %r", future)
+
+
+def _route_callback(fn: Callable[[ScalerFuture], object], future: ScalerFuture) -> None:
+    hand_over = callback_route.hand_over
+    if hand_over is None:
+        fn(future)
+    else:
+        hand_over(fn, future)
 
 
 def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
@@ -46,46 +70,6 @@ def check_may_wait(what: str, pid: int, io_thread: int | None) -> None:
             "client could arrive meanwhile. Wait outside the callback (submit from it and keep the future, or "
             "use concurrent.futures.wait elsewhere)."
         )
-
-
-def set_blocking_hook(
-    enter: Callable[[], bool] | None,
-    exit: Callable[[], None] | None,
-    wait: Callable[[Callable[[], bool], float | None], None] | None = None,
-    wake: Callable[[], None] | None = None,
-) -> None:
-    global _block_enter, _block_exit, _block_wait, _block_wake
-    _block_enter, _block_exit, _block_wait, _block_wake = enter, exit, wait, wake
-
-
-def wake_blocked_waits() -> None:
-    """Called by a client's I/O thread after it ended futures or map slots: a processor's wait looks again."""
-    wake = _block_wake
-    if wake is not None:
-        wake()
-
-
-class BlockingSection:
-    """Around a wait on nested tasks inside a processor: lets the worker run other tasks meanwhile."""
-
-    def __init__(self, needed: bool = True) -> None:
-        self.entered = bool(needed and _block_enter is not None and _block_enter())
-
-    def wait(self, is_done: Callable[[], bool], timeout: float | None) -> bool:
-        """Inside a processor: wait until is_done() or `timeout` seconds (None: no limit), running the tasks the
-        worker hands over meanwhile, and return True. Elsewhere return False at once: the caller waits its way."""
-        wait = _block_wait
-        if not self.entered or wait is None:
-            return False
-        wait(is_done, timeout)
-        return True
-
-    def __enter__(self) -> BlockingSection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.entered and _block_exit is not None:
-            _block_exit()
 
 
 @dataclass(frozen=True)
@@ -119,10 +103,10 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         label: str,
         on_cancel: Callable[[int], None] | None = None,
         io_thread: int | None = None,
-        wait_alone: Callable[[ScalerFuture, float | None], None] | None = None,
+        wait_reading: Callable[[ScalerFuture, float | None], bool] | None = None,
     ) -> None:
-        """io_thread: the ident of the I/O thread that will end this future (a wait there is refused). wait_alone:
-        waits for this future in the calling thread, if it can (Connection.wait_alone)."""
+        """io_thread: the ident of the I/O thread that will end this future (a wait there is refused). wait_reading:
+        waits for this future by reading the client's socket in the calling thread, if it may (Connection.wait)."""
         super().__init__()
         self.task_id = task_id
         self._label = label
@@ -133,7 +117,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._decode_lock = threading.Lock()
         self._pid = current_pid()
         self._io_thread = io_thread
-        self._wait_alone = wait_alone
+        self._wait_reading = wait_reading
 
     # ------------------------------------------------------------------------------------------- I/O side
     def _deliver(self, serializer: Serializer, payload: Payload, profiling: ProfilingInfo | None) -> None:
@@ -177,12 +161,12 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def result(self, timeout: float | None = None) -> Any:
         if not self.done():
             check_may_wait("result() of an unfinished future", self._pid, self._io_thread)
-            with BlockingSection() as section:
+            with NestedWait() as section:
                 if section.wait(self.done, timeout):
                     timeout = 0
-                elif self._wait_alone is not None:
+                elif self._wait_reading is not None:
                     deadline = None if timeout is None else time.monotonic() + timeout
-                    self._wait_alone(self, timeout)
+                    self._wait_reading(self, timeout)
                     if deadline is not None:
                         timeout = max(0.0, deadline - time.monotonic())
                 value = super().result(timeout)
@@ -195,7 +179,7 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
             check_may_wait("exception() of an unfinished future", self._pid, self._io_thread)
-        with BlockingSection(not self.done()) as section:
+        with NestedWait(not self.done()) as section:
             exc = super().exception(0 if section.wait(self.done, timeout) else timeout)
         if exc is None and self._result is _UNDECODED:
             try:
@@ -230,6 +214,12 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
             if self._on_cancel is not None:
                 self._on_cancel(self.task_id)
         return cancelled
+
+    def add_done_callback(self, fn: Callable[[ScalerFuture], object]) -> None:
+        """As concurrent.futures.Future's. A callback runs in the client's I/O thread when the task's outcome comes
+        (also when the thread waiting in result() read it: it hands the callback over), in the cancelling thread on
+        cancel(), and at once, in this thread, if the future is done already (docs/client.md)."""
+        super().add_done_callback(functools.partial(_route_callback, fn))
 
     def profiling_info(self) -> ProfilingInfo:
         """Run time and peak memory of the task; for tasks submitted with profiling=True, once they ended."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scaler.client.dask_graph import caller_module, dask_call
+from scaler.client.dask_graph import DASK_GET_MOVED, dask_form
 from scaler.client.executor import ScalerExecutor
 from scaler.core.capabilities import PYTHON_REQUIREMENT, requirement
 from scaler.core.capabilities import describe as describe_capabilities
@@ -39,7 +40,7 @@ DASK_KEYWORDS = frozenset({"retries", "priority", "key", "pure", "workers", "res
 class Options(NamedTuple):
     """What a client, or a view of it, submits every task with."""
 
-    task: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): columns of submitTasks
+    task: TaskOptions = DEFAULT_OPTIONS  # timeout_ms, retries, priority: columns of submitTasks
     flags: int = 0  # flag bits every task gets (FLAG_STREAM_OUTPUT)
     # What every task requires of its worker: sorted, payload=python included (core.capabilities.requirement).
     # One shared tuple per Options, so that a batch of its tasks finds them equal by identity.
@@ -50,7 +51,7 @@ def check_options(
     base: Options, timeout: Any, retries: Any, priority: Any, stream_output: Any = KEEP, capabilities: Any = KEEP
 ) -> Options:
     """`base` with the options given (not KEEP) checked and applied; a clear error for a bad one."""
-    timeout_ms, retry_count, level = base.task
+    task = base.task
     flags = base.flags
     required = base.requirement
     if timeout is not KEEP:
@@ -62,31 +63,32 @@ def check_options(
             raise ValueError(f"timeout must be at most {MAX_TIMEOUT_MS // 1000:,} seconds, not {timeout!r}")
         else:
             timeout_ms = max(1, math.ceil(timeout * 1000))
+        task = task._replace(timeout_ms=timeout_ms)
     if retries is not KEEP:
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
             raise ValueError(f"retries must be a whole number from 0 to {MAX_RETRIES}, not {retries!r}")
-        retry_count = retries
+        task = task._replace(retries=retries)
     if priority is not KEEP:
         low, high = PRIORITY_RANGE
         if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
             raise ValueError(f"priority must be a whole number from {low} to {high}, not {priority!r}")
-        level = priority
+        task = task._replace(priority=priority)
     if stream_output is not KEEP:
         if not isinstance(stream_output, bool):
             raise ValueError(f"stream_output must be True or False, not {stream_output!r}")
         flags = flags | FLAG_STREAM_OUTPUT if stream_output else flags & ~FLAG_STREAM_OUTPUT
     if capabilities is not KEEP:
         required = requirement(capabilities)
-    return Options((timeout_ms, retry_count, level), flags, required)
+    return Options(task, flags, required)
 
 
 def describe(options: Options) -> str:
-    timeout_ms, retries, priority = options.task
-    timeout = f"{timeout_ms / 1000:g}s" if timeout_ms else "None"
+    task = options.task
+    timeout = f"{task.timeout_ms / 1000:g}s" if task.timeout_ms else "None"
     stream = " stream_output=True" if options.flags & FLAG_STREAM_OUTPUT else ""
     required = options.requirement
     capabilities = f" capabilities={describe_capabilities(required)}" if required != PYTHON_REQUIREMENT else ""
-    return f"timeout={timeout} retries={retries} priority={priority}{stream}{capabilities}"
+    return f"timeout={timeout} retries={task.retries} priority={task.priority}{stream}{capabilities}"
 
 
 def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
@@ -153,10 +155,20 @@ class ClientOptions:
         progress: bool = False,
         group: int | None = None,
     ) -> Any:
-        call = dask_call(graph, keys, caller_module())  # called by dask: answer as its schedulers do (Client.get)
-        if call is not None:
-            return call.answer(self._client._get(self._options, call.graph, call.keys, timeout, block, progress, group))
+        if dask_form(graph, keys):  # deprecated, as in Client.get
+            warnings.warn(DASK_GET_MOVED, FutureWarning, stacklevel=2)
+            return self.dask_get(graph, keys, block=block, timeout=timeout, progress=progress, group=group)
         return self._client._get(self._options, graph, keys, timeout, block, progress, group)
+
+    def dask_get(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
+        """Dask's scheduler protocol with these task options (see Client.dask_get)."""
+        from scaler.integrations import dask
+
+        return dask.get(self, graph, keys, **kwargs)
+
+    def __call__(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
+        """dask_get: dask.compute(..., scheduler=client.options(...)) (see Client.__call__)."""
+        return self.dask_get(graph, keys, **kwargs)
 
     def submit_graph(
         self,

@@ -9,30 +9,20 @@ import os
 import signal
 from collections.abc import Iterable, Sequence
 
-from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
-from scaler.io.loop import check_event_loop
-from scaler.io.processes import check_logging_level, check_logging_paths, die_with_parent, parse_address, setup_logging
-from scaler.security.keys import PeerKeys, load_peer_keys, resolve
+from scaler.io.processes import die_with_parent, setup_logging
+from scaler.security.keys import PeerKeys, load_peer_keys
+from scaler.settings.common import keys_directory
+from scaler.settings.legacy import IGNORED
+from scaler.settings.worker import ClusterSettings
 from scaler.worker.cluster import run_cluster
 
-DEFAULT_DEATH_TIMEOUT_SECONDS = AgentConfig().scheduler_timeout_seconds
-
-
-def address_text(address: object) -> str:
-    """A scheduler address as text: a str, or an object with to_address() (1.9.9's ZMQConfig), or one whose str()
-    is the address."""
-    to_address = getattr(address, "to_address", None)
-    text = str(to_address() if callable(to_address) else address)
-    parse_address(text)
-    return text
+DEFAULTS = ClusterSettings()
 
 
 def load_keys(keys: str | os.PathLike[str] | bool | None, role: str) -> PeerKeys | None:
     """A keys directory (None: $SCALER_KEYS if set; False: none) to the keys of `role`, as the combo reads them."""
-    if isinstance(keys, bool) and keys:
-        raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
-    directory = None if keys is False else resolve(keys)
+    directory = keys_directory(keys)
     return load_peer_keys(directory, role) if directory is not None else None
 
 
@@ -49,7 +39,9 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
     task_timeout_seconds, garbage_collect_interval_seconds, trim_memory_threshold_bytes, hard_processor_suspend,
     logging_config_file. Beyond 1.9.9: n_workers (unnamed workers instead of worker_names), per_worker_queue_size,
     max_processors_per_worker, memory_limit_bytes, keys (a keys directory, see docs/security.md) and capabilities
-    (what the workers offer beyond payload=python, e.g. ["gpu", "licence=matlab"]: docs/capabilities.md).
+    (what the workers offer beyond payload=python, e.g. ["gpu", "licence=matlab"]: docs/capabilities.md). The
+    defaults and the values taken are scaler_cluster's (scaler.settings.worker.ClusterSettings);
+    Cluster.from_settings(settings) starts one from such settings.
 
     SIGINT or SIGTERM (terminate()) stop the workers and then this process; it ends on its own when every worker
     gave up (a scheduler silent past death_timeout_seconds). A worker that crashes is started again.
@@ -58,65 +50,86 @@ class Cluster(multiprocessing.get_context("fork").Process):  # type: ignore[misc
     def __init__(
         self,
         address: object,
-        worker_io_threads: int = 1,
+        worker_io_threads: int = IGNORED.worker_io_threads,
         worker_names: Sequence[str] | None = None,
-        heartbeat_interval_seconds: float = 2.0,
-        task_timeout_seconds: float = 0,
-        death_timeout_seconds: float = DEFAULT_DEATH_TIMEOUT_SECONDS,
-        garbage_collect_interval_seconds: float = 30,
-        trim_memory_threshold_bytes: int = 1024**3,
-        hard_processor_suspend: bool = False,
-        event_loop: str = "builtin",
-        logging_paths: tuple[str, ...] = ("/dev/stdout",),
-        logging_level: str = "INFO",
-        logging_config_file: str | None = None,
+        heartbeat_interval_seconds: float = DEFAULTS.heartbeat_interval_seconds,
+        task_timeout_seconds: float = IGNORED.task_timeout_seconds,
+        death_timeout_seconds: float = DEFAULTS.death_timeout_seconds,
+        garbage_collect_interval_seconds: float = IGNORED.garbage_collect_interval_seconds,
+        trim_memory_threshold_bytes: int = IGNORED.trim_memory_threshold_bytes,
+        hard_processor_suspend: bool = IGNORED.hard_processor_suspend,
+        event_loop: str = DEFAULTS.event_loop,
+        logging_paths: tuple[str, ...] = DEFAULTS.logging_paths,
+        logging_level: str | int = DEFAULTS.logging_level,
+        logging_config_file: str | None = IGNORED.logging_config_file,
         *,
         n_workers: int | None = None,
-        per_worker_queue_size: int = 1000,
-        max_processors_per_worker: int = 16,
-        memory_limit_bytes: int = 0,
-        keys: str | os.PathLike[str] | bool | None = None,
-        capabilities: Iterable[str] = (),
+        per_worker_queue_size: int = DEFAULTS.per_worker_queue_size,
+        max_processors_per_worker: int = DEFAULTS.max_processors_per_worker,
+        memory_limit_bytes: int = DEFAULTS.memory_limit_bytes,
+        keys: str | os.PathLike[str] | bool | None = DEFAULTS.keys,
+        capabilities: Iterable[str] = DEFAULTS.capabilities,
     ) -> None:
-        super().__init__(name="scaler-cluster")
         if (worker_names is None) == (n_workers is None):
             raise TypeError("Cluster() needs worker_names (one worker per name) or n_workers, and not both")
         if worker_names is not None and (
             isinstance(worker_names, str) or not all(isinstance(n, str) for n in worker_names)
         ):
             raise TypeError(f"worker_names must be a list of names, not {worker_names!r}")
-        if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 0):
-            raise ValueError(f"n_workers must be a whole number >= 0, not {n_workers!r}")
-        if heartbeat_interval_seconds <= 0 or death_timeout_seconds <= 0:
-            raise ValueError("heartbeat_interval_seconds and death_timeout_seconds must be positive")
-        check_event_loop(event_loop)
-        check_logging_level(logging_level)
-        check_logging_paths(tuple(logging_paths))
-        self._address = address
-        self._address_text = address_text(address)
+        settings = ClusterSettings.of(
+            {
+                "address": address,
+                "n_workers": len(worker_names) if worker_names is not None else n_workers,
+                "heartbeat_interval_seconds": heartbeat_interval_seconds,
+                "death_timeout_seconds": death_timeout_seconds,
+                "event_loop": event_loop,
+                "logging_paths": logging_paths,
+                "logging_level": logging_level,
+                "per_worker_queue_size": per_worker_queue_size,
+                "max_processors_per_worker": max_processors_per_worker,
+                "memory_limit_bytes": memory_limit_bytes,
+                "keys": keys,
+                "capabilities": capabilities,
+            }
+        )
+        self._setup(settings, list(worker_names) if worker_names is not None else None)
+        self._address = address  # as given (1.9.9's ZMQConfig stays one)
         self._worker_io_threads = worker_io_threads
-        self._worker_names = list(worker_names) if worker_names is not None else None
-        self._n_workers = len(self._worker_names) if self._worker_names is not None else n_workers
-        self._heartbeat_interval_seconds = heartbeat_interval_seconds
         self._task_timeout_seconds = task_timeout_seconds
-        self._death_timeout_seconds = death_timeout_seconds
         self._garbage_collect_interval_seconds = garbage_collect_interval_seconds
         self._trim_memory_threshold_bytes = trim_memory_threshold_bytes
         self._hard_processor_suspend = hard_processor_suspend
-        self._event_loop = event_loop
-        self._logging_paths = tuple(logging_paths)
-        self._logging_level = logging_level
         self._logging_config_file = logging_config_file
-        self._keys = load_keys(keys, "worker")
-        self._agent_config = AgentConfig(
-            name="worker",
-            queue_capacity=per_worker_queue_size,
-            heartbeat_interval_seconds=heartbeat_interval_seconds,
-            scheduler_timeout_seconds=death_timeout_seconds,
-            max_processors=max_processors_per_worker,
-            memory_limit_bytes=memory_limit_bytes,
-            capabilities=worker_capabilities(capabilities)[1:],
-        )
+
+    @classmethod
+    def from_settings(cls, settings: ClusterSettings, worker_names: Sequence[str] | None = None) -> Cluster:
+        """Workers as `settings` say (n_workers of them, or one per name in worker_names), named worker-<pid>-<i>."""
+        if settings.address is None:
+            raise ValueError("Cluster.from_settings: the settings give no address (the scheduler's)")
+        cluster: Cluster = cls.__new__(cls)
+        cluster._setup(settings, list(worker_names) if worker_names is not None else None)
+        cluster._address = settings.address
+        for name in ("worker_io_threads", "task_timeout_seconds", "garbage_collect_interval_seconds"):
+            setattr(cluster, f"_{name}", getattr(IGNORED, name))
+        for name in ("trim_memory_threshold_bytes", "hard_processor_suspend", "logging_config_file"):
+            setattr(cluster, f"_{name}", getattr(IGNORED, name))
+        return cluster
+
+    def _setup(self, settings: ClusterSettings, worker_names: list[str] | None) -> None:
+        super().__init__(name="scaler-cluster")
+        assert settings.address is not None
+        self.settings = settings
+        self._address_text = settings.address
+        self._worker_names = worker_names
+        self._n_workers = len(worker_names) if worker_names is not None else settings.n_workers
+        # read by programs written for 1.9.9 (its tests read a combo's cluster settings there)
+        self._heartbeat_interval_seconds = settings.heartbeat_interval_seconds
+        self._death_timeout_seconds = settings.death_timeout_seconds
+        self._event_loop = settings.event_loop
+        self._logging_paths = settings.logging_paths
+        self._logging_level = settings.logging_level
+        self._keys = load_keys(settings.keys, "worker")
+        self._agent_config = settings.agent_config(AgentConfig.name)
 
     def run(self) -> None:
         die_with_parent(signal.SIGTERM)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -12,45 +13,48 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from scaler.cluster.cluster import DEFAULT_DEATH_TIMEOUT_SECONDS, Cluster
-from scaler.core.scheduler import SchedulerConfig
-from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES
-from scaler.io.loop import check_event_loop
-from scaler.io.processes import (
-    check_cpu,
-    default_monitor_address,
-    die_with_parent,
-    parse_address,
-    parse_size,
-    removing_own_files,
-    setup_logging,
-)
+from scaler.cluster.cluster import Cluster
+from scaler.io.processes import default_monitor_address, die_with_parent, removing_own_files, setup_logging
 from scaler.scheduler.server import run_scheduler
-from scaler.security.keys import ServerKeys, load_server_keys, resolve
+from scaler.security.keys import ServerKeys, load_server_keys
+from scaler.settings.common import keys_directory
+from scaler.settings.legacy import IGNORED
+from scaler.settings.scheduler import SchedulerSettings
+from scaler.settings.worker import ClusterSettings
 
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 5.0
+SCHEDULER = SchedulerSettings()
+WORKERS = ClusterSettings()
+# A combo runs inside a program: its processes log warnings and errors only, to stderr, not to the program's output.
+LOGGING_LEVEL = "WARNING"
+LOGGING_PATHS = ("/dev/stderr",)
 
 
 def _scheduler_main(
     address: str,
     monitor_address: str,
-    config: SchedulerConfig,
-    event_loop: str,
-    log_level: str,
-    log_paths: tuple[str, ...],
+    settings: SchedulerSettings,
     ready: multiprocessing.connection.Connection,
-    cpu: str | int | None,
     keys: ServerKeys | None,
 ) -> None:
     die_with_parent(signal.SIGTERM)
-    setup_logging(log_level, log_paths)
+    setup_logging(settings.logging_level, settings.logging_paths)
     try:
         with removing_own_files():
             run_scheduler(
-                address, monitor_address, config, event_loop, on_ready=lambda: ready.send(None), cpu=cpu, keys=keys
+                address,
+                monitor_address,
+                settings.core_config(),
+                settings.event_loop,
+                on_ready=lambda: ready.send(None),
+                cpu=settings.cpu,
+                keys=keys,
+                max_connections=settings.max_connections,
+                max_silent_connections=settings.max_silent_connections,
+                monitor_task_data=settings.monitor_task_data,
             )
     except Exception as exc:
         ready.send(f"{type(exc).__name__}: {exc}")
@@ -98,42 +102,47 @@ class SchedulerClusterCombo:
     max_number_of_tasks_waiting, object_retention_seconds, task_timeout_seconds, load_balance_trigger_times,
     garbage_collect_interval_seconds, trim_memory_threshold_bytes, hard_processor_suspend, logging_config_file.
     The workers run in a scaler.Cluster process, self._cluster (1.9.9's tests read its settings there).
+
+    Each keyword is the setting of that name of scaler.settings.scheduler.SchedulerSettings or
+    scaler.settings.worker.ClusterSettings (the flags of scaler_scheduler and scaler_cluster), with its default, and
+    checked as they are: a bad value is a ValueError (a TypeError too for one of the wrong type) naming the keyword.
+    SchedulerClusterCombo.from_settings(scheduler, workers) starts one from such settings objects.
     """
 
     def __init__(
         self,
         address: str | None = None,
         n_workers: int | None = None,
-        event_loop: str = "builtin",
-        protected: bool = True,
-        monitor_address: str | None = None,
-        heartbeat_interval_seconds: float = 2.0,
-        worker_timeout_seconds: float = 10.0,
-        client_timeout_seconds: float = 60.0,
-        max_task_retries: int = 3,
-        per_worker_queue_size: int = 1000,
-        max_processors_per_worker: int = 16,
-        logging_level: str = "WARNING",
-        logging_paths: tuple[str, ...] = ("/dev/stderr",),
-        scheduler_cpu: str | int | None = "auto",
-        keys: str | os.PathLike[str] | bool | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        event_loop: str = SCHEDULER.event_loop,
+        protected: bool = SCHEDULER.protected,
+        monitor_address: str | None = SCHEDULER.monitor_address,
+        heartbeat_interval_seconds: float = WORKERS.heartbeat_interval_seconds,
+        worker_timeout_seconds: float = SCHEDULER.worker_timeout_seconds,
+        client_timeout_seconds: float = SCHEDULER.client_timeout_seconds,
+        max_task_retries: int = SCHEDULER.max_task_retries,
+        per_worker_queue_size: int = WORKERS.per_worker_queue_size,
+        max_processors_per_worker: int = WORKERS.max_processors_per_worker,
+        logging_level: str | int = LOGGING_LEVEL,
+        logging_paths: tuple[str, ...] = LOGGING_PATHS,
+        scheduler_cpu: str | int | None = SCHEDULER.cpu,
+        keys: str | os.PathLike[str] | bool | None = SCHEDULER.keys,
+        max_payload_bytes: int = SCHEDULER.max_payload_bytes,
         memory_limit: int | str | None = None,
         *,
-        capabilities: Iterable[str] = (),
-        capability_grace_seconds: float = 0.0,
+        capabilities: Iterable[str] = WORKERS.capabilities,
+        capability_grace_seconds: float = SCHEDULER.capability_grace_seconds,
         load_balance_seconds: float | None = None,
-        death_timeout_seconds: float = DEFAULT_DEATH_TIMEOUT_SECONDS,
-        worker_io_threads: int = 1,
-        scheduler_io_threads: int = 1,
-        max_number_of_tasks_waiting: int = -1,
-        object_retention_seconds: float = 60,
-        task_timeout_seconds: float = 0,
-        load_balance_trigger_times: int = 2,
-        garbage_collect_interval_seconds: float = 30,
-        trim_memory_threshold_bytes: int = 1024**3,
-        hard_processor_suspend: bool = False,
-        logging_config_file: str | None = None,
+        death_timeout_seconds: float = WORKERS.death_timeout_seconds,
+        worker_io_threads: int = IGNORED.worker_io_threads,
+        scheduler_io_threads: int = IGNORED.scheduler_io_threads,
+        max_number_of_tasks_waiting: int = IGNORED.max_number_of_tasks_waiting,
+        object_retention_seconds: float = IGNORED.object_retention_seconds,
+        task_timeout_seconds: float = IGNORED.task_timeout_seconds,
+        load_balance_trigger_times: int = IGNORED.load_balance_trigger_times,
+        garbage_collect_interval_seconds: float = IGNORED.garbage_collect_interval_seconds,
+        trim_memory_threshold_bytes: int = IGNORED.trim_memory_threshold_bytes,
+        hard_processor_suspend: bool = IGNORED.hard_processor_suspend,
+        logging_config_file: str | None = IGNORED.logging_config_file,
     ) -> None:
         if isinstance(address, int) and not isinstance(address, bool):  # scaler 1.9: (n_workers, address=None)
             if n_workers is not None:
@@ -141,82 +150,67 @@ class SchedulerClusterCombo:
                     "SchedulerClusterCombo() got n_workers twice: SchedulerClusterCombo(address, n_workers)"
                 )
             address, n_workers = None, address
-        if address is None:
-            address = free_local_address()
-        parse_address(address)
-        memory_limit_bytes = parse_size(memory_limit) if memory_limit is not None else 0
-        check_event_loop(event_loop)
-        scheduler_cpu = check_cpu(scheduler_cpu)
-        if n_workers is None:
-            n_workers = os.cpu_count() or 1
-        if not isinstance(n_workers, int) or n_workers < 0:
-            raise ValueError(f"n_workers must be a whole number >= 0, not {n_workers!r}")
-        if per_worker_queue_size < 1:
-            raise ValueError(f"per_worker_queue_size must be at least 1, not {per_worker_queue_size!r}")
-        if (
-            not isinstance(max_processors_per_worker, int)
-            or isinstance(max_processors_per_worker, bool)
-            or max_processors_per_worker < 1
-        ):
-            raise ValueError(f"max_processors_per_worker must be at least 1, not {max_processors_per_worker!r}")
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
-            raise ValueError(f"max_payload_bytes must be a whole number of bytes >= 1, not {max_payload_bytes!r}")
-        if isinstance(capability_grace_seconds, bool) or not (
-            isinstance(capability_grace_seconds, (int, float)) and capability_grace_seconds >= 0
-        ):
-            raise ValueError(f"capability_grace_seconds must be 0 or more, not {capability_grace_seconds!r}")
-        if isinstance(keys, bool) and keys:
-            raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
-        directory = None if keys is False else resolve(keys)
+        shared = {
+            "address": address if address is not None else free_local_address(),
+            "event_loop": event_loop,
+            "logging_level": logging_level,
+            "logging_paths": logging_paths,
+            "keys": keys,
+        }
+        scheduler = SchedulerSettings.of(
+            {
+                **shared,
+                "protected": protected,
+                "monitor_address": monitor_address,
+                "worker_timeout_seconds": worker_timeout_seconds,
+                "client_timeout_seconds": client_timeout_seconds,
+                "max_task_retries": max_task_retries,
+                "cpu": scheduler_cpu,
+                "max_payload_bytes": max_payload_bytes,
+                "capability_grace_seconds": capability_grace_seconds,
+                "balance_interval_seconds": load_balance_seconds or SCHEDULER.balance_interval_seconds,
+            },
+            {"cpu": "scheduler_cpu", "balance_interval_seconds": "load_balance_seconds"},
+        )
+        workers = ClusterSettings.of(
+            {
+                **shared,
+                "n_workers": n_workers if n_workers is not None else ClusterSettings.default("n_workers"),
+                "heartbeat_interval_seconds": heartbeat_interval_seconds,
+                "death_timeout_seconds": death_timeout_seconds,
+                "per_worker_queue_size": per_worker_queue_size,
+                "max_processors_per_worker": max_processors_per_worker,
+                "memory_limit_bytes": memory_limit if memory_limit is not None else WORKERS.memory_limit_bytes,
+                "capabilities": capabilities,
+            },
+            {"memory_limit_bytes": "memory_limit"},
+        )
+        self._start(scheduler, workers)
+
+    @classmethod
+    def from_settings(cls, scheduler: SchedulerSettings, workers: ClusterSettings) -> SchedulerClusterCombo:
+        """A scheduler as `scheduler` says (on a free local port when it gives no address) and workers as `workers`
+        says, connected to it (their address is the scheduler's)."""
+        if scheduler.address is None:
+            scheduler = dataclasses.replace(scheduler, address=free_local_address())
+        combo: SchedulerClusterCombo = cls.__new__(cls)
+        combo._start(scheduler, dataclasses.replace(workers, address=scheduler.address))
+        return combo
+
+    def _start(self, scheduler: SchedulerSettings, workers: ClusterSettings) -> None:
+        assert scheduler.address is not None
+        directory = keys_directory(scheduler.keys)
         server_keys = load_server_keys(directory) if directory is not None else None
-        self._address = address
-        self._monitor_address = monitor_address or default_monitor_address(address)
-        self._n_workers = n_workers
-        scheduler_config = SchedulerConfig(
-            protected=protected,
-            worker_timeout_seconds=worker_timeout_seconds,
-            client_timeout_seconds=client_timeout_seconds,
-            max_task_retries=max_task_retries,
-            max_payload_bytes=max_payload_bytes,
-            balance_interval_seconds=load_balance_seconds or SchedulerConfig().balance_interval_seconds,
-            capability_grace_seconds=float(capability_grace_seconds),
-        )
+        self._address = scheduler.address
+        self._monitor_address = scheduler.monitor_address or default_monitor_address(scheduler.address)
+        self._n_workers = workers.n_workers
         # Built (and checked) before anything starts; started once the scheduler is ready.
-        cluster = Cluster(
-            address,
-            worker_io_threads=worker_io_threads,
-            heartbeat_interval_seconds=heartbeat_interval_seconds,
-            task_timeout_seconds=task_timeout_seconds,
-            death_timeout_seconds=death_timeout_seconds,
-            garbage_collect_interval_seconds=garbage_collect_interval_seconds,
-            trim_memory_threshold_bytes=trim_memory_threshold_bytes,
-            hard_processor_suspend=hard_processor_suspend,
-            event_loop=event_loop,
-            logging_paths=logging_paths,
-            logging_level=logging_level,
-            logging_config_file=logging_config_file,
-            n_workers=n_workers,
-            per_worker_queue_size=per_worker_queue_size,
-            max_processors_per_worker=max_processors_per_worker,
-            memory_limit_bytes=memory_limit_bytes,
-            keys=directory if directory is not None else False,
-            capabilities=capabilities,
-        )
+        cluster = Cluster.from_settings(workers)
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)
         self._scheduler: Any = context.Process(
             target=_scheduler_main,
-            args=(
-                address,
-                self._monitor_address,
-                scheduler_config,
-                event_loop,
-                logging_level,
-                logging_paths,
-                send,
-                scheduler_cpu,
-                server_keys,
-            ),
+            args=(self._address, self._monitor_address, scheduler, send, server_keys),
             name="scaler-scheduler",
         )
         self._scheduler.start()

@@ -8,21 +8,14 @@ import multiprocessing
 import os
 import signal
 
-from scaler.cluster.cluster import address_text
-from scaler.core.scheduler import SchedulerConfig
-from scaler.io.loop import check_event_loop
-from scaler.io.processes import (
-    check_cpu,
-    check_logging_level,
-    check_logging_paths,
-    default_monitor_address,
-    die_with_parent,
-    removing_own_files,
-    setup_logging,
-)
-from scaler.security.keys import load_server_keys, resolve
+from scaler.io.processes import default_monitor_address, die_with_parent, removing_own_files, setup_logging
+from scaler.security.keys import load_server_keys
+from scaler.settings.common import keys_directory
+from scaler.settings.legacy import IGNORED
+from scaler.settings.scheduler import SchedulerSettings
+from scaler.settings.worker import ClusterSettings
 
-DEFAULTS = SchedulerConfig()
+DEFAULTS = SchedulerSettings()
 
 
 class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[misc]
@@ -39,57 +32,57 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
     or logging_paths, logging_level. Accepted and ignored: io_threads, max_number_of_tasks_waiting (tasks wait at the
     scheduler without limit), per_worker_queue_size (a worker's setting here: Cluster and scaler_cluster take it),
     object_retention_seconds, load_balance_trigger_times, logging_config_file. Beyond 1.9.9: max_task_retries, cpu
-    (as scaler_scheduler --cpu) and keys (a keys directory, see docs/security.md).
+    (as scaler_scheduler --cpu) and keys (a keys directory, see docs/security.md). The defaults and the values taken
+    are scaler_scheduler's (scaler.settings.scheduler.SchedulerSettings).
     """
 
     def __init__(
         self,
         address: object,
-        monitor_address: object | None = None,
-        io_threads: int = 1,
-        max_number_of_tasks_waiting: int = -1,
-        per_worker_queue_size: int = 1000,
+        monitor_address: object | None = DEFAULTS.monitor_address,
+        io_threads: int = IGNORED.io_threads,
+        max_number_of_tasks_waiting: int = IGNORED.max_number_of_tasks_waiting,
+        per_worker_queue_size: int = ClusterSettings.default("per_worker_queue_size"),
         client_timeout_seconds: float = DEFAULTS.client_timeout_seconds,
         worker_timeout_seconds: float = DEFAULTS.worker_timeout_seconds,
-        object_retention_seconds: float = 60,
+        object_retention_seconds: float = IGNORED.object_retention_seconds,
         load_balance_seconds: float | None = None,
-        load_balance_trigger_times: int = 2,
-        protected: bool = True,
-        event_loop: str = "builtin",
-        logging_path: tuple[str, ...] = ("/dev/stdout",),
-        logging_config_file: str | None = None,
+        load_balance_trigger_times: int = IGNORED.load_balance_trigger_times,
+        protected: bool = DEFAULTS.protected,
+        event_loop: str = DEFAULTS.event_loop,
+        logging_path: tuple[str, ...] = DEFAULTS.logging_paths,
+        logging_config_file: str | None = IGNORED.logging_config_file,
         *,
         logging_paths: tuple[str, ...] | None = None,
-        logging_level: str = "INFO",
+        logging_level: str | int = DEFAULTS.logging_level,
         max_task_retries: int = DEFAULTS.max_task_retries,
-        cpu: str | int | None = "auto",
-        keys: str | os.PathLike[str] | bool | None = None,
+        cpu: str | int | None = DEFAULTS.cpu,
+        keys: str | os.PathLike[str] | bool | None = DEFAULTS.keys,
     ) -> None:
         super().__init__(name="scaler-scheduler")
-        check_event_loop(event_loop)
-        check_logging_level(logging_level)
-        check_logging_paths(tuple(logging_paths if logging_paths is not None else logging_path))
-        if client_timeout_seconds <= 0 or worker_timeout_seconds <= 0 or max_task_retries < 0:
-            raise ValueError("timeouts must be positive and max_task_retries at least 0")
-        if isinstance(keys, bool) and keys:
-            raise TypeError("keys must be a keys directory, None (use $SCALER_KEYS if set) or False (no keys)")
-        directory = None if keys is False else resolve(keys)
+        settings = SchedulerSettings.of(
+            {
+                "address": address,
+                "monitor_address": monitor_address,
+                "client_timeout_seconds": client_timeout_seconds,
+                "worker_timeout_seconds": worker_timeout_seconds,
+                "balance_interval_seconds": load_balance_seconds or DEFAULTS.balance_interval_seconds,
+                "protected": protected,
+                "event_loop": event_loop,
+                "logging_paths": logging_paths if logging_paths is not None else logging_path,
+                "logging_level": logging_level,
+                "max_task_retries": max_task_retries,
+                "cpu": cpu,
+                "keys": keys,
+            },
+            {"balance_interval_seconds": "load_balance_seconds"},
+        )
+        assert settings.address is not None
+        self.settings = settings
+        directory = keys_directory(settings.keys)
         self._keys = load_server_keys(directory) if directory is not None else None
-        self._address = address_text(address)
-        self._monitor_address = (
-            address_text(monitor_address) if monitor_address is not None else default_monitor_address(self._address)
-        )
-        self._cpu = check_cpu(cpu)
-        self._event_loop = event_loop
-        self._logging_paths = tuple(logging_paths if logging_paths is not None else logging_path)
-        self._logging_level = logging_level
-        self._scheduler_config = SchedulerConfig(
-            protected=protected,
-            worker_timeout_seconds=worker_timeout_seconds,
-            client_timeout_seconds=client_timeout_seconds,
-            max_task_retries=max_task_retries,
-            balance_interval_seconds=load_balance_seconds or DEFAULTS.balance_interval_seconds,
-        )
+        self._address = settings.address
+        self._monitor_address = settings.monitor_address or default_monitor_address(settings.address)
 
     @property
     def address(self) -> str:
@@ -101,15 +94,18 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
 
     def run(self) -> None:
         die_with_parent(signal.SIGTERM)
-        setup_logging(self._logging_level, self._logging_paths)
+        setup_logging(self.settings.logging_level, self.settings.logging_paths)
         from scaler.scheduler.server import run_scheduler
 
         with removing_own_files():
             run_scheduler(
                 self._address,
                 self._monitor_address,
-                self._scheduler_config,
-                self._event_loop,
-                cpu=self._cpu,
+                self.settings.core_config(),
+                self.settings.event_loop,
+                cpu=self.settings.cpu,
                 keys=self._keys,
+                max_connections=self.settings.max_connections,
+                max_silent_connections=self.settings.max_silent_connections,
+                monitor_task_data=self.settings.monitor_task_data,
             )

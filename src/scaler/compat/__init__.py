@@ -1,4 +1,2 @@
-"""Other libraries' APIs on Scaler, for code written against them: scaler.compat.ray (import it as ray).
-
-Each module maps the other API onto the Client; none imports or patches the library it imitates.
-"""
+"""Import paths the documents show for integrations that live in scaler.integrations: scaler.compat.ray (import it as
+ray) is scaler.integrations.ray."""

@@ -1,5 +1,6 @@
-"""What every core (scheduler, worker agent, client session) shares: the log line a core asks its shell to write, the
-error a core raises when its own rules are broken, and the last branch of a dispatch over a closed union.
+"""What every core (scheduler, worker agent, client session) shares: the commands a core gives its shell to send a
+message to its one peer, to stop, and to write a log line; the error a core raises when its own rules are broken; and
+the last branch of a dispatch over a closed union.
 
 Pure; no I/O. The scheduler imports it: Python 3.9 (pyproject.toml).
 """
@@ -7,9 +8,28 @@ Pure; no I/O. The scheduler imports it: Python 3.9 (pyproject.toml).
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from scaler.core.slotted import slotted
+
+if TYPE_CHECKING:
+    from scaler.protocol.records import Message
+
+
+@slotted(frozen=True)
+class Send:
+    """Send `message` to the core's one peer: the scheduler, for a worker agent and a client session. (The scheduler
+    talks to many: its own Send, scaler.core.scheduler.events.Send, names the peer.)"""
+
+    message: Message
+
+
+@slotted(frozen=True)
+class Stop:
+    """The process must stop, after the commands before this one, exiting with `exit_code`."""
+
+    reason: str
+    exit_code: int = 0
 
 
 @slotted(frozen=True)

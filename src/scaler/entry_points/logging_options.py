@@ -1,5 +1,6 @@
-"""The --logging-level and --logging-paths options of the CLIs: a bad value is a one-line usage error (exit code 2)
-naming the option, and `-lp FILE ADDRESS` leaves the address to the address.
+"""The --logging-level and --logging-paths options of the CLIs, made from scaler.settings.common.ProcessSettings: a
+bad value is a one-line usage error (exit code 2) naming the option, and `-lp FILE ADDRESS` leaves the address to the
+address.
 
 --logging-paths takes one or more paths (scaler 1.9.9's `-lp A B`) and may be repeated (`-lp A -lp B`); the paths
 given replace the default /dev/stdout. An address (SCHEME://...) right after the paths is the program's address, not
@@ -10,57 +11,35 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
-from scaler.io.processes import LOGGING_LEVELS, check_logging_level, setup_logging
+from scaler.io.processes import setup_logging
+from scaler.settings.cli import add_settings, long_flag
+from scaler.settings.common import ProcessSettings
+from scaler.settings.model import SettingError, spec_of
 
-PATHS_FLAGS = ("--logging-paths", "-lp")
-DEFAULT_PATHS = ["/dev/stdout"]
 _ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_PATHS = spec_of(ProcessSettings.fields()["logging_paths"])
+PATHS_FLAGS = _PATHS.flags
 
 
-def logging_level(text: str) -> str:
-    """argparse type= of --logging-level: the level upper-cased, or a usage error naming the levels."""
-    try:
-        return str(check_logging_level(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+class Logging(Protocol):
+    """Parsed arguments, or settings, that say how to log."""
 
+    @property
+    def logging_level(self) -> str | int: ...
 
-class _Paths(argparse.Action):
-    """-lp A B, or -lp A -lp B: the paths given replace the default, and add up when the option is repeated."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
-    ) -> None:
-        current = getattr(namespace, self.dest)
-        given = list(values)
-        setattr(namespace, self.dest, given if current is self.default else [*current, *given])
+    @property
+    def logging_paths(self) -> Sequence[str]: ...
 
 
 def add_logging_level(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--logging-level",
-        "-ll",
-        type=logging_level,
-        metavar="LEVEL",
-        default="INFO",
-        help=f"one of {', '.join(LOGGING_LEVELS)}",
-    )
+    add_settings(p, ProcessSettings, only=["logging_level"])
 
 
 def add_logging_options(p: argparse.ArgumentParser) -> None:
     """--logging-level and --logging-paths, as every program that runs a scheduler or workers takes them."""
-    add_logging_level(p)
-    p.add_argument(
-        *PATHS_FLAGS,
-        nargs="+",
-        action=_Paths,
-        metavar="PATH",
-        default=DEFAULT_PATHS,
-        help="where logs go: files (appended to), /dev/stdout or /dev/stderr; several may follow the option, which "
-        "may be repeated",
-    )
+    add_settings(p, ProcessSettings, only=["logging_level", "logging_paths"])
 
 
 def take_address_out_of_paths(argv: Sequence[str]) -> list[str]:
@@ -87,15 +66,14 @@ def _is_paths_flag(arg: str) -> bool:
     return arg in PATHS_FLAGS or (len(arg) > len("--logging-") and PATHS_FLAGS[0].startswith(arg))
 
 
-def start_logging(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...]:
+def start_logging(p: argparse.ArgumentParser, args: Logging) -> tuple[str, ...]:
     """Log as args.logging_level and args.logging_paths say; a usage error naming the path that cannot be written.
     Returns the paths."""
-    paths = tuple(args.logging_paths)
-    for path in paths:
-        if _ADDRESS.match(path):
-            p.error(f"--logging-paths: {path!r} is an address, not a file to log to; give the address once")
     try:
+        paths: tuple[str, ...] = _PATHS.rule.check(args.logging_paths, long_flag("logging_paths", _PATHS))
         setup_logging(args.logging_level, paths)
+    except SettingError as exc:
+        p.error(str(exc))
     except ValueError as exc:
-        p.error(f"--logging-paths: {exc}")
+        p.error(f"{PATHS_FLAGS[0]}: {exc}")
     return paths

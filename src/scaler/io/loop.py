@@ -29,7 +29,7 @@ def check_event_loop(name: str) -> str:
     return name
 
 
-def run(main: Coroutine[Any, Any, T], event_loop: str = "builtin") -> T:
+def run(main: Coroutine[Any, Any, T], event_loop: str) -> T:
     """Run `main` on a new loop of the kind asked for, as a service process (see SERVICE_GC_THRESHOLDS)."""
     if TUNABLE_GC:
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection

@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from scaler.entry_points.help import KEYS_HELP, HelpFormatter, add_version
+from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.errors import KeysError
 from scaler.io.curve import HandshakeWatch
 from scaler.io.ipc import find_monitor
@@ -21,6 +21,7 @@ from scaler.monitor.render import SHORTCUTS, function_rows, is_stale, render, sc
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Message, Refused, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
+from scaler.settings.common import KEYS_HELP
 
 _WATCH_MS = 100  # a status is waited for in slices this long, to see a failed handshake at once
 RESUBSCRIBE_SECONDS = 3.0  # no status this long: say hello again (the scheduler restarted, or forgot this monitor)

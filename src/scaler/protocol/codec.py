@@ -282,7 +282,14 @@ def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
     b.protected = m.protected
     b.peerTimeoutMs = m.peer_timeout_ms
     b.maxPayloadBytes = m.max_payload_bytes
+    _set_workers(b, m)
     return []
+
+
+def _set_workers(b: Any, m: Welcome | HeartbeatEcho) -> None:
+    b.workers = m.workers
+    b.workerCapacity = m.worker_capacity
+    b.workersStated = m.workers_stated
 
 
 def _enc_refused(b: Any, m: Refused) -> list[Payload]:
@@ -314,6 +321,7 @@ def _enc_echo(b: Any, m: HeartbeatEcho) -> list[Payload]:
     if m.resumed:
         b.resumed = True
         b.sent = m.sent
+    _set_workers(b, m)
     return []
 
 
@@ -586,6 +594,9 @@ def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
         peer_timeout_ms=b.peerTimeoutMs,
         protocol_version=b.protocolVersion,
         max_payload_bytes=b.maxPayloadBytes,
+        workers=b.workers,
+        worker_capacity=b.workerCapacity,
+        workers_stated=b.workersStated,
     )
 
 
@@ -614,7 +625,14 @@ def _dec_heartbeat(b: Any, p: Sequence[Payload]) -> Heartbeat:
 
 def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
     _no_payloads(p, "heartbeatEcho")
-    return HeartbeatEcho(sent_at_us=b.sentAtUs, resumed=b.resumed, sent=b.sent)
+    return HeartbeatEcho(
+        sent_at_us=b.sentAtUs,
+        resumed=b.resumed,
+        sent=b.sent,
+        workers=b.workers,
+        worker_capacity=b.workerCapacity,
+        workers_stated=b.workersStated,
+    )
 
 
 def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:

@@ -82,7 +82,18 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("sent", "u64", 7),
         ),
     ),
-    "HeartbeatEcho": (3, 0, (("sentAtUs", "u64", 0), ("resumed", "bool", 64), ("sent", "u64", 2))),
+    "HeartbeatEcho": (
+        4,
+        0,
+        (
+            ("sentAtUs", "u64", 0),
+            ("resumed", "bool", 64),
+            ("sent", "u64", 2),
+            ("workers", "u32", 3),
+            ("workerCapacity", "u64", 3),
+            ("workersStated", "bool", 65),
+        ),
+    ),
     "Hello": (
         3,
         3,
@@ -202,7 +213,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     ),
     "TaskOutput": (0, 3, (("taskIds", "data", 0), ("streams", "data", 1), ("texts", "list:text", 2))),
     "Welcome": (
-        3,
+        5,
         1,
         (
             ("protocolVersion", "u32", 0),
@@ -211,6 +222,9 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("protected", "bool", 64),
             ("peerTimeoutMs", "u32", 3),
             ("maxPayloadBytes", "u64", 2),
+            ("workers", "u32", 6),
+            ("workerCapacity", "u64", 4),
+            ("workersStated", "bool", 65),
         ),
     ),
     "WorkerStatus": (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from scaler.protocol.active import CODEC, CODEC_ENV, clear_caches, decode, encode
-from scaler.protocol.lone import dispatch_header, read_lone, read_lone_result
+from scaler.protocol.lone import dispatch_header, lone_message, read_lone, reused_frames
 from scaler.protocol.records import (
     ACCEPTED_BY_CLIENT,
     ACCEPTED_BY_MONITOR,
@@ -136,6 +136,7 @@ __all__ = [
     "dispatch_header",
     "encode",
     "inline_layout",
+    "lone_message",
     "read_lone",
-    "read_lone_result",
+    "reused_frames",
 ]

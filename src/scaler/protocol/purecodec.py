@@ -211,6 +211,9 @@ _WELCOME = {
     "protected": "protected",
     "peer_timeout_ms": "peerTimeoutMs",
     "max_payload_bytes": "maxPayloadBytes",
+    "workers": "workers",
+    "worker_capacity": "workerCapacity",
+    "workers_stated": "workersStated",
 }
 _REFUSED = {"reason": "reason", "scheduler_protocol_version": "schedulerProtocolVersion", "key_problem": "keyProblem"}
 _HEARTBEAT = {
@@ -227,7 +230,14 @@ _HEARTBEAT = {
     "resumed": "resumed",
     "sent": "sent",
 }
-_ECHO = {"sent_at_us": "sentAtUs", "resumed": "resumed", "sent": "sent"}
+_ECHO = {
+    "sent_at_us": "sentAtUs",
+    "resumed": "resumed",
+    "sent": "sent",
+    "workers": "workers",
+    "worker_capacity": "workerCapacity",
+    "workers_stated": "workersStated",
+}
 _STATUS_HEAD = {
     "scheduler_name": "schedulerName",
     "time_us": "timeUs",

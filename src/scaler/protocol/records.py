@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import field
-from typing import Protocol, Union
+from typing import NamedTuple, Protocol, Union
 
 from scaler.core.slotted import slotted
 
@@ -121,6 +121,10 @@ class Welcome:
     peer_timeout_ms: int = 60_000
     protocol_version: int = PROTOCOL_VERSION
     max_payload_bytes: int = 0  # 0: no limit stated
+    # To clients: the workers that may take tasks now (connected, not held back), their queue capacities added up.
+    workers: int = 0
+    worker_capacity: int = 0
+    workers_stated: bool = False  # False: the two above say nothing (to workers and monitors; older schedulers)
 
 
 @slotted
@@ -151,6 +155,10 @@ class HeartbeatEcho:
     sent_at_us: int = 0
     resumed: bool = False  # the answer to a resumed heartbeat
     sent: int = 0  # with resumed: the scheduler's messages to that peer since its welcome, echoes excluded
+    # The echo of a client's heartbeat: as in Welcome, counted now. Other echoes leave workers_stated False.
+    workers: int = 0
+    worker_capacity: int = 0
+    workers_stated: bool = False
 
 
 @slotted
@@ -195,8 +203,8 @@ class TaskBatch:
                 f"task options: {len(timeouts)} timeouts, {len(retries)} retries, {len(priorities)} priorities"
             )
         rows = zip(timeouts, retries, priorities)
-        shared: dict[TaskOptions, TaskOptions] = {}
-        return [shared.setdefault(row, row) for row in rows]
+        shared: dict[tuple[int, int, int], TaskOptions] = {}
+        return [shared.get(row) or shared.setdefault(row, TaskOptions._make(row)) for row in rows]
 
     def split(self) -> Iterator[SplitTask]:
         """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads).
@@ -222,8 +230,16 @@ class TaskBatch:
             pay_pos += inline
 
 
-TaskOptions = tuple[int, int, int]  # (timeout in ms or 0, retries, priority)
-DEFAULT_OPTIONS: TaskOptions = (0, 0, 0)
+class TaskOptions(NamedTuple):
+    """A task's options (Client.options), as the columns of submitTasks carry them. A tuple: equal options compare
+    (and hash) equal, and one shared tuple serves every task that has them."""
+
+    timeout_ms: int = 0  # stop the task after this long running; 0: no limit
+    retries: int = 0  # run it again this many times after it failed
+    priority: int = 0  # among one client's ready tasks, higher first
+
+
+DEFAULT_OPTIONS = TaskOptions()
 MAX_TIMEOUT_MS = 2**32 - 1
 MAX_RETRIES = 255
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
@@ -515,21 +531,23 @@ MESSAGE_NAMES: dict[type, str] = {
 
 @slotted
 class LoneTask:
-    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords.
-    The scheduler can forward such a submit to a worker as it is, its header relabelled (dispatch_header)."""
+    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords, no
+    options. Its frames can go on to a worker as they came, the header relabelled (dispatch_header), when the
+    dispatch says exactly what the submit said (scaler.protocol.lone)."""
 
     header: bytes
     task_id: int
     function_id: int
     flags: int
     sizes: list[int]  # of its arguments' payloads, in order
-    requirement: frozenset[str] = frozenset()  # the capabilities it requires (none: empty)
+    requirements: list[list[str]] | None = None  # its capability requirements, as decode() gives them
+    requirement_index: list[int] | None = None
 
 
 @slotted
 class LoneResult:
-    """A taskResults header read without decoding: one result, no profiling columns. The scheduler can forward
-    such a message to the task's client as it is."""
+    """A taskResults header read without decoding: one result, no profiling columns. Its frames can go on to the
+    task's client as they came, when the results the client gets say exactly that (scaler.protocol.lone)."""
 
     header: bytes
     task_id: int

@@ -82,6 +82,12 @@ struct Welcome {
   maxPayloadBytes @5 :UInt64;   # the most bytes one payload (function, argument, object, result) may have; a
                                 # message with a bigger one gets Error(tooLarge) (results: status failed). 0: no
                                 # limit stated (a scheduler that predates this field)
+  # to clients (docs/protocol.md section 6, "welcome"): the workers that may take tasks now (connected, not held
+  # back) and their queueCapacity (Hello) added up. Valid only with workersStated: to workers and monitors, and
+  # from a scheduler that predates these fields, all three are zero.
+  workers @6 :UInt32;
+  workerCapacity @7 :UInt64;
+  workersStated @8 :Bool;
 }
 
 struct Refused {
@@ -115,6 +121,11 @@ struct HeartbeatEcho {
   resumed @1 :Bool;             # the answer to a resumed heartbeat
   sent @2 :UInt64;              # with resumed: the messages the scheduler sent that peer since its welcome (the
                                 # welcome included, echoes excluded)
+  # the echo of a client's (not resumed) heartbeat: the same three as in Welcome, as they are now. Other echoes
+  # (to workers, resumed, unasked probes) leave workersStated false: keep the values last stated.
+  workers @3 :UInt32;
+  workerCapacity @4 :UInt64;
+  workersStated @5 :Bool;
 }
 
 struct TaskBatch {

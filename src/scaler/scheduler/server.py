@@ -51,19 +51,22 @@ from scaler.io.sockets import (
     socket_fd,
 )
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
-from scaler.protocol.frames import unpack as unpack_payloads
 from scaler.protocol.messages import (
     ACCEPTED_BY_SCHEDULER,
+    DispatchTasks,
     HeartbeatEcho,
     LoneResult,
     LoneTask,
     Message,
     Payload,
+    SubmitTasks,
+    TaskResults,
     clear_caches,
     decode,
-    dispatch_header,
     encode,
+    lone_message,
     read_lone,
+    reused_frames,
 )
 from scaler.scheduler.connections import (
     AUDIT_EVERY,
@@ -89,6 +92,7 @@ STATUS_SECONDS = 1.0
 PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
 BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent
 _NOBLOCK = int(zmq.NOBLOCK)
+_LONE_ANSWERS = (DispatchTasks, TaskResults)  # what may go out in the frames a lone submit or result came in
 _CONNECTION_EVENTS = (
     zmq.EVENT_ACCEPTED
     | zmq.EVENT_ACCEPT_FAILED
@@ -137,6 +141,10 @@ class SchedulerServer:
         self._audited = 0.0
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
+        # The lone submits and results read since the last flush, by task id: what came and the frames it came in,
+        # sent on as they came if the core's answer says exactly that (scaler.protocol.lone.reused_frames)
+        self._lone: dict[int, tuple[LoneTask | LoneResult, SubmitTasks | TaskResults, list[Payload]]] = {}
+        self._lone_read = self._lone  # those the commands being sent answer
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -240,14 +248,16 @@ class SchedulerServer:
                     continue
             parts = small_to_bytes(frames[1:])
             lone = read_lone(parts[0]) if parts and type(parts[0]) is bytes else None
-            if lone is not None and self._forward(router, now, peer, lone, parts, key):
-                if clock() >= deadline:
-                    break
-                continue
-            try:
-                message: Message | ProtocolError = decode(parts, ACCEPTED_BY_SCHEDULER)
-            except ProtocolError as exc:
-                message = exc
+            message: Message | ProtocolError | None = None
+            if lone is not None:  # one task or result: read here, and maybe sent on as it came (_reused)
+                message = came = lone_message(lone, parts)
+                if came is not None:
+                    self._lone[lone.task_id] = (lone, came, parts)
+            if message is None:
+                try:
+                    message = decode(parts, ACCEPTED_BY_SCHEDULER)
+                except ProtocolError as exc:
+                    message = exc
             event = (
                 Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage))
                 if isinstance(message, ProtocolError)
@@ -265,42 +275,6 @@ class SchedulerServer:
         if self.driver.debug:
             self.core.validate()
         return commands
-
-    def _forward(
-        self,
-        router: zmq.Socket[Any],
-        now: float,
-        peer: bytes,
-        lone: LoneTask | LoneResult,
-        parts: list[Payload],
-        key: PeerKey | None,
-    ) -> bool:
-        """Forward a lone submit or result as it is, if the core agrees (SchedulerCore.forward_submit); False if it
-        does not, and the message is to be decoded and fed as usual."""
-        payload_frames = parts[1:]
-        if isinstance(lone, LoneTask):
-            try:
-                payloads = unpack_payloads(lone.sizes, payload_frames)
-            except ProtocolError:
-                return False  # decode() says what is wrong with it
-            target = self.core.forward_submit(now, peer, lone, tuple(payloads), key)
-            header = dispatch_header(lone) if target is not None else b""
-        else:
-            if sum(map(len, payload_frames)) != lone.size or len(payload_frames) > 1:
-                return False
-            target = self.core.forward_result(now, peer, lone, payload_frames[0] if payload_frames else b"", key)
-            header = lone.header
-        if target is None:
-            return False
-        try:
-            send_frames(router, [target, header, *payload_frames], _NOBLOCK)
-        except zmq.Again:
-            self.core.feed(Undeliverable(now, target, _NOT_READING))
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            self.core.feed(Undeliverable(now, target))  # as for any message: the core recovers or forgets
-        return True
 
     def _recheck(self) -> None:
         """Sending may have taken the FD's edge: look once more, or a message could wait for the next tick."""
@@ -482,14 +456,19 @@ class SchedulerServer:
     def _execute(self, commands: list[Command]) -> None:
         router = self.router
         assert router is not None
+        # What was read before this flush: the answers to it are in these commands (and nowhere later).
+        lone = self._lone_read = self._lone
+        self._lone = {}
         while commands:
             undeliverable: dict[bytes, str] = {}
             for command in commands:
                 # an isinstance chain, not `match`: this module runs on Python 3.9 too (PyPy); unreachable() keeps
                 # mypy's check that every kind of command is handled
                 if isinstance(command, Send):
+                    message = command.message
+                    reused = self._reused(message) if lone and isinstance(message, _LONE_ANSWERS) else None
                     try:
-                        send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
+                        send_frames(router, [command.peer, *(reused or encode(message))], _NOBLOCK)
                     except zmq.Again:
                         undeliverable.setdefault(command.peer, _NOT_READING)
                     except zmq.ZMQError as exc:
@@ -507,6 +486,18 @@ class SchedulerServer:
             for peer, reason in undeliverable.items():
                 self.core.feed(Undeliverable(now, peer, reason))
             commands = self._flush() if undeliverable else []
+        self._lone_read = {}
+
+    def _reused(self, message: DispatchTasks | TaskResults) -> list[Payload] | None:
+        """The frames a lone submit or result came in, if `message` (a dispatch or results of one task) says exactly
+        what it said (scaler.protocol.lone.reused_frames); None: encode it."""
+        task_ids = message.task_ids
+        if len(task_ids) != 1:
+            return None
+        came = self._lone_read.get(task_ids[0])
+        if came is None:
+            return None
+        return reused_frames(message, came[1], came[0], came[2])
 
     def _tick(self) -> None:
         # Read what is waiting first: a heartbeat stuck behind a backlog is not a silent peer.
@@ -600,13 +591,14 @@ def run_scheduler(
     address: str,
     monitor_address: str,
     config: SchedulerConfig,
-    event_loop: str = "builtin",
+    event_loop: str,
+    *,
+    cpu: str | int | None,
+    monitor_task_data: str,
     on_ready: Callable[[], None] | None = None,
-    cpu: str | int | None = "auto",
     keys: ServerKeys | None = None,
     max_connections: int | None = None,
     max_silent_connections: int | None = None,
-    monitor_task_data: str = "auto",
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
     scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:

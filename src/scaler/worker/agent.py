@@ -319,7 +319,7 @@ class WorkerAgent:
             self._kill(processor)
 
 
-def run_worker(address: str, config: AgentConfig, event_loop: str = "builtin", keys: PeerKeys | None = None) -> int:
+def run_worker(address: str, config: AgentConfig, event_loop: str, keys: PeerKeys | None = None) -> int:
     """Entry point of a worker process: runs the agent until it stops; returns its exit code."""
     from scaler.io.loop import run
 

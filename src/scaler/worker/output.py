@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
+from scaler.core.outbox import Pieces
 from scaler.io.processes import current_pid
 from scaler.protocol.records import OUTPUT_STDERR, OUTPUT_STDOUT
 
@@ -30,7 +31,6 @@ MAX_PIECE = 64 * 1024  # bytes per piece (docs/protocol.md, taskOutput)
 MAX_ERROR_TEXT = 8 * 1024  # bytes of an exception's text; a longer one keeps its end (the innermost frames)
 ERROR_TRUNCATED = "[scaler: the start of this traceback was cut, to keep its last 8 KiB]\n"
 
-Pieces = list[tuple[int, str]]  # (OUTPUT_STDOUT or OUTPUT_STDERR, text)
 Send = Callable[[int, Pieces], None]  # (task id, pieces)
 
 

@@ -23,8 +23,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from scaler import task_context
 from scaler.client import client as client_module
-from scaler.client import future as future_module
+from scaler.core.outbox import MeasuredResultColumns, OutputColumns, Pieces
 from scaler.core.worker import messages as pm
 from scaler.io.loop import DEFAULT_GC_THRESHOLDS
 from scaler.io.processes import die_with_parent
@@ -43,7 +44,7 @@ from scaler.shm import (
 from scaler.source_lines import register_shipped
 from scaler.worker import pipe
 from scaler.worker.link import BlockingLink
-from scaler.worker.output import Pieces, Sender, TaskCapture, error_text
+from scaler.worker.output import Sender, TaskCapture, error_text
 
 # Results are sent when the local queue empties, when this many wait, when a task took this long, or when the
 # oldest waiting result is this old: few messages for tiny tasks, no delay for long ones.
@@ -93,19 +94,10 @@ class Processor:
         self.last_started = 0.0  # when the latest task started: the watcher looks often only while work flows
         self.wake_read, self.wake_write = os.pipe()
         self.watching = False
-        self._ids: list[int] = []
-        self._statuses = bytearray()
-        self._durations: list[int] = []
-        self._peaks: list[int] = []
-        self._payloads: list[Payload] = []
-        self._cpu_times: list[int] = []
-        self._profiled = False  # some result waiting to be sent was profiled: send the CPU times too
+        self._results = MeasuredResultColumns()  # its `profiled`: some result waiting was, send the CPU times too
         self._oldest_ns = 0
         self._runner = threading.main_thread()  # the thread running the latest started task
-        # Text tasks wrote or raised, sent (pm.Output) just before the results it goes with.
-        self._output_ids: list[int] = []
-        self._output_streams = bytearray()
-        self._output_texts: list[str] = []
+        self._output = OutputColumns()  # text tasks wrote or raised, sent just before the results it goes with
         self.capture: TaskCapture | None = None  # of the flagged task running now (the innermost one)
         self.sender = Sender()
         self.streams = (sys.stdout, sys.stderr)  # the processor's own
@@ -113,8 +105,9 @@ class Processor:
     # ------------------------------------------------------------------------------------------- loop
     def run(self) -> None:
         self._send(pm.Ready(os.getpid()))
-        future_module.set_blocking_hook(self._enter_blocking, self._exit_blocking, self._wait_helping, self.wake.set)
-        client_module.scope_nested_clients(self._current_task)  # a nested client leaves with its task
+        # Code run here is in a task (scaler.task_context): its waits help, a nested client leaves with its task.
+        hooks = (self._current_task, self._enter_blocking, self._exit_blocking, self._wait_helping, self.wake.set)
+        task_context.install(task_context.ProcessorHooks(*hooks))
         threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True).start()
         fresh = False  # tasks were just received: nothing else (a Discard) can be waiting behind them yet
         try:
@@ -145,8 +138,7 @@ class Processor:
             return  # the agent is gone
         finally:
             self.running = False
-            future_module.set_blocking_hook(None, None, None, None)
-            client_module.scope_nested_clients(None)
+            task_context.install(None)
 
     def _current_task(self) -> int | None:
         """The innermost task running now (any thread may ask), None between tasks."""
@@ -338,16 +330,14 @@ class Processor:
 
     def _send_output(self, task_id: int, pieces: Pieces) -> None:
         """Output of a task still running (a capture's call, in the thread that wrote or in the sender's)."""
-        if not pieces:
-            return
-        streams, texts = zip(*pieces, strict=True)
-        self._send(pm.Output([task_id] * len(pieces), bytes(streams), list(texts)))
+        output = OutputColumns()
+        output.add_pieces(task_id, pieces)
+        message = output.take()
+        if message is not None:
+            self._send(message)
 
     def _stage_output(self, task_id: int, pieces: Pieces) -> None:
-        for stream, text in pieces:
-            self._output_ids.append(task_id)
-            self._output_streams.append(stream)
-            self._output_texts.append(text)
+        self._output.add_pieces(task_id, pieces)
 
     def _function(self, function_id: int) -> tuple[Serializer, Any]:
         entry = self.functions.get(function_id)
@@ -444,40 +434,43 @@ class Processor:
         profiled: bool,
         cpu_ns: int = 0,
     ) -> None:
-        """cpu_ns: the processor's CPU time (user + system, all threads: time.process_time) during a profiled run."""
-        if not self._ids:
+        """cpu_ns: the processor's CPU time (user + system, all threads: time.process_time) during a profiled run.
+        MeasuredResultColumns.add's work, done here: this is the one call per task."""
+        results = self._results
+        if not results.ids:
             self._oldest_ns = time.perf_counter_ns()
-        self._ids.append(task_id)
-        self._statuses.append(status)
-        self._durations.append(max(1, duration_ns // 1000))
-        self._peaks.append(max(0, _peak_memory() - baseline) if profiled else 0)
-        self._payloads.append(payload)
-        self._cpu_times.append(cpu_ns // 1000)
-        self._profiled = self._profiled or profiled
+        results.ids.append(task_id)
+        results.statuses.append(status)
+        results.payloads.append(payload)
+        results.durations.append(max(1, duration_ns // 1000))
+        results.peaks.append(max(0, _peak_memory() - baseline) if profiled else 0)
+        results.cpu.append(cpu_ns // 1000)
+        if profiled:
+            results.profiled = True
         if duration_ns >= FLUSH_AFTER_NS:
             self._flush()
 
     def _maybe_flush(self) -> None:
-        if not self._ids:
+        if not self._results.ids:
             return
         if (
             not self.pending
-            or len(self._ids) >= FLUSH_COUNT
+            or len(self._results.ids) >= FLUSH_COUNT
             or time.perf_counter_ns() - self._oldest_ns >= FLUSH_AFTER_NS
         ):
             self._flush()
 
     def _flush(self) -> None:
-        if not self._ids:
+        results = self._results
+        if not results.ids:
             return
-        if self._output_ids:  # output is staged only with a result, and goes before it
-            self._send(pm.Output(self._output_ids, bytes(self._output_streams), self._output_texts))
-            self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
-        cpu_times = self._cpu_times if self._profiled else None
-        statuses = bytes(self._statuses)
-        self._send(pm.Results(self._ids, statuses, self._durations, self._peaks, self._payloads, cpu_times))
-        self._ids, self._statuses, self._durations, self._peaks, self._payloads = [], bytearray(), [], [], []
-        self._cpu_times, self._profiled = [], False
+        output = self._output.take()  # staged only with a result, and goes before it
+        if output is not None:
+            self._send(output)
+        cpu_times = results.cpu if results.profiled else None
+        statuses = bytes(results.statuses)
+        self._send(pm.Results(results.ids, statuses, results.durations, results.peaks, results.payloads, cpu_times))
+        results.clear()
 
     # ------------------------------------------------------------------------------------------- nesting
     def _enter_blocking(self) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from scaler.core.capabilities import PYTHON_REQUIREMENT
+from scaler.core.common import Send as Send  # a message for the scheduler
 from scaler.protocol.frames import MAX_FRAME
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
@@ -103,11 +104,6 @@ Request = NewTask | NewObject | CancelRequest | FreeRequest
 
 # ---------------------------------------------------------------------------------------------- commands
 @dataclass(frozen=True, slots=True)
-class Send:
-    message: Message
-
-
-@dataclass(frozen=True, slots=True)
 class Connected:
     id_prefix: int
     scheduler_name: str
@@ -141,7 +137,16 @@ class Closed:
     reason: str
 
 
-ClientCommand = Send | Connected | Completed | Rejected | Closed | Output
+@dataclass(frozen=True, slots=True)
+class WorkersStated:
+    """The scheduler said (welcome, heartbeat echo) how many workers may take tasks now: connected and not held back;
+    and their queue capacities added up. ClientCore.workers keeps the last statement."""
+
+    workers: int
+    capacity: int
+
+
+ClientCommand = Send | Connected | Completed | Rejected | Closed | Output | WorkersStated
 
 
 class ClientCore:
@@ -159,6 +164,7 @@ class ClientCore:
         self.state = SessionState.CONNECTING
         self.id_prefix = 0
         self.max_payload_bytes = 0  # the scheduler's limit per payload (0: it stated none)
+        self.workers: WorkersStated | None = None  # None: the scheduler never said (one older than these fields)
         self._started = 0.0
         self._last_heard = 0.0
         self._last_heartbeat = 0.0
@@ -189,7 +195,7 @@ class ClientCore:
         if isinstance(message, TaskResults):
             return [Completed(message)]
         if isinstance(message, HeartbeatEcho):
-            return self._on_echo(message) if message.resumed else []
+            return self._on_echo(message)
         if isinstance(message, TaskOutput):
             return [Output(message)]
         if isinstance(message, Welcome):
@@ -213,12 +219,26 @@ class ClientCore:
         self.max_payload_bytes = welcome.max_payload_bytes
         if welcome.peer_timeout_ms:  # beat often enough for the scheduler's patience
             self.heartbeat_interval = min(self.heartbeat_interval, welcome.peer_timeout_ms / 4000)
-        return [Connected(welcome.id_prefix, welcome.scheduler_name, welcome.protected)]
+        connected: list[ClientCommand] = [Connected(welcome.id_prefix, welcome.scheduler_name, welcome.protected)]
+        return connected + self._stated(welcome) if welcome.workers_stated else connected
+
+    def _stated(self, message: Welcome | HeartbeatEcho) -> list[ClientCommand]:
+        self.workers = WorkersStated(message.workers, message.worker_capacity)
+        return [self.workers]
+
+    def ask_workers(self, now: float) -> list[ClientCommand]:
+        """The user asks how many workers there are now: a heartbeat at once, whose echo says (WorkersStated)."""
+        if self.state != SessionState.CONNECTED:
+            return []
+        self._last_heartbeat = now
+        return [Send(Heartbeat())]
 
     def _on_echo(self, echo: HeartbeatEcho) -> list[ClientCommand]:
-        """The answer to the heartbeat sent on a connection made again: did everything the scheduler sent come?"""
-        if echo.sent == self.messages_received:
-            return []
+        """The answer to a heartbeat: says how many workers there are now, or (resumed) answers the one sent on a
+        connection made again: did everything the scheduler sent come? (Others, the scheduler's probes: nothing.)"""
+        stated = self._stated(echo) if echo.workers_stated else []
+        if not echo.resumed or echo.sent == self.messages_received:
+            return stated
         text = (
             f"the connection to the scheduler was reset and messages from it were lost (it sent {echo.sent}, "
             f"{self.messages_received} came): results may be missing, so the session ends"

@@ -29,6 +29,7 @@ from scaler.core.scheduler.events import (
     Tick,
     Undeliverable,
 )
+from scaler.core.scheduler.fleet_size import with_workers
 from scaler.core.scheduler.hello import PEER_KIND_NAMES, refusal
 from scaler.core.scheduler.monitoring import (
     ENDED_INDEX,
@@ -75,8 +76,6 @@ from scaler.protocol.records import (
     Heartbeat,
     HeartbeatEcho,
     Hello,
-    LoneResult,
-    LoneTask,
     Message,
     OutputRecord,
     Payload,
@@ -186,113 +185,6 @@ class SchedulerCore:
             self._send(event.peer, Error(code, event.reason))
             self._out.append(Log.warning(f"dropped a message from {self._label(event.peer)}: {event.reason}"))
 
-    # ------------------------------------------------------------------------------------------- forwarding
-    # The one shortcut beside the normal path (ADR 0008). A single task with inline arguments, submitted while the
-    # ready queue is empty, goes to a worker in a dispatchTasks that is the submitTasks relabelled; a single result
-    # of such a task goes to its client in the very taskResults message the worker sent. The shell asks the core
-    # first: if it answers with a peer, the shell forwards the message there and the core's whole state is exactly
-    # what feeding the decoded message and flushing would have left (without the Send): the stateful property test
-    # and the fault simulation check it on a canonical dump of the core. If it answers None, nothing changed: the
-    # shell decodes the message and feeds it. It saves about 8 % of a round trip. Any change to _on_submit, _link,
-    # _place, _dispatch, _on_results or _end must be made here too, or those tests fail.
-
-    def forward_submit(
-        self, now: float, peer: bytes, task: LoneTask, payloads: tuple[Payload, ...], key: PeerKey | None = None
-    ) -> bytes | None:
-        """The worker to forward this lone submitTasks to, already assigned its task; or None (feed it instead)."""
-        # An empty ready queue, not only no queued task: the slow path would also drop the ended tasks the queue
-        # still holds (it skips them lazily), and the state must end up the same either way.
-        if self._stopped or self._out or self._dirty_workers or self.needs.any_ready():
-            return None
-        client = self.clients.get(peer)
-        task_id = task.task_id
-        limit = self.config.max_payload_bytes
-        if (
-            client is None
-            or client.key != (key.public if key is not None else None)
-            or any(len(p) > limit for p in payloads)
-            or task_id >> ID_PREFIX_SHIFT != client.prefix
-            or not task_id & ID_COUNTER_MASK
-            or task_id in self.tasks
-            or task_id in self.objects
-        ):
-            return None  # the slow path says what is wrong
-        function = self.objects.get(task.function_id)
-        if function is None or function.owner is not client:
-            return None
-        if self.busy_clients > (1 if client.task_count else 0):
-            return None  # another client has work too: fair placement decides (_place_fairly)
-        need = self.needs.by_caps.get(
-            task.requirement
-        )  # (one first met takes the slow path, which checks and files it)
-        if need is None:
-            return None
-        worker = lone_worker(self.workers.values(), None if need.ready is self.needs.ready else need.caps, self.now)
-        if worker is None or task.function_id not in worker.objects:
-            return None  # it would need the function sent first: PutObjects, then the dispatch
-        need.since = None  # as placement leaves it
-        self.now = max(self.now, now)
-        client.last_seen = self.now
-        client.messages_received += 1
-        self.received["submitTasks"] += 1
-        record = Task(task_id, client, task.function_id, task.flags, (0,) * len(payloads), None, payloads, need)
-        need.tasks += 1
-        self.tasks[task_id] = record
-        self.state_counts[TaskState.WAITING] += 1
-        self._count_task(client)
-        (self.functions.by_id.get(task.function_id) or self.function_stats(task.function_id)).submitted += 1
-        function.refs += 1
-        self._move(record, TaskEvent.READY)
-        self._move(record, TaskEvent.ASSIGN)
-        record.worker = worker
-        if not worker.assigned:
-            worker.mark = self.now
-        worker.assigned[task_id] = record
-        worker.messages_sent += 1
-        self.sent["dispatchTasks"] += 1
-        return worker.identity
-
-    def forward_result(
-        self, now: float, peer: bytes, result: LoneResult, payload: Payload, key: PeerKey | None = None
-    ) -> bytes | None:
-        """The client to forward this lone taskResults to, its task already ended; or None (feed it instead)."""
-        if self._stopped or self._out or self._dirty_clients or result.status > TaskStatus.ERROR:
-            return None  # a crash may be retried, a cancel confirmed: the slow path decides
-        worker = self.workers.get(peer)
-        task = worker.assigned.get(result.task_id) if worker is not None else None
-        if (
-            worker is None
-            or task is None
-            or task.state != TaskState.ASSIGNED
-            or task.dependents
-            or task.options[1]  # it may be retried: the slow path decides
-            or worker.key != (key.public if key is not None else None)
-            or len(payload) > self.config.max_payload_bytes
-        ):
-            return None
-        client = task.client
-        if (
-            task.flags & FLAG_SILENT
-            or self.clients.get(client.identity) is not client
-            or client.outbox.ids
-            or client.output.ids  # its task's printed output goes first
-        ):
-            return None
-        self.now = max(self.now, now)
-        worker.last_seen = self.now
-        self.received["taskResults"] += 1
-        worker.messages_received += 1
-        del worker.assigned[result.task_id]
-        task.worker = None
-        worker.completed += 1
-        self._measure(client, self._span(worker, 1))
-        self._end(task, result.status, payload, forwarded=True, worker=worker)
-        if not worker.assigned:
-            self._balance_due = True
-        self.sent["taskResults"] += 1
-        client.messages_sent += 1
-        return client.identity
-
     def flush(self) -> list[Command]:
         if not self._stopped:
             self._place()
@@ -350,7 +242,7 @@ class SchedulerCore:
             self._on_submit(client, message)
         elif isinstance(message, Heartbeat):
             if not message.resumed:
-                self._send(client.identity, HeartbeatEcho())
+                self._send(client.identity, with_workers(HeartbeatEcho(), self.workers.values(), self.now))
             else:
                 self._resumed(client, message)
         elif isinstance(message, PutObjects):
@@ -528,9 +420,10 @@ class SchedulerCore:
             self._balance_due = True
             timeout = self.config.worker_timeout_seconds
         limit = self.config.max_payload_bytes
-        self._send(
-            peer, Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000), max_payload_bytes=limit)
-        )
+        welcome = Welcome(prefix, self.config.name, self.config.protected, int(timeout * 1000), max_payload_bytes=limit)
+        if hello.kind == PeerKind.CLIENT:  # the workers that may take its tasks (fleet_size.py)
+            welcome = with_workers(welcome, self.workers.values(), self.now)
+        self._send(peer, welcome)
 
     def _refuse_hello(
         self, peer: bytes, hello: Hello, reason: str, key_problem: bool = False, key: PeerKey | None = None
@@ -733,7 +626,7 @@ class SchedulerCore:
             need.tasks += 1
             if options is not None:
                 task.options = options[k]
-                task.priority = options[k][2]
+                task.priority = options[k].priority
             self.tasks[task_id] = task
             self.state_counts[TaskState.WAITING] += 1
             if not client.task_count:
@@ -756,14 +649,12 @@ class SchedulerCore:
             text = f"{len(invalid)} tasks require capabilities that are not valid: " + "; ".join(sorted(problems))
             self._bad_request(client.identity, text, invalid)
 
-    def _count_task(self, client: ClientSession) -> None:
-        """One more unfinished task of `client` (busy_clients counts the clients that have some)."""
-        if not client.task_count:
-            self.busy_clients += 1
-        client.task_count += 1
-
     def _count_submitted(self, function_ids: list[int], refused: list[int]) -> None:
         """Count a batch's tasks by function: one pass in C over its column, not a lookup per task."""
+        n = len(function_ids)
+        if n and not refused and function_ids.count(function_ids[0]) == n:  # one function (a map, a lone task)
+            self.function_stats(function_ids[0]).submitted += n
+            return
         counts = Counter(function_ids)
         counts.subtract(refused)
         for function_id, count in counts.items():
@@ -839,14 +730,14 @@ class SchedulerCore:
                 reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
                 if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it", worker):
                     task.need.ready.appendleft(task)
-            elif task.failures < task.options[1] and status in RETRIABLE_STATUSES:
+            elif task.failures < task.options.retries and status in RETRIABLE_STATUSES:
                 if self._log.error_texts:
                     self._log.forget_texts([task_id])  # the failure of a run that goes again
                 task.failures += 1
                 self._move(task, TaskEvent.REQUEUE)
                 task.need.ready.append(task)  # behind the client's other ready tasks of its priority, as a new run
                 what = TaskStatus(status).name.lower().replace("_", " ")
-                retry = f"retry {task.failures} of {task.options[1]}"
+                retry = f"retry {task.failures} of {task.options.retries}"
                 self._info(
                     "retry", task.client.identity, f"task {task.task_id:#x} ended {what} on {worker.name}: {retry}"
                 )
@@ -951,14 +842,12 @@ class SchedulerCore:
         duration_us: int = 0,
         peak: int = 0,
         pinned: bool = True,
-        forwarded: bool = False,
         cpu_us: int = 0,
         worker: WorkerSession | None = None,
     ) -> None:
         """End a task (and, if it did not succeed, the tasks waiting on it, with the same outcome).
 
         pinned=False: `first` never pinned the objects it refers to (it was refused while being linked).
-        forwarded=True: the shell forwards the worker's message to the client; nothing goes into the outbox.
         worker: the worker that held `first` and reported its end, for monitors."""
         pending = [first]
         by_id = self.functions.by_id
@@ -989,7 +878,7 @@ class SchedulerCore:
                 text = self._log.ended(
                     task.task_id, status, payload, stats.name, name, time_us, duration_us, peak, text
                 )
-            if not forwarded and not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
+            if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
             dependents = task.dependents
@@ -1307,10 +1196,10 @@ class SchedulerCore:
                 keywords = [""] * len(arg_refs)
             if keywords is not None:
                 keywords.extend(task.keywords or ("",) * len(task.arg_refs))
-            if task.options[0] and timeouts is None:
+            if task.options.timeout_ms and timeouts is None:
                 timeouts = [0] * len(ids)
             if timeouts is not None:
-                timeouts.append(task.options[0])
+                timeouts.append(task.options.timeout_ms)
             ids.append(task.task_id)
             function_ids.append(task.function_id)
             flags.append(task.flags)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Union
 
 from scaler.core.common import Log as Log
+from scaler.core.common import Stop as Stop  # the scheduler must stop (its exit code: 0)
 from scaler.core.slotted import slotted
 from scaler.protocol.records import Message, PeerKind
 
@@ -85,15 +86,11 @@ Event = Union[Received, Malformed, Undeliverable, Forbidden, Revoked, Tick]
 
 @slotted(frozen=True)
 class Send:
+    """Send `message` to `peer` (a ZeroMQ routing id). The worker agent's and the client's cores have one peer each:
+    they use scaler.core.common.Send, without one."""
+
     peer: bytes
     message: Message
-
-
-@slotted(frozen=True)
-class Stop:
-    """The scheduler must stop (after sending the commands before this one)."""
-
-    reason: str
 
 
 Command = Union[Send, Log, Stop]

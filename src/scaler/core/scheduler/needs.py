@@ -27,8 +27,8 @@ _PRIORITY = operator.attrgetter("priority")
 
 
 _QUEUED = TaskState.QUEUED
-# Needs (distinct requirements) kept while no task has them, so that a lone task of a known one is forwarded; more
-# are forgotten at the next tick (NeedTable.prune).
+# Needs (distinct requirements) kept while no task has them, so that tasks that come again with a recent requirement
+# find it checked and filed; more are forgotten at the next tick (NeedTable.prune).
 KEEP_NEEDS = 16
 
 

@@ -5,76 +5,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from scaler.protocol.records import Heartbeat, Payload, TaskOutput, TaskResults
+from scaler.core.outbox import OutputColumns, ResultColumns
+from scaler.protocol.records import Heartbeat
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.tasks import Task
-
-
-class ResultBuffer:
-    """Results waiting to be sent to one client in the next flush, as columns."""
-
-    __slots__ = ("cpu", "durations", "ids", "payloads", "peaks", "statuses")
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.statuses = bytearray()
-        self.payloads: list[Payload] = []
-        self.durations: list[int] | None = None
-        self.peaks: list[int] | None = None
-        self.cpu: list[int] | None = None  # the profiling columns: all three, or none
-
-    def _clear(self) -> None:
-        self.ids, self.statuses, self.payloads, self.durations, self.peaks = [], bytearray(), [], None, None
-        self.cpu = None
-
-    def add(
-        self, task_id: int, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
-    ) -> None:
-        if (duration_us or peak or cpu_us) and self.durations is None:
-            self.durations = [0] * len(self.ids)
-            self.peaks = [0] * len(self.ids)
-            self.cpu = [0] * len(self.ids)
-        self.ids.append(task_id)
-        self.statuses.append(status)
-        self.payloads.append(payload)
-        if self.durations is not None and self.peaks is not None and self.cpu is not None:
-            self.durations.append(duration_us)
-            self.peaks.append(peak)
-            self.cpu.append(cpu_us)
-
-    def take(self) -> TaskResults | None:
-        if not self.ids:
-            return None
-        message = TaskResults(self.ids, bytes(self.statuses), self.payloads, self.durations, self.peaks, self.cpu)
-        self._clear()
-        return message
-
-
-class OutputBuffer:
-    """Printed output of a client's tasks (taskOutput streams 1 and 2) waiting for the next flush: sent before the
-    client's results, so that a task's output always arrives before its result."""
-
-    __slots__ = ("chars", "ids", "streams", "texts")
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.streams = bytearray()
-        self.texts: list[str] = []
-        self.chars = 0
-
-    def add(self, task_id: int, stream: int, text: str) -> None:
-        self.ids.append(task_id)
-        self.streams.append(stream)
-        self.texts.append(text)
-        self.chars += len(text)
-
-    def take(self) -> TaskOutput | None:
-        if not self.ids:
-            return None
-        message = TaskOutput(self.ids, bytes(self.streams), self.texts)
-        self.ids, self.streams, self.texts, self.chars = [], bytearray(), [], 0
-        return message
 
 
 class ClientSession:
@@ -110,8 +45,8 @@ class ClientSession:
         self.started_at = -1.0  # while task_us is not known: when a worker first said it started one of its tasks
         self.completed = 0
         self.objects: set[int] = set()  # ids of objects it owns
-        self.outbox = ResultBuffer()
-        self.output = OutputBuffer()
+        self.outbox = ResultColumns()  # its results, sent at the next flush
+        self.output = OutputColumns()  # its tasks' printed output, sent at the next flush before the results
         # Messages of this session each way, heartbeats and echoes excluded: compared when the client's connection is
         # made again after a reset, so a message lost in it ends the session (docs/protocol.md "Connection resets").
         self.messages_received = 0

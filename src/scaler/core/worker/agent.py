@@ -11,14 +11,21 @@ import logging
 from dataclasses import dataclass
 
 from scaler.core.capabilities import worker_capabilities
-from scaler.core.common import InvariantError, Log, unreachable
+from scaler.core.common import InvariantError, Log, Send, unreachable
+from scaler.core.common import Stop as Stop  # (the process must stop, with an exit code)
 from scaler.core.fair import FairQueue, owner_of_task
+from scaler.core.outbox import MeasuredResultColumns, OutputColumns
 from scaler.core.worker import messages as pm
 from scaler.core.worker.states import (
+    ENDED,
+    IN_SESSION,
+    SESSION_TRANSITIONS,
     AgentTask,
     ProcessorSlot,
     ProcessorState,
     ProcessorStep,
+    SessionState,
+    SessionStep,
     TaskState,
     TaskStep,
 )
@@ -41,8 +48,6 @@ from scaler.protocol.records import (
     PutObjects,
     Refused,
     Shutdown,
-    TaskOutput,
-    TaskResults,
     TasksStarted,
     TaskStatus,
     Welcome,
@@ -133,9 +138,7 @@ AgentEvent = Started | FromScheduler | FromProcessor | ProcessorExited | Tick | 
 
 
 # ---------------------------------------------------------------------------------------------- commands
-@dataclass(frozen=True, slots=True)
-class ToScheduler:
-    message: Message
+ToScheduler = Send  # a message for the scheduler (the agent's one peer): scaler.core.common.Send
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +163,6 @@ class KillIfRunning:
 
     processor: int
     task_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    reason: str
-    exit_code: int = 0
 
 
 AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | KillIfRunning | Stop | Log
@@ -204,6 +201,9 @@ class AgentCore:
         self.objects: dict[int, Payload] = {}
         self.processors: dict[int, ProcessorSlot] = {}
         self.active: int | None = None  # the processor new tasks go to
+        # Its session with the scheduler: changed only by _move_session (SESSION_TRANSITIONS), which keeps the two
+        # flags read on every event: connected (in a session: welcomed, not lost since) and stopped.
+        self.session = SessionState.NEW
         self.connected = False
         self.stopped = False
         self.mean_duration_us = 0.0
@@ -224,24 +224,14 @@ class AgentCore:
         self._canceling: set[int] = set()  # tasks in a processor asked to be discarded because they were cancelled
         self._giving_back: set[int] = set()  # tasks in a processor asked to be discarded, for the scheduler
         self._out: list[AgentCommand] = []
-        self._results_ids: list[int] = []
-        self._results_statuses = bytearray()
-        self._results_payloads: list[Payload] = []
-        self._results_durations: list[int] = []
-        self._results_peaks: list[int] = []
-        self._results_cpu: list[int] = []
-        self._results_profiled = False
-        # Pieces of text tasks wrote (pm.Output), sent in one TaskOutput before the results of the same flush.
-        self._output_ids: list[int] = []
-        self._output_streams = bytearray()
-        self._output_texts: list[str] = []
+        self._results = MeasuredResultColumns()  # sent to the scheduler at the next flush
+        self._output = OutputColumns()  # pieces of text tasks wrote: sent at the next flush, before the results
         self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
         self._started_late: list[int] = []  # those of the flush before, told at this flush if still running
         # Messages of this session each way, heartbeats, echoes and the hello excluded (the welcome included): after a
         # connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
         self.messages_sent = 0
         self.messages_received = 0
-        self._resume_due = False  # the connection closed and was made again: the next heartbeat says resumed
         self._link_down_since: float | None = None  # when the connection to the scheduler closed, while it is
         self._peer_timeout = 0.0  # the scheduler declares us lost after this much silence (its welcome says)
         self._now = 0.0  # the time of the latest event: when a timed task handed to a processor now started
@@ -277,7 +267,7 @@ class AgentCore:
                 self._stop(event.reason)
             case SchedulerLink():
                 if event.up and self._link_down_since is not None and self.connected:
-                    self._resume_due = True
+                    self._move_session(SessionStep.RECONNECTED)
                     self._last_heartbeat = -1e18  # at the next tick
                 self._link_down_since = None if event.up else (self._link_down_since or event.now)
             case _:
@@ -288,21 +278,12 @@ class AgentCore:
             self._feed_processor()
         if self._started or self._started_late:
             self._tell_started()
-        if self._output_ids:  # before the results: a task's output reaches its client before its result
-            output = TaskOutput(self._output_ids, bytes(self._output_streams), self._output_texts)
+        output = self._output.take() if self._output.ids else None  # (no call on an empty flush)
+        if output is not None:  # before the results: a task's output reaches its client before its result
             self._to_scheduler(output)
-            self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
-        if self._results_ids:
-            durations = self._results_durations if self._results_profiled else None
-            peaks = self._results_peaks if self._results_profiled else None
-            cpu = self._results_cpu if self._results_profiled else None
-            results = TaskResults(
-                self._results_ids, bytes(self._results_statuses), self._results_payloads, durations, peaks, cpu
-            )
+        results = self._results.take() if self._results.ids else None
+        if results is not None:
             self._to_scheduler(results)
-            self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
-            self._results_durations, self._results_peaks, self._results_profiled = [], [], False
-            self._results_cpu = []
         out, self._out = self._out, []
         return out
 
@@ -350,9 +331,8 @@ class AgentCore:
                 self._on_echo(now, message)
             case Welcome():
                 self._on_welcome(message)
-            case Shutdown():
-                self.connected = False  # it is going: nothing more for it (the shell does not wait to send)
-                self._stop(f"the scheduler is shutting down ({message.reason})")
+            case Shutdown():  # it is going: nothing more for it (the shell does not wait to send)
+                self._stop(f"the scheduler is shutting down ({message.reason})", step=SessionStep.BYE)
             case Refused():
                 self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
             case Error():
@@ -366,20 +346,16 @@ class AgentCore:
             self.lag_us = max(0, int((now - self._heartbeat_sent_at) * 1e6))
         if echo.resumed and echo.sent != self.messages_received and self.connected:
             # Something the scheduler sent was lost in the reset (a dispatch, say): this session cannot be trusted.
-            self.connected = False
-            self._out.append(
-                Log.warning(
-                    f"messages from the scheduler were lost in a connection reset (it sent {echo.sent}, "
-                    f"{self.messages_received} came); saying hello again"
-                )
+            self._lose_session(
+                now,
+                f"messages from the scheduler were lost in a connection reset (it sent {echo.sent}, "
+                f"{self.messages_received} came); saying hello again",
             )
-            self._forget_session()
-            self._send_hello(now)
 
     def _on_welcome(self, message: Welcome) -> None:
+        self._move_session(SessionStep.WELCOME)
         self._forget_session()
         self.messages_received = 1  # a new session: the welcome is its first message
-        self.connected = True
         self._peer_timeout = message.peer_timeout_ms / 1000
         self.max_payload_bytes = message.max_payload_bytes
         if message.peer_timeout_ms:  # beat often enough for the scheduler's patience
@@ -392,12 +368,25 @@ class AgentCore:
             # The scheduler lost our session (it restarted, or declared us dead): it re-runs our tasks elsewhere.
             # Several messages in flight bring several such errors: say hello once.
             if self.connected:
-                self.connected = False
-                self._out.append(Log.warning("the scheduler lost this worker's session; saying hello again"))
-                self._forget_session()
-                self._send_hello(now)
+                self._lose_session(now, "the scheduler lost this worker's session; saying hello again")
         else:
             self._out.append(Log.warning(f"the scheduler refused a message: {message.message}"))
+
+    def _move_session(self, step: SessionStep) -> None:
+        """The one way the session changes: by SESSION_TRANSITIONS (any other change is a bug: InvariantError)."""
+        after = SESSION_TRANSITIONS.get((self.session, step))
+        if after is None:
+            raise InvariantError(f"the session cannot take {step.value} while {self.session.value}")
+        self.session = after
+        self.connected = after in IN_SESSION
+        self.stopped = after in ENDED
+
+    def _lose_session(self, now: float, why: str) -> None:
+        """The session is surely gone: say why, drop what it held, and say hello for a new one."""
+        self._move_session(SessionStep.LOST)
+        self._out.append(Log.warning(why))
+        self._forget_session()
+        self._send_hello(now)
 
     def _forget_session(self) -> None:
         """A new session starts with nothing: whatever we held belonged to the old one (the scheduler re-queued
@@ -409,9 +398,8 @@ class AgentCore:
         self._drop_all_queued()
         # Answers not yet sent belong to the old session too: sent after the new hello, they would land in the new
         # one (where the same task ids may be dispatched again). The scheduler already ended or re-queued them.
-        self._results_ids, self._results_statuses, self._results_payloads = [], bytearray(), []
-        self._results_durations, self._results_peaks, self._results_cpu, self._results_profiled = [], [], [], False
-        self._output_ids, self._output_streams, self._output_texts = [], bytearray(), []
+        self._results.clear()
+        self._output.clear()
         self._started, self._started_late = [], []
         for task in list(self.tasks.values()):
             self._leave(task)  # results of tasks running now would be stale
@@ -435,9 +423,9 @@ class AgentCore:
             self._out.append(Log.warning(f"{dropped} queued tasks of the previous session dropped"))
 
     def _send_hello(self, now: float) -> None:
+        self._move_session(SessionStep.HELLO)
         self._hello_sent_at = now
         self.messages_sent = 0  # a new session counts from here
-        self._resume_due = False
         self._to_scheduler(self._hello())
 
     def _to_scheduler(self, message: Message) -> None:
@@ -472,8 +460,8 @@ class AgentCore:
         in_processors = []
         for task in [self.tasks[i] for i in ids if i in self.tasks]:
             if task.state == QUEUED:
-                self._unqueue(task)
-                self._add_result(task, TaskStatus.CANCELED, b"", 0, 0, 0)
+                self.queued -= 1  # (the queue skips it when it meets it)
+                self._end(task, TaskStatus.CANCELED, b"")
             elif task.state == IN_PROCESSOR:
                 self._canceling.add(task.task_id)
                 in_processors.append(task)
@@ -546,9 +534,19 @@ class AgentCore:
     def _end(
         self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
     ) -> None:
-        """The task leaves with an outcome, which goes to the scheduler with the next flush."""
+        """The task leaves with an outcome, which goes to the scheduler with the next flush (a result or an exception
+        over the scheduler's payload limit as a failure that says so)."""
         self._leave(task)
-        self._add_result(task, status, payload, duration_us, peak, cpu_us)
+        limit = self.max_payload_bytes
+        if limit and len(payload) > limit and status in (TaskStatus.SUCCESS, TaskStatus.ERROR):
+            what = "result" if status == TaskStatus.SUCCESS else "exception"
+            text = (
+                f"the {what} of task {task.task_id:#x} is {len(payload):,} bytes once serialized, more than the "
+                f"scheduler's limit of {limit:,} bytes per payload (scaler_scheduler --max-payload-bytes)"
+            )
+            self._out.append(Log.warning(text))
+            status, payload = TaskStatus.FAILED, text.encode()
+        self._results.add(task.task_id, status, payload, duration_us, peak, cpu_us, task.flags & FLAG_PROFILING)
 
     def _requeue(self, tasks: list[AgentTask]) -> None:
         """Tasks a processor gave up without a result (it blocked before starting them, or died) go back to the
@@ -583,12 +581,9 @@ class AgentCore:
             return
         lost = self._session_lost(now)
         if lost:
-            self.connected = False
-            self._out.append(
-                Log.warning(f"{lost}: its session is gone; stopping its work and saying hello until one answers")
+            self._lose_session(
+                now, f"{lost}: its session is gone; stopping its work and saying hello until one answers"
             )
-            self._forget_session()
-            self._send_hello(now)
         for slot in [s for s in self.processors.values() if s.timed and now >= s.window[s.timed].deadline]:
             task = slot.window[slot.timed]
             text = (
@@ -625,10 +620,11 @@ class AgentCore:
                 processors=len(self.processors),
                 blocked_processors=sum(1 for s in self.processors.values() if s.state == BLOCKED),
                 waiting_tasks=waiting,
-                resumed=self._resume_due,
-                sent=self.messages_sent if self._resume_due else 0,
+                resumed=self.session is SessionState.RESUMING,
+                sent=self.messages_sent if self.session is SessionState.RESUMING else 0,
             )
-            self._resume_due = False
+            if self.session is SessionState.RESUMING:
+                self._move_session(SessionStep.RESUMED)
             self._to_scheduler(heartbeat)
             self._echo_awaited = True
 
@@ -651,7 +647,7 @@ class AgentCore:
     def _waiting_tasks(self) -> int:
         return sum(len(slot.waiting) for slot in self.processors.values() if slot.state == BLOCKED)
 
-    def _stop(self, reason: str, exit_code: int = 0) -> None:
+    def _stop(self, reason: str, exit_code: int = 0, step: SessionStep = SessionStep.STOP) -> None:
         # A worker that fails says why at ERROR: shown even when only warnings are (scaler_cluster -ll WARNING).
         self._out.append(Log(logging.ERROR if exit_code else logging.INFO, f"stopping: {reason}"))
         for processor in list(self.processors):
@@ -662,7 +658,7 @@ class AgentCore:
         for task in list(self.tasks.values()):
             self._leave(task)
         self._out.append(Stop(reason, exit_code))
-        self.stopped = True
+        self._move_session(step)
 
     def _over_memory(self, slot: ProcessorSlot, rss: int) -> None:
         """The processor uses more memory than allowed: its running task (if blocked, the tasks waiting in it) ends
@@ -748,14 +744,11 @@ class AgentCore:
         """Text tasks of this processor wrote (their output, or the error one raised): it goes to the scheduler
         with the next flush, before any result of that flush; a task no longer held here (its session was lost)
         has nobody to read it."""
-        window = slot.window
+        window, output = slot.window, self._output
         for task_id, stream, text in zip(message.task_ids, message.streams, message.texts, strict=False):
             task = window.get(task_id)
-            if task is None or task.state == GONE:
-                continue
-            self._output_ids.append(task_id)
-            self._output_streams.append(stream)
-            self._output_texts.append(text)
+            if task is not None and task.state != GONE:
+                output.add(task_id, stream, text)
 
     def _retire(self, slot: ProcessorSlot) -> None:
         """A processor that finished its blocked task while another one took over: keep one spare at most."""
@@ -931,44 +924,24 @@ class AgentCore:
             active = self.processors.get(self.active)
             _check(active is not None and active.state != BLOCKED, "the active processor is {!r}", active)
         _check(len(self.processors) <= self.config.max_processors, "{} processors", len(self.processors))
-        columns = (
-            self._results_statuses,
-            self._results_payloads,
-            self._results_durations,
-            self._results_peaks,
-            self._results_cpu,
-        )
-        _check(all(len(c) == len(self._results_ids) for c in columns), "the results columns differ in length")
-        output = (self._output_streams, self._output_texts)
-        _check(all(len(c) == len(self._output_ids) for c in output), "the output columns differ in length")
+        self._results.validate()
+        self._output.validate()
+        self._validate_session()
+
+    def _validate_session(self) -> None:
+        session = self.session
+        _check(self.connected == (session in IN_SESSION), "connected={} in session state {}", self.connected, session)
+        _check(self.stopped == (session in ENDED), "stopped={} in session state {}", self.stopped, session)
         _check(not self.stopped or not self.processors, "a stopped agent still has processors")
+        if session is SessionState.NEW or session is SessionState.GREETING:  # no session: nothing of one is held
+            held = len(self.tasks) + len(self.objects) + self.queued + len(self._results.ids) + len(self._output.ids)
+            _check(not held, "{} tasks, objects or results held outside a session ({})", held, session)
 
     def _window_size(self) -> int:
         if self.mean_duration_us <= 0:
             return 1  # run times unknown: a task given to the processor can no longer be balanced away
         by_time = int(self.config.window_seconds * 1e6 / self.mean_duration_us)
         return max(1, min(self.config.max_window, by_time))
-
-    def _add_result(
-        self, task: AgentTask, status: int, payload: Payload, duration_us: int, peak: int, cpu_us: int
-    ) -> None:
-        limit = self.max_payload_bytes
-        if limit and len(payload) > limit and status in (TaskStatus.SUCCESS, TaskStatus.ERROR):
-            what = "result" if status == TaskStatus.SUCCESS else "exception"
-            text = (
-                f"the {what} of task {task.task_id:#x} is {len(payload):,} bytes once serialized, more than the "
-                f"scheduler's limit of {limit:,} bytes per payload (scaler_scheduler --max-payload-bytes)"
-            )
-            self._out.append(Log.warning(text))
-            status, payload = TaskStatus.FAILED, text.encode()
-        self._results_ids.append(task.task_id)
-        self._results_statuses.append(status)
-        self._results_payloads.append(payload)
-        self._results_durations.append(duration_us)
-        self._results_peaks.append(peak)
-        self._results_cpu.append(cpu_us)
-        if task.flags & FLAG_PROFILING:
-            self._results_profiled = True
 
 
 def _size(count: int) -> str:

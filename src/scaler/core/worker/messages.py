@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scaler.protocol.records import Payload
+from scaler.protocol.records import Payload, TaskOutput
 
 # One task for a processor: (task id, function object id, flags, argument refs, keywords or None).
 ProcessorTask = tuple[int, int, int, tuple[int, ...], "tuple[str, ...] | None"]
@@ -67,14 +67,10 @@ class Results:
     cpu_times_us: list[int] | None = None  # when some task of the batch was profiled
 
 
-@dataclass(slots=True)
-class Output:
-    """Pieces of text tasks wrote, in order (streams: OUTPUT_STDOUT, OUTPUT_STDERR, OUTPUT_ERROR, one per piece).
-    A task's pieces come before its result; those of a flagged task (FLAG_STREAM_OUTPUT) also while it runs."""
-
-    task_ids: list[int]
-    streams: bytes
-    texts: list[str]
+# Pieces of text tasks wrote, in order (streams: OUTPUT_STDOUT, OUTPUT_STDERR, OUTPUT_ERROR, one per piece): the
+# record the agent sends on to the scheduler (with the pieces of the tasks it still holds). A task's pieces come
+# before its result; those of a flagged task (FLAG_STREAM_OUTPUT) also while it runs.
+Output = TaskOutput
 
 
 @dataclass(slots=True)

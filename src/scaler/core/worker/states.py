@@ -1,5 +1,5 @@
-"""What a worker agent holds: its tasks and its processors, each with its states and the one table of their legal
-changes. Any other change is an InvariantError (a bug in the agent, never a peer's fault).
+"""What a worker agent holds: its session with the scheduler, its tasks and its processors, each with its states and
+the one table of their legal changes. Any other change is an InvariantError (a bug in the agent, never a peer's fault).
 
 Pure; no I/O.
 """
@@ -121,3 +121,49 @@ class ProcessorSlot:
 
     def __repr__(self) -> str:
         return f"<Processor {self.processor} {self.state.value} window={len(self.window)}>"
+
+
+class SessionState(enum.Enum):
+    NEW = "new"  # not started: nothing said to the scheduler yet
+    GREETING = "greeting"  # a hello went, no welcome came yet: no session, so nothing of one is held
+    CONNECTED = "connected"  # welcomed: in a session
+    RESUMING = "resuming"  # in a session whose connection closed and was made again: the next heartbeat says so
+    LEAVING = "leaving"  # stopped in a session: its last messages (a goodbye, the last results) are worth a wait
+    STOPPED = "stopped"  # stopped with no session to tell (never welcomed, or the scheduler is going)
+
+
+class SessionStep(enum.Enum):
+    HELLO = "hello"  # a hello went: at the start, or again (no welcome came for a while; the session was lost)
+    WELCOME = "welcome"  # the scheduler welcomed a hello (a second welcome answers a later hello: a new session)
+    LOST = "lost"  # the session is surely gone: the scheduler says so, messages were lost, silence, no connection
+    RECONNECTED = "reconnected"  # the connection closed and was made again
+    RESUMED = "resumed"  # the heartbeat that says so went
+    BYE = "bye"  # the scheduler is going (Shutdown): there is nobody left to tell anything
+    STOP = "stop"  # the agent stops: asked to, refused, or giving up
+
+
+_NEW, _GREETING, _CONNECTED, _RESUMING = (
+    SessionState.NEW,
+    SessionState.GREETING,
+    SessionState.CONNECTED,
+    SessionState.RESUMING,
+)
+SESSION_TRANSITIONS: dict[tuple[SessionState, SessionStep], SessionState] = {
+    (_NEW, SessionStep.HELLO): _GREETING,
+    (_GREETING, SessionStep.HELLO): _GREETING,
+    (_GREETING, SessionStep.WELCOME): _CONNECTED,
+    (_CONNECTED, SessionStep.WELCOME): _CONNECTED,
+    (_RESUMING, SessionStep.WELCOME): _RESUMING,  # the reset came after the hello of the new session too
+    (_CONNECTED, SessionStep.LOST): _GREETING,  # (its hello follows at once)
+    (_RESUMING, SessionStep.LOST): _GREETING,
+    (_CONNECTED, SessionStep.RECONNECTED): _RESUMING,
+    (_RESUMING, SessionStep.RECONNECTED): _RESUMING,
+    (_RESUMING, SessionStep.RESUMED): _CONNECTED,
+    **{(state, SessionStep.BYE): SessionState.STOPPED for state in (_NEW, _GREETING, _CONNECTED, _RESUMING)},
+    (_NEW, SessionStep.STOP): SessionState.STOPPED,
+    (_GREETING, SessionStep.STOP): SessionState.STOPPED,
+    (_CONNECTED, SessionStep.STOP): SessionState.LEAVING,
+    (_RESUMING, SessionStep.STOP): SessionState.LEAVING,
+}
+IN_SESSION = frozenset({_CONNECTED, _RESUMING, SessionState.LEAVING})  # welcomed, and not lost since
+ENDED = frozenset({SessionState.LEAVING, SessionState.STOPPED})  # the agent stopped: no state changes any more

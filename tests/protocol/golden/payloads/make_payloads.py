@@ -22,6 +22,7 @@ import fractions
 import json
 import operator
 import sys
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,13 @@ def grouped_block() -> tuple[Any, dict[str, Any], tuple[Any, ...]]:
     """The one block task of a small grouped graph: (run_block, its spec, its inputs), as client.get(group=10) makes
     it. Its nodes: a stdlib function (operator.mul), a user's function (double), build_list (a list argument naming
     keys) and identity (an alias)."""
-    graph = {"x": 2, "y": (operator.mul, "x", 10), "z": (double, "y"), "w": ["x", "z", 7], "v": "w"}
+    graph: dict[Hashable, Any] = {
+        "x": 2,
+        "y": (operator.mul, "x", 10),
+        "z": (double, "y"),
+        "w": ["x", "z", 7],
+        "v": "w",
+    }
     grouped = group_plan(plan_graph(graph, ["v", "y"]), ["v", "y"], 10)
     (block,) = grouped.keys
     function, spec, *inputs = grouped.graph[block]

@@ -1,5 +1,5 @@
 """ObjectRef, and the call behind each task ref: submitted at once, or when the tasks whose results it takes as
-arguments have ended, so that f.remote(...) never waits. Used by scaler.compat.ray; the client does the I/O."""
+arguments have ended, so that f.remote(...) never waits. Used by scaler.integrations.ray; the client does the I/O."""
 
 from __future__ import annotations
 
