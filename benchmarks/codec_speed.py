@@ -1,7 +1,8 @@
-"""Encode and decode speed of the pure-Python codec (scaler.protocol.purecodec) against the pycapnp one
-(scaler.protocol.codec), for the scheduler's hot messages: taskResults and submitTasks batches of 1 and 1,000.
+"""Encode and decode speed of Scaler's codec (scaler.protocol.codec, pure Python: ADR 0019) beside the tests' pycapnp
+oracle (tests/protocol/capnp_codec.py, every field through pycapnp), for the hot messages: taskResults and submitTasks
+batches of 1 and 1,000.
 
-Runs under any interpreter: where pycapnp is missing (PyPy) only the pure codec is measured. On Python 3.9 (Debian's
+Runs under any interpreter: where pycapnp is missing (PyPy) only Scaler's codec is measured. On Python 3.9 (Debian's
 pypy3) the records module does not import as it is (dataclass(slots=True), a `X | Y` alias at run time): this loads
 it through a small source rewrite (drops slots=, makes the alias a typing.Union), for measuring only.
 
@@ -24,6 +25,7 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(1, ROOT)  # tests.protocol.capnp_codec
 
 
 def _load_records_on_39() -> None:
@@ -55,11 +57,11 @@ def _load_records_on_39() -> None:
 if sys.version_info < (3, 10):  # noqa: UP036 (Debian's pypy3 is Python 3.9)
     _load_records_on_39()
 
-from scaler.protocol import purecodec  # noqa: E402
+from scaler.protocol import codec  # noqa: E402
 from scaler.protocol.records import SubmitTasks, TaskResults  # noqa: E402
 
 try:
-    from scaler.protocol import codec as capnp_codec
+    from tests.protocol import capnp_codec
 except ImportError:  # no pycapnp (PyPy)
     # a module or None: its rows are skipped without pycapnp
     capnp_codec = None  # type: ignore[assignment]
@@ -98,9 +100,9 @@ def main(argv: list[str]) -> int:
     pypy = getattr(sys, "pypy_version_info", None)
     version = f"(PyPy {'.'.join(map(str, pypy[:3]))})" if pypy else ""
     print(platform.python_implementation(), platform.python_version(), version)
-    codecs: list[tuple[str, Any]] = [("purecodec", purecodec)]
+    codecs: list[tuple[str, Any]] = [("codec", codec)]
     if capnp_codec is not None:
-        codecs.insert(0, ("codec", capnp_codec))
+        codecs.append(("pycapnp", capnp_codec))
     print(f"{'message':<20}" + "".join(f"{name + ' ' + op:>20}" for name, _ in codecs for op in ("encode", "decode")))
     for n in (1, 1000):
         for label, message in messages(n).items():

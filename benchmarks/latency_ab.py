@@ -15,12 +15,15 @@ covers what changes from one cluster start to the next.
 usage:
   python benchmarks/latency_ab.py REF_A REF_B [--rounds 12] [--round-trips 600] [--cpus-a 0,1] [--cpus-b 0]
   python benchmarks/latency_ab.py REF_A REF_B --interleave [--blocks 60] [--block 50]
-  (both: [--transport-a tcp|ipc] [--transport-b tcp|ipc] [--loop-a builtin|uvloop] [--loop-b builtin|uvloop])
+  (both: [--transport-a tcp|ipc] [--transport-b tcp|ipc] [--loop-a builtin|uvloop] [--loop-b builtin|uvloop]
+         [--env-a NAME=VALUE ...] [--env-b NAME=VALUE ...])
 
 REF is a git revision of this repository (exported to a temporary directory), WORK for the working tree, or
 the path of a directory holding a `scaler` package (a tree prepared by hand, compiled modules and all).
 --cpus-a / --cpus-b run that side's whole process tree (client, scheduler, workers) on those CPUs only, for
 example `HEAD HEAD --cpus-b 0` to see what crossing CPUs costs the round trip on this machine.
+--env-a / --env-b set environment variables for that side's whole process tree (repeatable), for example
+`WORK WORK --env-b PYTHONHASHSEED=0` (the same tree, one setting changed).
 The interpreter running this script runs both versions (its site-packages provide pyzmq, pycapnp, ...).
 """
 
@@ -89,6 +92,17 @@ def _cpus(text: str) -> set[int]:
     return {int(cpu) for cpu in text.split(",")}
 
 
+def _assignment(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE")
+    return name, value
+
+
+def _environment(assignments: list[tuple[str, str]]) -> dict[str, str]:
+    return {**os.environ, **dict(assignments)}
+
+
 def _restrict(cpus: set[int] | None) -> Callable[[], None] | None:
     if cpus is None:
         return None
@@ -107,17 +121,21 @@ def main() -> None:
     parser.add_argument("--transport-b", choices=("tcp", "ipc"), default="tcp", help="side B's addresses")
     parser.add_argument("--loop-a", choices=("builtin", "uvloop"), default="builtin", help="side A's event loop")
     parser.add_argument("--loop-b", choices=("builtin", "uvloop"), default="builtin", help="side B's event loop")
+    parser.add_argument("--env-a", type=_assignment, action="append", default=[], help="NAME=VALUE for side A")
+    parser.add_argument("--env-b", type=_assignment, action="append", default=[], help="NAME=VALUE for side B")
     parser.add_argument("--interleave", action="store_true", help="run both at once, in turns of --block")
     parser.add_argument("--blocks", type=int, default=60, help="with --interleave: blocks per version")
     parser.add_argument("--block", type=int, default=50, help="with --interleave: round trips per block")
     args = parser.parse_args()
     cpus = {"A": args.cpus_a, "B": args.cpus_b}
     setup = {"A": (args.transport_a, args.loop_a), "B": (args.transport_b, args.loop_b)}
+    environments = {"A": _environment(args.env_a), "B": _environment(args.env_b)}
+    shown = {"A": _env_text(args.env_a), "B": _env_text(args.env_b)}
     with tempfile.TemporaryDirectory(prefix="scaler-ab-") as work:
         trees = {"A": export(args.ref_a, work)}
         trees["B"] = trees["A"] if args.ref_b == args.ref_a else export(args.ref_b, work)
         if args.interleave:
-            interleave(args, trees, cpus, setup, work)
+            interleave(args, trees, cpus, setup, environments, shown, work)
             return
         script = os.path.join(work, "driver.py")
         with open(script, "w") as f:
@@ -128,6 +146,7 @@ def main() -> None:
                 out = subprocess.run(
                     [sys.executable, script, trees[name], *setup[name]],
                     preexec_fn=_restrict(cpus[name]),
+                    env=environments[name],
                     input=f"{args.round_trips}\n0\n",
                     capture_output=True,
                     text=True,
@@ -139,7 +158,8 @@ def main() -> None:
             print(f"round {round_number + 1}: A {medians['A'][-1]:,.0f} µs, B {medians['B'][-1]:,.0f} µs", flush=True)
     ratios = [b / a for a, b in zip(medians["A"], medians["B"])]
     for name, ref in (("A", args.ref_a), ("B", args.ref_b)):
-        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}): median {statistics.median(medians[name]):,.0f} µs")
+        median = statistics.median(medians[name])
+        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}{shown[name]}): median {median:,.0f} µs")
     print(f"B/A, median of the paired ratios: {statistics.median(ratios):.3f}")
 
 
@@ -148,6 +168,8 @@ def interleave(
     trees: dict[str, str],
     cpus: dict[str, set[int] | None],
     setup: dict[str, tuple[str, str]],
+    environments: dict[str, dict[str, str]],
+    shown: dict[str, str],
     work: str,
 ) -> None:
     script = os.path.join(work, "driver.py")
@@ -159,6 +181,7 @@ def interleave(
             drivers[name] = subprocess.Popen(
                 [sys.executable, script, trees[name], *setup[name]],
                 preexec_fn=_restrict(cpus[name]),
+                env=environments[name],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -195,13 +218,17 @@ def interleave(
                 driver.kill()
     for name, ref in (("A", args.ref_a), ("B", args.ref_b)):
         median = statistics.median(samples[name]) / 1000
-        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}): median {median:,.0f} µs")
+        print(f"{name} ({ref}{_on(cpus[name])}{_with(setup[name])}{shown[name]}): median {median:,.0f} µs")
     print(f"B/A, median of the paired per-block ratios: {statistics.median(ratios):.3f} over {args.blocks} blocks")
 
 
 def _with(setup: tuple[str, str]) -> str:
     transport, loop = setup
     return "".join(f", {word}" for word in (transport, loop) if word not in ("tcp", "builtin"))
+
+
+def _env_text(assignments: list[tuple[str, str]]) -> str:
+    return "".join(f", {name}={value}" for name, value in assignments)
 
 
 def _on(cpus: set[int] | None) -> str:

@@ -21,7 +21,7 @@ import pytest
 
 import scaler
 from scaler import Client
-from scaler.io.processes import default_monitor_address
+from scaler.io.addresses import default_monitor_address
 from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
 from tests.helpers import free_address, free_port, kill_if_alive, session_members, wait_until
 

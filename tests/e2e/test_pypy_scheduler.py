@@ -1,12 +1,12 @@
-"""The scheduler on PyPy with CPython workers and clients (issue 17), and the pure-Python codec it uses there.
+"""The scheduler on PyPy with CPython workers and clients (issue 17), and a CPython scheduler on the same workload.
 
 The PyPy scheduler is .venv-pypy/bin/scaler_scheduler, made by scripts/pypy-venv (Debian's pypy3: PyPy 7.3.11,
-Python 3.9; the scheduler there has no pycapnp and speaks through scaler.protocol.purecodec). Its workers are this
-venv's scaler_cluster and the client is this process, both CPython with pycapnp: every message crosses between the two
-codecs. Without .venv-pypy the PyPy tests skip, or fail when SCALER_PYPY_TEST=required (scripts/test sets it);
-SCALER_PYPY_VENV points at another PyPy environment.
+Python 3.9; no pycapnp there, and none needed: every process speaks through the one pure-Python codec,
+scaler.protocol.codec, ADR 0019). Its workers are this venv's scaler_cluster and the client is this process, both
+CPython: every message crosses between the two interpreters. Without .venv-pypy the PyPy tests skip, or fail when
+SCALER_PYPY_TEST=required (scripts/test sets it); SCALER_PYPY_VENV points at another PyPy environment.
 
-The CPython scheduler forced onto the pure codec (SCALER_CODEC=pure) runs the same workload everywhere.
+The CPython scheduler runs the same workload everywhere.
 Every process is started in its own session and killed (by its process group) at the end.
 """
 
@@ -71,9 +71,9 @@ def start_cluster(started: list[Program], scheduler: Program, address: str, *ext
     return cluster
 
 
-def start_scheduler(started: list[Program], command: str, address: str, *extra: str, codec: str = "") -> Program:
-    """`command` listening on `address`; `codec`: its SCALER_CODEC (through env(1), which becomes the scheduler)."""
-    scheduler = Program("env", f"SCALER_CODEC={codec}", command, *extra, address)
+def start_scheduler(started: list[Program], command: str, address: str, *extra: str) -> Program:
+    """`command` listening on `address`."""
+    scheduler = Program(command, *extra, address)
     started.append(scheduler)
     return scheduler
 
@@ -143,10 +143,10 @@ def test_a_pypy_scheduler_with_keys(started: list[Program], tmp_path: Path) -> N
     stop(scheduler, cluster)
 
 
-def test_a_cpython_scheduler_on_the_pure_codec(started: list[Program], tmp_path: Path) -> None:
-    """The codec the PyPy scheduler uses, in the CPython scheduler (SCALER_CODEC=pure), its peers on pycapnp's."""
+def test_a_cpython_scheduler_on_the_same_codec(started: list[Program], tmp_path: Path) -> None:
+    """The codec the PyPy scheduler uses, in the CPython scheduler: the one codec (ADR 0019)."""
     address = free_address()
-    scheduler = start_scheduler(started, cli("scaler_scheduler"), address, codec="pure")
+    scheduler = start_scheduler(started, cli("scaler_scheduler"), address)
     cluster = start_cluster(started, scheduler, address)
     assert re.search(r"Scheduler: CPython 3\.\d+\.\d+, pure-Python codec", scheduler.output), scheduler.output
     check_workload(address, 20_000, tmp_path)

@@ -283,7 +283,10 @@ def test_the_browser_gets_the_401_text_without_the_token_and_the_dashboard_with_
         response = page.page.goto(url)
         assert response is not None and response.status == 401
         assert "needs the token scaler_ui printed when it started" in page.page.inner_text("body")
-        page.errors.clear()  # the console's line about that 401
+        # The browser asks for /favicon.ico after that plain-text page (401 too), at a moment of its own: wait until
+        # nothing is in flight, then forget the console's lines about those 401s.
+        page.page.wait_for_load_state("networkidle")
+        page.errors.clear()
         page.page.goto(login_url(url) + "#workers")  # the URL printed, with a view
         page.wait("document.body.dataset.view === 'workers'")
         assert page.page.url == url + "#workers"  # the token left the address bar

@@ -21,7 +21,8 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.core.worker.agent import AgentConfig
-from scaler.io.processes import die_with_parent, setup_logging
+from scaler.io.lifetime import die_with_parent
+from scaler.io.logs import setup_logging
 from scaler.worker.cluster import run_cluster
 from tests.helpers import combo_cluster, free_address, wait_until
 

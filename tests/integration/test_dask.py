@@ -39,7 +39,12 @@ def total(*items: Any) -> int:
 def spy(collection: Any) -> tuple[Any, Any]:
     """The graph and keys dask hands its scheduler for collection.compute()."""
     seen: list[tuple[Any, Any]] = []
-    collection.compute(scheduler=lambda graph, keys: seen.append((graph, keys)) or get_sync(graph, keys))
+
+    def scheduler(graph: Any, keys: Any) -> Any:
+        seen.append((graph, keys))
+        return get_sync(graph, keys)
+
+    collection.compute(scheduler=scheduler)
     return seen[0]
 
 
@@ -183,7 +188,7 @@ def test_legacy_task_tuples_as_dask_2024_handed_them(client: Client) -> None:
         "sum": (total, ("y", 0, 0), ("y", 0, 1)),
         "alias": ("x", 1),
     }
-    keys = [[[("y", 0, 0), ("y", 0, 1)]], ["sum"], ["alias"]]
+    keys: Any = [[[("y", 0, 0), ("y", 0, 1)]], ["sum"], ["alias"]]  # dask's nested lists of keys
     assert client.dask_get(graph, keys) == (((3, 12),), (15,), (2,)) == get_sync(graph, keys)  # tuples, like dask's
     assert client.dask_get(graph, ("y", 0, 1)) == 12 == get_sync(graph, ("y", 0, 1))  # a single key: its value
     assert client(graph, "sum") == 15
@@ -200,4 +205,5 @@ def test_client_get_answers_a_dict_whoever_calls_it(client: Client) -> None:
     exec(as_dask, scope)
     assert scope["answer"] == {"sum": 3, ("x", 0): 1}
     with pytest.warns(FutureWarning, match="deprecated"):  # a shape only Dask gives: the old answer, and a warning
-        assert client.get(graph, [["sum"], [("x", 1)]]) == ((3,), (2,))
+        nested: Any = [["sum"], [("x", 1)]]  # lists of keys: a shape only Dask gives
+        assert client.get(graph, nested) == ((3,), (2,))

@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.io.curve import make_client
-from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.security.keys import PeerKeys, generate, load_peer_keys
 from tests.helpers import RoundTrips, encoded, free_address
+from tests.protocol import capnp_codec as codec
 from tests.protocol.make_golden import golden_messages
 
 EXAMPLES = int(os.environ.get("SCALER_FUZZ_EXAMPLES", "250"))

@@ -39,7 +39,7 @@ def fail() -> None:
     raise KeyError("no such key")
 
 
-@ray.remote(num_returns=2)
+@ray.remote(num_returns=2)  # type: ignore[untyped-decorator]  # ray.remote(...) with options is typed Any
 def split(x: int) -> tuple[int, int]:
     return x, -x
 
@@ -47,7 +47,9 @@ def split(x: int) -> tuple[int, int]:
 @ray.remote
 def total_of_refs(items: list[Any]) -> float:
     refs = [item for item in items if isinstance(item, ray.ObjectRef)]  # refs inside a list arrive as refs, as in Ray
-    return sum(ray.get(refs)) + sum(item for item in items if not isinstance(item, ray.ObjectRef))
+    got: list[float] = ray.get(refs)
+    rest: list[float] = [item for item in items if not isinstance(item, ray.ObjectRef)]
+    return sum(got) + sum(rest)
 
 
 @ray.remote

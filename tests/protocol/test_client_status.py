@@ -7,9 +7,10 @@ from types import ModuleType
 
 import pytest
 
-from scaler.protocol import codec, fieldnames, purecodec
+from scaler.protocol import codec, fieldnames
 from scaler.protocol import messages as m
 from scaler.protocol.wire import LAYOUT
+from tests.protocol import capnp_codec
 
 U32_MAX = 2**32 - 1
 OLD_CLIENT_STATUS = (2, 1, {"name": ("text", 0), "tasks": ("u32", 0), "objects": ("u32", 1), "completed": ("u64", 1)})
@@ -20,8 +21,8 @@ def status(*clients: m.ClientStatus) -> m.Status:
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("encoder", [codec, purecodec])
-@pytest.mark.parametrize("decoder", [codec, purecodec])
+@pytest.mark.parametrize("encoder", [capnp_codec, codec])
+@pytest.mark.parametrize("decoder", [capnp_codec, codec])
 def test_assigned_travels_in_both_codecs(encoder: ModuleType, decoder: ModuleType) -> None:
     sent = status(
         m.ClientStatus("c", tasks=7, objects=1, completed=3, assigned=5), m.ClientStatus("d", U32_MAX, 0, 0, U32_MAX)
@@ -35,15 +36,15 @@ def test_assigned_travels_in_both_codecs(encoder: ModuleType, decoder: ModuleTyp
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("decoder", [codec, purecodec])
+@pytest.mark.parametrize("decoder", [capnp_codec, codec])
 def test_a_status_without_assigned_decodes_with_0(decoder: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(LAYOUT, "ClientStatus", OLD_CLIENT_STATUS)  # the layout before the field was added
     monkeypatch.setattr(
         fieldnames, "CLIENT_STATUS", {k: v for k, v in fieldnames.CLIENT_STATUS.items() if k != "assigned"}
     )
-    frames = purecodec.encode(status(m.ClientStatus("c", tasks=4, objects=2, completed=9, assigned=3)))
+    frames = codec.encode(status(m.ClientStatus("c", tasks=4, objects=2, completed=9, assigned=3)))
     monkeypatch.undo()
-    assert len(frames[0]) < len(purecodec.encode(status(m.ClientStatus("c", 4, 2, 9, 3)))[0]), "not the old layout"
+    assert len(frames[0]) < len(codec.encode(status(m.ClientStatus("c", 4, 2, 9, 3)))[0]), "not the old layout"
     got = decoder.decode(frames)
     assert isinstance(got, m.Status)
     [c] = got.clients

@@ -11,6 +11,7 @@ import pytest
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from tests.helpers import encoded, payload_bytes
+from tests.protocol import capnp_codec
 
 BATCHES: list[Any] = [
     m.TaskResults([1], b"\x00", [b"r"]),
@@ -48,33 +49,31 @@ REQUIRING = [batch for batch in BATCHES if getattr(batch, "requirements", None)]
 
 
 @pytest.mark.parametrize("message", REQUIRING)
-def test_batches_with_requirements_take_the_fast_reader_of_both_codecs(message: Any) -> None:
-    from scaler.protocol import purecodec
-
+def test_batches_with_requirements_take_the_fast_reader(message: Any) -> None:
     header = encoded(message)[0]
-    assert codec._fast is not None and codec._fast.read(header) is not None
-    assert purecodec.read_batch(header) is not None
-    assert codec.decode([header, *m.encode(message)[1:]]) == message
-    assert purecodec.decode([header, *m.encode(message)[1:]]) == message
+    assert codec.read_batch(header) is not None
+    assert m.decode([header, *m.encode(message)[1:]]) == message
+    assert capnp_codec.decode([header, *m.encode(message)[1:]]) == message
 
 
-def _pycapnp_frames(message: Any, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    with monkeypatch.context() as patch:
-        patch.setattr(codec, "_fast", None)
-        return encoded(message)
+def _pycapnp_frames(message: Any) -> list[bytes]:
+    return [payload_bytes(frame) for frame in capnp_codec.encode(message)]
 
 
+@pytest.mark.parametrize("pypy", [False, True], ids=["template", "joined"])
 @pytest.mark.parametrize("message", BATCHES)
-def test_the_fast_writer_writes_what_pycapnp_writes(message: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert codec._fast is not None
-    expected = _pycapnp_frames(message, monkeypatch)
+def test_the_fast_writer_writes_what_pycapnp_writes(message: Any, pypy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of writing: a %-template (CPython), head and pads joined around the fields (PyPy)."""
+    monkeypatch.setattr(codec, "_PYPY", pypy)
+    expected = _pycapnp_frames(message)
     for _ in range(2):  # the second time from the remembered template
         assert encoded(message) == expected
 
 
 @pytest.mark.parametrize("message", BATCHES)
-def test_the_fast_reader_reads_what_pycapnp_writes(message: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    frames = _pycapnp_frames(message, monkeypatch)
+def test_the_fast_reader_reads_what_pycapnp_writes(message: Any) -> None:
+    frames = _pycapnp_frames(message)
+    assert codec.read_batch(frames[0]) is not None, "not read by the fast reader"
     for _ in range(2):  # the second time from the remembered shape
         assert m.decode(frames) == message
 
@@ -82,7 +81,6 @@ def test_the_fast_reader_reads_what_pycapnp_writes(message: Any, monkeypatch: py
 def test_fields_laid_out_out_of_slot_order_are_read_too() -> None:
     """Cap'n Proto lets a writer place fields anywhere: here the last field's bytes come first."""
     fast = codec._fast
-    assert fast is not None
     kind = fast.kinds["taskResults"]
     count = fast.result_pointers
     slots = fast.result_slots
@@ -135,10 +133,8 @@ NOT_LONE: list[Any] = [
 
 @pytest.mark.parametrize("written_by", ["fast writer", "pycapnp"])
 @pytest.mark.parametrize("message", LONE)
-def test_a_lone_message_is_read_without_decoding(
-    message: Any, written_by: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    frames = _pycapnp_frames(message, monkeypatch) if written_by == "pycapnp" else m.encode(message)
+def test_a_lone_message_is_read_without_decoding(message: Any, written_by: str) -> None:
+    frames = _pycapnp_frames(message) if written_by == "pycapnp" else m.encode(message)
     lone = m.read_lone(payload_bytes(frames[0]))
     if isinstance(message, m.SubmitTasks):
         assert isinstance(lone, m.LoneTask)

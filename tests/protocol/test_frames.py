@@ -16,7 +16,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.frames import ALONE_FROM, MAX_FRAME, Pieces, cut, pack, unpack, whole
 from scaler.serializer import DEFAULT_SERIALIZER, serializer_input
-from scaler.worker import pipe
+from scaler.worker import pipe_codec
 from tests.helpers import encoded, payload_bytes
 
 MiB = MAX_FRAME
@@ -84,7 +84,7 @@ def test_who_needs_a_whole_payload_gets_one() -> None:
     pieces = Pieces([bytes(f) for f in cut(data)])
     assert pickle.loads(serializer_input(DEFAULT_SERIALIZER, pieces)) == value
     assert whole(pieces) == data and whole(data) is data
-    run = pipe.decode(pipe.encode(pm.RunTasks([], [], [pieces], 0)))
+    run = pipe_codec.decode(pipe_codec.encode(pm.RunTasks([], [], [pieces], 0)))
     assert isinstance(run, pm.RunTasks) and payload_bytes(run.payloads[0]) == data
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from scaler.protocol import codec
 from scaler.protocol import messages as m
 from tests.helpers import encoded
+from tests.protocol import capnp_codec
 from tests.protocol.make_golden import (
     GOLDEN_DIR,
     I32_COLUMNS,
@@ -98,7 +98,7 @@ def _raw_view(name: str, value: Any) -> Any:
 def test_manifest_fields_are_what_plain_capnp_reads(name: str) -> None:
     """The manifest describes the header the way any Cap'n Proto library sees it (no scaler code involved)."""
     header = golden_frames(name)[0]
-    with codec._schema.Message.from_bytes(header) as root:
+    with capnp_codec._schema.Message.from_bytes(header) as root:
         assert root.which() == name
         raw = getattr(root, name).to_dict(verbose=True)
     expected = json.loads(MANIFEST.read_text(encoding="utf-8"))[name]["fields"]

@@ -18,6 +18,7 @@ from scaler.protocol.errors import ProtocolError
 from scaler.protocol.lone import _BATCH_FIELDS, _RESULT_FIELDS
 from scaler.protocol.messages import (
     DispatchTasks,
+    LoneResult,
     LoneTask,
     Message,
     Payload,
@@ -26,25 +27,26 @@ from scaler.protocol.messages import (
     TaskResults,
     decode,
     dispatch_header,
-    encode,
     lone_message,
     read_lone,
     reused_frames,
 )
+from tests.helpers import encoded, payload_bytes
 
 IDS = st.integers(1, 2**64 - 1)
 PAYLOAD = st.binary(max_size=80) | st.just(b"x" * 70_000)
 
 
 def plain(message: Message) -> Message:
+    """A copy with the payloads as bytes: what a socket delivers and what a record holds compare."""
     copied = copy.copy(message)
-    if hasattr(copied, "payloads"):
-        copied.payloads = [bytes(p) for p in copied.payloads]  # type: ignore[attr-defined]
+    if isinstance(copied, (TaskBatch, TaskResults)):
+        copied.payloads = [payload_bytes(p) for p in copied.payloads]
     return copied
 
 
 def frames_of(message: Message) -> list[Payload]:
-    return [bytes(frame) for frame in encode(message)]
+    return list(encoded(message))
 
 
 @st.composite
@@ -89,8 +91,8 @@ def test_what_lone_message_reads_is_what_decode_gives(message: SubmitTasks | Tas
     elif how == "drop frame" and len(frames) > 1:
         frames.pop()
     elif how == "cut payload" and len(frames) > 1:
-        frames[-1] = bytes(frames[-1])[:-1]
-    lone = read_lone(bytes(frames[0]))
+        frames[-1] = payload_bytes(frames[-1])[:-1]
+    lone = read_lone(payload_bytes(frames[0]))
     read = lone_message(lone, frames) if lone is not None else None
     if read is None:
         return
@@ -103,11 +105,12 @@ def test_what_lone_message_reads_is_what_decode_gives(message: SubmitTasks | Tas
 
 def test_a_lone_submit_without_options_or_keywords_is_read_and_others_are_not() -> None:
     lone = SubmitTasks([9], [3], b"\x00", [1], [0], None, [b"a"])
-    assert lone_message(read_lone(frames_of(lone)[0]), frames_of(lone)) is not None  # type: ignore[arg-type]
+    header = read_lone(payload_bytes(frames_of(lone)[0]))
+    assert header is not None and lone_message(header, frames_of(lone)) is not None
     for change, value in (("timeouts_ms", [1]), ("keywords", ["k"]), ("requirements", [["gpu"]])):
         other = copy.copy(lone)
         setattr(other, change, value)
-        read = read_lone(bytes(frames_of(other)[0]))
+        read = read_lone(payload_bytes(frames_of(other)[0]))
         assert (read is not None) == (change == "requirements"), change
 
 
@@ -119,19 +122,27 @@ def answer_to(came: SubmitTasks) -> DispatchTasks:
     )  # fmt: skip
 
 
-def read(message: SubmitTasks | TaskResults) -> tuple[LoneTask, SubmitTasks | TaskResults, list[Payload]]:
+def read_submit(message: SubmitTasks) -> tuple[LoneTask, SubmitTasks, list[Payload]]:
+    """A lone submit as the scheduler's shell reads it: its header (read_lone), the record, the frames."""
     frames = frames_of(message)
-    lone = read_lone(bytes(frames[0]))
-    assert lone is not None
-    came = lone_message(lone, frames)
-    assert came is not None
-    return lone, came, frames  # type: ignore[return-value]
+    lone = read_lone(payload_bytes(frames[0]))
+    came = lone_message(lone, frames) if lone is not None else None
+    assert isinstance(lone, LoneTask) and isinstance(came, SubmitTasks)
+    return lone, came, frames
+
+
+def read_result(message: TaskResults) -> tuple[LoneResult, TaskResults, list[Payload]]:
+    frames = frames_of(message)
+    lone = read_lone(payload_bytes(frames[0]))
+    came = lone_message(lone, frames) if lone is not None else None
+    assert isinstance(lone, LoneResult) and isinstance(came, TaskResults)
+    return lone, came, frames
 
 
 @given(st.integers(0, 3), st.integers(0, 255))
 def test_a_dispatch_that_says_what_the_submit_said_goes_in_its_frames(count: int, flags: int) -> None:
-    lone, came, frames = read(SubmitTasks([5], [3], bytes([flags]), [count], [0] * count, None, [b"p"] * count))
-    out = answer_to(came)  # type: ignore[arg-type]
+    lone, came, frames = read_submit(SubmitTasks([5], [3], bytes([flags]), [count], [0] * count, None, [b"p"] * count))
+    out = answer_to(came)
     reused = reused_frames(out, came, lone, frames)
     assert reused is not None and reused[0] == dispatch_header(lone) and reused[1:] == frames[1:]
     assert plain(decode(reused)) == plain(out)
@@ -144,16 +155,16 @@ def test_a_dispatch_of_a_task_with_requirements_goes_in_its_frames_without_them(
     submit = SubmitTasks([5], [3], b"\x00", [1], [0], None, [b"p"])
     submit.requirements = requirements
     submit.requirement_index = [len(requirements) - 1] if indexed else None
-    lone, came, frames = read(submit)
+    lone, came, frames = read_submit(submit)
     assert plain(came) == plain(decode(frames))
-    out = answer_to(came)  # type: ignore[arg-type]  (the core's dispatch carries no requirements)
+    out = answer_to(came)  # the core's dispatch: no requirements
     reused = reused_frames(out, came, lone, frames)
     assert reused is not None
     assert plain(decode(reused)) == plain(out)
 
 
 def test_a_result_that_says_what_the_worker_said_goes_in_its_frames() -> None:
-    lone, came, frames = read(TaskResults([5], b"\x01", [b"boom"]))
+    lone, came, frames = read_result(TaskResults([5], b"\x01", [b"boom"]))
     out = TaskResults([5], b"\x01", list(came.payloads))
     assert reused_frames(out, came, lone, frames) == frames
     out.durations_us = [0]
@@ -161,7 +172,7 @@ def test_a_result_that_says_what_the_worker_said_goes_in_its_frames() -> None:
 
 
 def test_any_field_that_differs_or_a_payload_that_is_not_the_one_that_came_means_encoding() -> None:
-    lone, came, frames = read(SubmitTasks([5], [3], b"\x00", [1], [0], None, [b"pp"]))
+    lone, came, frames = read_submit(SubmitTasks([5], [3], b"\x00", [1], [0], None, [b"pp"]))
     changed = {
         "task_ids": [6], "function_ids": [4], "flags": b"\x01", "arg_counts": [2], "arg_refs": [1],
         "keywords": ["k"], "timeouts_ms": [1], "retries": b"\x01", "priorities": [1], "requirements": [["gpu"]],
@@ -169,13 +180,13 @@ def test_any_field_that_differs_or_a_payload_that_is_not_the_one_that_came_means
     }  # fmt: skip
     assert set(changed) == set(_BATCH_FIELDS), "a field of TaskBatch is not covered here"
     for name, value in changed.items():
-        out = answer_to(came)  # type: ignore[arg-type]
+        out = answer_to(came)
         setattr(out, name, value)
         assert reused_frames(out, came, lone, frames) is None, name
-    out = answer_to(came)  # type: ignore[arg-type]
+    out = answer_to(came)
     out.payloads = [bytes(bytearray(b"pp"))]  # equal, but not the object that came
     assert reused_frames(out, came, lone, frames) is None
-    result_lone, result_came, result_frames = read(TaskResults([5], b"\x00", [b"r"]))
+    result_lone, result_came, result_frames = read_result(TaskResults([5], b"\x00", [b"r"]))
     assert reused_frames(out, result_came, result_lone, result_frames) is None  # a dispatch never reuses a result
 
 

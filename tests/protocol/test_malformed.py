@@ -20,6 +20,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.columns import pack_u16, pack_u64
 from scaler.protocol.errors import ProtocolError
 from tests.helpers import encoded
+from tests.protocol import capnp_codec
 from tests.protocol.make_golden import golden_messages
 
 GOLDEN = {name: encoded(message) for name, message in golden_messages().items()}
@@ -27,7 +28,7 @@ GOLDEN = {name: encoded(message) for name, message in golden_messages().items()}
 
 def raw(name: str, **fields: Any) -> bytes:
     """A header with the union member `name` and its fields set as given, bypassing every check of encode()."""
-    root = codec._schema.Message.new_message()
+    root = capnp_codec._schema.Message.new_message()
     body = root.init(name)
     for key, value in fields.items():
         setattr(body, key, value)
@@ -344,7 +345,7 @@ def test_golden_messages_decode() -> None:
 def _status_with_empty_struct_list(count: int, pointer_index: int = 4) -> bytes:
     """A ~120-byte status header whose `workers` list claims `count` zero-sized elements (a Cap'n Proto list of
     structs may declare elements with no data and no pointers: they cost no bytes on the wire)."""
-    node = codec._schema.Status.schema.node.struct
+    node = capnp_codec._schema.Status.schema.node.struct
     data_words, pointer_count = node.dataWordCount, node.pointerCount
     words = [
         struct.pack("<IHH", 0, 1, 1),  # root: Message struct right after, 1 data word, 1 pointer
@@ -449,7 +450,6 @@ def test_a_known_shape_cut_short_is_refused(name: str) -> None:
 def test_the_fast_reader_forgets_shapes_beyond_its_bound() -> None:
     """Hostile peers sending many shapes cost a bounded memory."""
     fast = codec._fast
-    assert fast is not None
     for count in range(1, 5000):
         message = m.TaskResults(
             list(range(1, count % 300 + 2)), bytes(count % 300 + 1), [b"x" * (count % 7)] * (count % 300 + 1)

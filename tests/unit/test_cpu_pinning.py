@@ -1,4 +1,4 @@
-"""The scheduler's CPU choice (scaler.io.processes.check_cpu, pin_to_cpu): checked where it enters, applied to the
+"""The scheduler's CPU choice (scaler.io.cpus.check_cpu, pin_to_cpu): checked where it enters, applied to the
 calling thread only (each test pins a thread of its own, never the test process), and "auto" keeps off the CPUs
 other processes claimed (claim_cpu: real processes hold the claims, in a $XDG_RUNTIME_DIR of the test's own)."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from scaler.io.processes import _ranges, allowed_cpus, check_cpu, claim_cpu, pin_to_cpu, release_cpu
+from scaler.io.cpus import _ranges, allowed_cpus, check_cpu, claim_cpu, pin_to_cpu, release_cpu
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 two_cpus = pytest.mark.skipif(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from scaler.io.addresses import is_loopback
 from scaler.io.ipc import check_private, claim, ipc_path, private_files
-from scaler.io.processes import is_loopback
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections import deque
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -159,3 +161,51 @@ def test_with_a_cost_items_put_back_stay_first_of_their_lane_without_taking_the_
     q.append(("x", 0))
     q.clear()
     assert not q and q.owners() == 0
+
+
+def _priority_of(item: tuple[str, int]) -> int:
+    return item[1] % 3 - 1  # -1, 0 or 1: lanes become levels and back
+
+
+def _state(q: FairQueue[tuple[str, int]]) -> tuple[object, ...]:
+    lanes = {owner: (type(lane).__name__, list(lane)) for owner, lane in q._lanes.items()}
+    return lanes, list(q._turns), dict(q._used), q._clock, len(q)
+
+
+batches = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.lists(st.sampled_from(["a", "b", "long"]), max_size=6)),
+        st.tuples(st.just("popmany"), st.integers(0, 8)),
+        st.tuples(st.just("appendleft"), st.lists(st.sampled_from(["a", "b", "long"]), max_size=2)),
+    ),
+    max_size=40,
+)
+
+
+@given(batches, st.booleans(), st.booleans())
+@settings(max_examples=300)
+def test_extend_and_popmany_do_what_as_many_appends_and_poplefts_do(
+    ops: list[tuple[str, Any]], with_priority: bool, with_cost: bool
+) -> None:
+    """The batch calls the scheduler uses (one per submitTasks, one per dispatch) against the one-item calls: the same
+    items in the same order, and the same state after each (lanes, turns, charges)."""
+    make = functools.partial(FairQueue, owner, _priority_of if with_priority else None, cost_of if with_cost else None)
+    batched: FairQueue[tuple[str, int]] = make()
+    single: FairQueue[tuple[str, int]] = make()
+    serial = 0
+    for op, arg in ops:
+        if op == "extend":
+            items = [(who, serial + i) for i, who in enumerate(arg)]
+            serial += len(items)
+            batched.extend(items)
+            for item in items:
+                single.append(item)
+        elif op == "appendleft":
+            for who in arg:
+                batched.appendleft((who, serial))
+                single.appendleft((who, serial))
+                serial += 1
+        else:
+            taken = batched.popmany(arg)
+            assert taken == [single.popleft() for _ in range(min(arg, len(single)))]
+        assert _state(batched) == _state(single)

@@ -1,4 +1,4 @@
-"""A stopped scheduler's ipc files (scaler.io.ipc.remove_bound_sockets, processes.removing_own_files): the socket
+"""A stopped scheduler's ipc files (scaler.io.ipc.remove_bound_sockets, lifetime.removing_own_files): the socket
 files this process bound go, with the private folder it made when that is left empty; another process's socket, or
 a file put in the place of ours, stays. Real ZeroMQ sockets, in a $TMPDIR of each test's own."""
 
@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import zmq
 
+from scaler.io.cpus import claim_cpu
 from scaler.io.ipc import private_dir, remove_bound_sockets
-from scaler.io.processes import claim_cpu, removing_own_files
+from scaler.io.lifetime import removing_own_files
 from scaler.io.sockets import bind_socket
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scaler.entry_points.logging_options import add_logging_options, start_logging, take_address_out_of_paths
-from scaler.io.processes import check_logging_level, setup_logging
+from scaler.io.logs import check_logging_level, setup_logging
 
 A = "tcp://127.0.0.1:8516"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from scaler.io.addresses import default_monitor_address, documented_monitor_address
 from scaler.io.ipc import find_monitor, private_dir
-from scaler.io.processes import default_monitor_address, documented_monitor_address
 
 UID = os.geteuid()
 NOBODY = 65534

@@ -21,7 +21,7 @@ from scaler.core.worker import messages as pm
 from scaler.payloads import pack_function
 from scaler.protocol.records import Payload
 from scaler.serializer import DefaultSerializer
-from scaler.worker import pipe
+from scaler.worker import pipe_codec
 from scaler.worker.link import BlockingLink
 from scaler.worker.processor import Processor
 
@@ -64,18 +64,18 @@ class Agent:
             ids.append(self.next_id)
             tasks.append((self.next_id, FUNCTION, 0, (0,) * len(spec), None))
             payloads += [DefaultSerializer.serialize(arg) for arg in spec]
-        self.link.send(pipe.encode(pm.RunTasks(objects, tasks, payloads, help_epoch)))
+        self.link.send(pipe_codec.encode(pm.RunTasks(objects, tasks, payloads, help_epoch)))
         return ids
 
     def send(self, message: pm.ToProcessor) -> None:
-        self.link.send(pipe.encode(message))
+        self.link.send(pipe_codec.encode(message))
 
     def expect(self, kind: type[Any]) -> Any:
         """The next message from the processor, which must be of this kind."""
         while True:
             frames = self.link.receive(10)
             assert frames is not None, f"no message within 10s, expected {kind.__name__}"
-            message = pipe.decode(frames)
+            message = pipe_codec.decode(frames)
             assert isinstance(message, kind), f"expected {kind.__name__}, got {message!r}"
             return message
 

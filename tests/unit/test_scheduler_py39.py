@@ -48,7 +48,7 @@ CLOSURE_CODE = textwrap.dedent(
 
 
 def run_closure(python: str) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "SCALER_CODEC": "pure"}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     done = subprocess.run(
         [python, "-c", CLOSURE_CODE], capture_output=True, text=True, timeout=120, env=env, check=False
     )
@@ -59,9 +59,9 @@ def run_closure(python: str) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def closure() -> dict[str, str]:
-    """The scheduler's modules, by name, as an interpreter without pycapnp loads them (SCALER_CODEC=pure)."""
+    """The scheduler's modules, by name, as the interpreter loads them (pycapnp installed: it must not be loaded)."""
     found = run_closure(sys.executable)
-    assert found["capnp"] is False, "the scheduler's closure imports pycapnp even with the pure codec chosen"
+    assert found["capnp"] is False, "the scheduler's closure imports pycapnp (the one codec is pure Python, ADR 0019)"
     modules = found["modules"]
     assert isinstance(modules, dict)
     return modules
@@ -81,9 +81,8 @@ def test_pyproject_lists_exactly_the_closure_for_ruff_at_python_3_9(closure: dic
 
 
 def test_the_closure_is_the_schedulers_without_pycapnp(closure: dict[str, str]) -> None:
-    for name in (*ROOTS, "scaler.core.scheduler.core", "scaler.protocol.records", "scaler.protocol.purecodec"):
+    for name in (*ROOTS, "scaler.core.scheduler.core", "scaler.protocol.records", "scaler.protocol.codec"):
         assert name in closure
-    assert "scaler.protocol.codec" not in closure, "something in the scheduler imports the pycapnp codec directly"
     # no upward imports: the errors and the protocol stand on their own, without the client's code or its pickling
     assert not [name for name in closure if name.startswith("scaler.client")]
     assert "scaler.payloads" not in closure and "scaler.serializer" not in closure
@@ -91,7 +90,7 @@ def test_the_closure_is_the_schedulers_without_pycapnp(closure: dict[str, str]) 
 
 
 def test_the_scheduler_loads_no_pickling_library() -> None:
-    assert run_closure(sys.executable)["foreign"] == []  # cloudpickle, tblib (and pycapnp: SCALER_CODEC=pure)
+    assert run_closure(sys.executable)["foreign"] == []  # cloudpickle, tblib, pycapnp
 
 
 # ------------------------------------------------------------------------------------------------ the source check
@@ -375,7 +374,7 @@ def pypy() -> str:
 
 
 def run_pypy(pypy: str, code: str) -> str:
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{SRC.parent}", "SCALER_CODEC": "auto"}
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{SRC.parent}"}
     done = subprocess.run([pypy, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

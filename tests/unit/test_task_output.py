@@ -22,7 +22,7 @@ from scaler.payloads import pack_function
 from scaler.protocol.messages import FLAG_STREAM_OUTPUT, OUTPUT_ERROR, OUTPUT_STDERR, OUTPUT_STDOUT, TaskOutput
 from scaler.protocol.records import Payload, TaskOptions
 from scaler.serializer import DefaultSerializer
-from scaler.worker import output, pipe
+from scaler.worker import output, pipe_codec
 from scaler.worker.link import BlockingLink
 from scaler.worker.output import MAX_PIECE, MAX_TASK_OUTPUT, TRUNCATED, Sender, TaskCapture, error_text
 from scaler.worker.processor import Processor
@@ -188,13 +188,13 @@ class Agent:
         self.next_id += 1
         task = (self.next_id, self.functions[fn], flags, (0,), None)
         payloads.append(DefaultSerializer.serialize(arg))
-        self.link.send(pipe.encode(pm.RunTasks(objects, [task], payloads)))
+        self.link.send(pipe_codec.encode(pm.RunTasks(objects, [task], payloads)))
         return self.next_id
 
     def next(self) -> Any:
         frames = self.link.receive(10)
         assert frames is not None, "no message from the processor within 10s"
-        return pipe.decode(frames)
+        return pipe_codec.decode(frames)
 
 
 @pytest.fixture()
@@ -215,7 +215,7 @@ def agent() -> Iterator[Agent]:
     finally:
         for event in EVENTS.values():
             event.set()
-        a.link.send(pipe.encode(pm.Exit("test over")))
+        a.link.send(pipe_codec.encode(pm.Exit("test over")))
         thread.join(10)
         ours.close()
 

@@ -57,7 +57,8 @@ from scaler.errors import (
     PayloadTooLargeError,
     task_failure,
 )
-from scaler.io.processes import current_pid, parse_address
+from scaler.io.addresses import parse_address
+from scaler.io.lifetime import current_pid
 from scaler.payloads import pack_function, unpack_exception
 from scaler.protocol.messages import (
     FLAG_PROFILING,
@@ -382,8 +383,8 @@ class Client:
 
     def get(
         self,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         block: bool = True,
         *,
         timeout: float | None = None,
@@ -429,8 +430,8 @@ class Client:
     def _get(
         self,
         options: Options,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         timeout: float | None,
         block: bool = True,
         bar: bool = False,
@@ -467,8 +468,8 @@ class Client:
 
     def submit_graph(
         self,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         profiling: bool | None = None,
         *,
         group: int | None = None,
@@ -484,8 +485,8 @@ class Client:
     def _submit_graph(
         self,
         options: Options,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         profiling: bool | None,
         group: int | None = None,
     ) -> tuple[list[ScalerFuture], list[int]]:
@@ -506,8 +507,8 @@ class Client:
         self,
         connection: Connection,
         options: Options,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         profiling: bool | None,
     ) -> tuple[list[ScalerFuture], list[int]]:
         plan = plan_graph(as_task_tuples(graph), keys)

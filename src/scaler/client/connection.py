@@ -45,8 +45,8 @@ from scaler.core.client.session import (
 )
 from scaler.errors import AuthenticationError, ConnectionFailedError, ProtectedModeError, TaskFailedError
 from scaler.errors import task_failure as failure
+from scaler.io.addresses import hostname
 from scaler.io.curve import HandshakeWatch
-from scaler.io.processes import hostname
 from scaler.io.sockets import context, has_input, new_dealer, recv_message, send_message, socket_fd
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
@@ -244,8 +244,9 @@ class Connection:
     def submit_task(self, task: NewTask) -> None:
         """Hand a task over whose result is registered already. If it is the only task pending (a round trip, not a
         burst: bursts are batched) and the I/O thread sleeps and has no control action to run first, this thread
-        takes the socket's lock and sends what waits itself, which spares waking that thread to send it (a tenth
-        of a round trip on a small machine). Requests keep their order either way: they wait in one deque."""
+        takes the socket's lock and sends what waits itself, which spares waking that thread to send it (with
+        wait's reading, some 7 % of a round trip on a small machine: ADR 0008). Requests keep their order either
+        way: they wait in one deque."""
         self._requests.append(task)
         if len(self.sinks) == 1 and not self._control and self._sock_lock.acquire(blocking=False):
             try:
@@ -263,8 +264,8 @@ class Connection:
     def wait(self, future: ScalerFuture, timeout: float | None) -> bool:
         """Wait (at most `timeout` seconds, None: no limit) for `future`, the only task this client waits for, by
         reading the socket in this thread, in the I/O thread's place (leader/follower): the result then wakes this
-        thread straight away, not the I/O thread, which would wake this one in turn (on a small machine, that
-        wake-up and the I/O thread's work are a tenth of a round trip). It reads as the I/O thread does
+        thread straight away, not the I/O thread, which would wake this one in turn (with submit_task's sending,
+        some 7 % of a round trip on a small machine: ADR 0008). It reads as the I/O thread does
         (_receive: every message, decode(), the ClientCore, the commands), with the socket's lock held while it
         reads, not while it sleeps; done-callbacks go to the I/O thread (_hand_over).
 
@@ -274,7 +275,7 @@ class Connection:
         if len(self.sinks) != 1 or future.task_id not in self.sinks:
             return False
         with self._sock_lock:  # held only for moments (user code runs under it only as done-callbacks)
-            if self._sock is None or self._epoll is None or self._reader is not None or future.done():
+            if self._sock is None or self._epoll is None or self._reader is not None or future._ended():
                 return False
             self._epoll.modify(self._sock_fd, 0)  # the I/O thread stops watching the socket
             self._reader = future
@@ -301,7 +302,7 @@ class Connection:
         the poll."""
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = self._reader_poller
-        while not future.done():
+        while not future._ended():
             wait_ms = None
             if deadline is not None:
                 wait_ms = (deadline - time.monotonic()) * 1000
@@ -431,7 +432,7 @@ class Connection:
                     self._receive(sock)  # reads until ZeroMQ says nothing waits
                 sent = False
                 reader = self._reader
-                if reader is not None and reader.done():  # ended here, cancelled, or the session ended
+                if reader is not None and reader._ended():  # ended here, cancelled, or the session ended
                     self._wake_reader()
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
                 lock.release()
@@ -541,7 +542,7 @@ class Connection:
             finally:
                 first = False
             self._execute(sock, self.core.received(time.monotonic(), message))
-            if self.core.state == SessionState.CLOSED or (until is not None and until.done()):
+            if self.core.state == SessionState.CLOSED or (until is not None and until._ended()):
                 return
 
     def _execute(self, sock: zmq.Socket[Any], commands: list[ClientCommand]) -> None:

@@ -9,11 +9,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures._base import CANCELLED, PENDING, RUNNING
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scaler.io.processes import current_pid
+from scaler.io.lifetime import current_pid
 from scaler.payloads import unpack_exception
 from scaler.protocol.messages import Payload
 from scaler.serializer import serializer_input
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from scaler.serializer import Serializer
 
 _UNDECODED = object()
+_ENDED = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _callback_logger = logging.getLogger("concurrent.futures")  # where concurrent.futures logs a failing callback
 
 
@@ -156,6 +157,11 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         with self._condition:  # reentrant: set_running_or_notify_cancel takes it again
             if self._state == CANCELLED:  # cancelled, not yet announced to its waiters
                 self.set_running_or_notify_cancel()
+
+    def _ended(self) -> bool:
+        """done() without taking the future's lock (one attribute read, atomic under the GIL), for a thread that
+        reads the client's socket and looks after every message (Connection.wait)."""
+        return self._state in _ENDED
 
     # ------------------------------------------------------------------------------------------- user side
     def result(self, timeout: float | None = None) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scaler.client.dask_graph import DASK_GET_MOVED, dask_form
@@ -147,8 +147,8 @@ class ClientOptions:
 
     def get(
         self,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         block: bool = True,
         *,
         timeout: float | None = None,
@@ -172,8 +172,8 @@ class ClientOptions:
 
     def submit_graph(
         self,
-        graph: dict[Hashable, Any],
-        keys: list[Hashable],
+        graph: Mapping[Any, Any],
+        keys: Sequence[Hashable],
         profiling: bool | None = None,
         *,
         group: int | None = None,

@@ -10,7 +10,8 @@ import signal
 from collections.abc import Iterable, Sequence
 
 from scaler.core.worker.agent import AgentConfig
-from scaler.io.processes import die_with_parent, setup_logging
+from scaler.io.lifetime import die_with_parent
+from scaler.io.logs import setup_logging
 from scaler.security.keys import PeerKeys, load_peer_keys
 from scaler.settings.common import keys_directory
 from scaler.settings.legacy import IGNORED

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from scaler.cluster.cluster import Cluster
-from scaler.io.processes import default_monitor_address, die_with_parent, removing_own_files, setup_logging
+from scaler.io.addresses import default_monitor_address
+from scaler.io.lifetime import die_with_parent, removing_own_files
+from scaler.io.logs import setup_logging
 from scaler.scheduler.server import run_scheduler
 from scaler.security.keys import ServerKeys, load_server_keys
 from scaler.settings.common import keys_directory

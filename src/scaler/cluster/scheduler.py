@@ -8,7 +8,9 @@ import multiprocessing
 import os
 import signal
 
-from scaler.io.processes import default_monitor_address, die_with_parent, removing_own_files, setup_logging
+from scaler.io.addresses import default_monitor_address
+from scaler.io.lifetime import die_with_parent, removing_own_files
+from scaler.io.logs import setup_logging
 from scaler.security.keys import load_server_keys
 from scaler.settings.common import keys_directory
 from scaler.settings.legacy import IGNORED

@@ -31,7 +31,10 @@ def schema() -> Any:
     """The `scaler.capnp` schema shipped in the installed package, loaded with pycapnp on first use."""
     global _schema
     if _schema is None:
-        import capnp  # type: ignore[import-not-found,unused-ignore]
+        try:
+            import capnp  # type: ignore[import-not-found,unused-ignore]
+        except ModuleNotFoundError as exc:  # Scaler itself does not need pycapnp (ADR 0019): the kit does
+            raise ImportError("the conformance kit needs pycapnp: pip install 'scaler[conformance]'") from exc
 
         resource = importlib.resources.files("scaler").joinpath("protocol").joinpath("scaler.capnp")
         with importlib.resources.as_file(resource) as path:

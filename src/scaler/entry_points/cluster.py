@@ -12,7 +12,7 @@ import sys
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.entry_points.logging_options import start_logging, take_address_out_of_paths
 from scaler.errors import KeysError
-from scaler.io.processes import hostname
+from scaler.io.addresses import hostname
 from scaler.security.keys import SECRET_SUFFIX, PeerKeys, load_peer_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory

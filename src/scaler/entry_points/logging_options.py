@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from scaler.io.processes import setup_logging
+from scaler.io.logs import setup_logging
 from scaler.settings.cli import add_settings, long_flag
 from scaler.settings.common import ProcessSettings
 from scaler.settings.model import SettingError, spec_of

@@ -10,7 +10,8 @@ import sys
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.entry_points.logging_options import start_logging, take_address_out_of_paths
 from scaler.errors import KeysError
-from scaler.io.processes import default_monitor_address, removing_own_files
+from scaler.io.addresses import default_monitor_address
+from scaler.io.lifetime import removing_own_files
 from scaler.security.keys import ServerKeys, load_server_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory

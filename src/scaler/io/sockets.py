@@ -43,6 +43,7 @@ _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+_NOBLOCK = int(zmq.NOBLOCK)  # (an int: zmq's flags are enum.Flags, whose | is a Python call)
 
 _context: zmq.Context[Any] | None = None
 _context_pid = 0
@@ -208,7 +209,7 @@ def send_message(sock: zmq.Socket[Any], message: Message, peer: bytes | None = N
         send_frames(sock, frames)
         return True
     try:
-        send_frames(sock, frames, zmq.NOBLOCK)
+        send_frames(sock, frames, _NOBLOCK)
     except zmq.Again:
         return False
     return True
@@ -250,7 +251,7 @@ def read_waiting(sock: zmq.Socket[Any], burst: bool, limit: int) -> Iterator[lis
     last look, after its own sends, found more waiting). Hand the frames to small_to_bytes: on PyPy those after the
     first come as bytes (_recv_copying_cffi)."""
     try:
-        first = _recv_waiting(sock, zmq.NOBLOCK)
+        first = _recv_waiting(sock, _NOBLOCK)
     except zmq.Again:
         return
     yield first

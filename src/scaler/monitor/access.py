@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psutil
 
-from scaler.io.processes import is_loopback
+from scaler.io.addresses import is_loopback
 
 TOKEN_ENV = "SCALER_UI_TOKEN"
 TOKEN_RULE = "at least 16 characters of A-Z a-z 0-9 . _ ~ -"  # it goes in a URL and a cookie as it is

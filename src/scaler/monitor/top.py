@@ -13,9 +13,9 @@ import zmq
 
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.errors import KeysError
+from scaler.io.addresses import parse_address
 from scaler.io.curve import HandshakeWatch
 from scaler.io.ipc import find_monitor
-from scaler.io.processes import parse_address
 from scaler.io.sockets import new_subscriber, recv_message, subscribe
 from scaler.monitor.render import SHORTCUTS, function_rows, is_stale, render, screen, waiting
 from scaler.protocol.errors import ProtocolError

@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from scaler.entry_points.help import HelpFormatter, add_version
 from scaler.entry_points.logging_options import add_logging_level
-from scaler.io.processes import setup_logging
+from scaler.io.logs import setup_logging
 from scaler.monitor.access import (
     TOKEN_ENV,
     TOKEN_IN_LOG,

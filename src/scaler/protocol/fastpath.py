@@ -1,10 +1,12 @@
 """A direct reader and writer of the Cap'n Proto bytes of the hot batch messages (taskResults, submitTasks and
-dispatchTasks without keywords), for speed: pycapnp spends about 2 µs per field access, this about 0.2.
+dispatchTasks without keywords), for speed: scaler.protocol.codec's hot path (a general builder or reader costs
+about 2 µs per field, this about 0.2).
 
 The bytes are standard Cap'n Proto (single segment, the layout pycapnp itself writes: tests/protocol check
-byte equality); the field positions come from the loaded schema. Anything unusual (several segments, far
-pointers, keywords, a layout this reader does not expect) returns None, and the caller uses pycapnp instead,
-which decodes it or says why it is malformed. Pure; no I/O.
+byte equality); the field positions come from scaler.protocol.layout (generated from scaler.capnp). Anything
+unusual (several segments, far pointers, keywords, a layout this reader does not expect) returns None, and the
+caller uses the general reader (scaler.protocol.wire) instead, which decodes it or says why it is malformed. Pure; no
+I/O. Written for Python 3.9 syntax.
 
 Messages of one shape (the same field sizes, hence the same pointer words) have their fields at the same places:
 the reader works the places out once per shape and remembers a bounded number of shapes.
@@ -14,7 +16,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+
+from scaler.protocol.layout import MESSAGE_UNION, STRUCTS
 
 _HEAD = struct.Struct("<IIQQQ")  # segment table (one segment), root pointer, Message's data word, member pointer
 _ROOT = (1 << 32) | (1 << 48)  # root struct pointer: offset 0, one data word, one pointer
@@ -23,18 +26,11 @@ _ZEROS = [bytes(n) for n in range(8)]
 _SPAN_CACHE = 4096  # message shapes remembered (a hostile peer can only make us forget them)
 
 
-def _member(schema: Any, name: str) -> int:
-    for field in schema.Message.schema.node.struct.fields:
-        if field.name == name:
-            return int(field.discriminantValue)
-    raise LookupError(name)
-
-
-def _slots(schema: Any, struct_name: str) -> tuple[int, dict[str, int]]:
-    node = getattr(schema, struct_name).schema.node.struct
-    if node.dataWordCount != 0:
+def _slots(struct_name: str) -> tuple[int, dict[str, int]]:
+    data_words, pointer_count, fields = STRUCTS[struct_name]
+    if data_words != 0:
         raise LookupError(f"{struct_name} has data words")
-    return int(node.pointerCount), {f.name: int(f.slot.offset) for f in node.fields}
+    return pointer_count, {name: offset for name, _, offset in fields}
 
 
 def list_words(header: bytes, slot: int) -> int:
@@ -43,14 +39,11 @@ def list_words(header: bytes, slot: int) -> int:
 
 
 class FastPath:
-    def __init__(self, schema: Any) -> None:
-        root = schema.Message.schema.node.struct
-        if root.discriminantOffset != 0 or root.dataWordCount != 1 or root.pointerCount != 1:
-            raise LookupError("unexpected Message layout")
-        self.kinds = {name: _member(schema, name) for name in ("submitTasks", "dispatchTasks", "taskResults")}
+    def __init__(self) -> None:
+        self.kinds = {name: MESSAGE_UNION[name][0] for name in ("submitTasks", "dispatchTasks", "taskResults")}
         self.names = {kind: name for name, kind in self.kinds.items()}
-        self.task_pointers, self.task_slots = _slots(schema, "TaskBatch")
-        self.result_pointers, self.result_slots = _slots(schema, "ResultBatch")
+        self.task_pointers, self.task_slots = _slots("TaskBatch")
+        self.result_pointers, self.result_slots = _slots("ResultBatch")
         # kind -> (pointer count, the member pointer pycapnp writes: offset 0, no data words, that many pointers,
         # the struct that reads the pointers as (signed low half, high half) pairs: small numbers, cheap to test,
         # the slot of the one struct list field read: TaskBatch.requirements, or -1)
@@ -67,19 +60,18 @@ class FastPath:
         self._spans = {}
 
     # ------------------------------------------------------------------------------------------- writing
-    def template(
+    def parts(
         self, kind: int, pointer_count: int, sizes: list[int | None], lists: dict[int, int] | None = None
-    ) -> bytes:
-        """The bytes %-format of a Message whose `kind` member is a struct of `pointer_count` pointers to Data
-        fields of these sizes (None: not set), allocated in slot order as pycapnp does: `template % fields`, the
-        set fields in slot order, is the message. Everything but the fields' bytes depends only on the sizes, so
-        callers keep templates by size and a message costs one formatting. `lists`: the slots that hold a struct
-        list instead (its bytes from the tag word, as scaler.protocol.requirements.blob makes them), with the
-        element word count of each."""
+    ) -> tuple[bytes, tuple[bytes, ...]]:
+        """(head, pads) of a Message whose `kind` member is a struct of `pointer_count` pointers to Data fields of
+        these sizes (None: not set), allocated in slot order as pycapnp does: head, then each set field (in slot
+        order) followed by its pad, is the message. Everything but the fields' bytes depends only on the sizes, so
+        callers keep these by size. `lists`: the slots that hold a struct list instead (its bytes from the tag word,
+        as scaler.protocol.requirements.blob makes them), with the element word count of each."""
         position = 3 + pointer_count  # the word where the next field's bytes go
         word = 4  # the word just after the pointer being written (pointer i sits at word 3 + i)
         pointers = []
-        pieces = []
+        pads = []
         for slot, size in enumerate(sizes):
             if size is None:
                 pointers.append(0)
@@ -88,11 +80,19 @@ class FastPath:
                     pointers.append((((position - word) << 2) | 1) | (((lists[slot] << 3) | 7) << 32))
                 else:
                     pointers.append((((position - word) << 2) | 1) | (((size << 3) | 2) << 32))
-                pieces.append(b"%b" + _ZEROS[-size & 7])
+                pads.append(_ZEROS[-size & 7])
                 position += (size + 7) >> 3
             word += 1
         head = struct.pack(f"<IIQQQ{pointer_count}Q", 0, position, _ROOT, kind, pointer_count << 48, *pointers)
-        return head.replace(b"%", b"%%") + b"".join(pieces)
+        return head, tuple(pads)
+
+    def template(
+        self, kind: int, pointer_count: int, sizes: list[int | None], lists: dict[int, int] | None = None
+    ) -> bytes:
+        """The bytes %-format of the message parts() describes: `template % fields`, the set fields in slot order,
+        is the message (one formatting: the fastest way on CPython)."""
+        head, pads = self.parts(kind, pointer_count, sizes, lists)
+        return head.replace(b"%", b"%%") + b"".join([b"%b" + pad for pad in pads])
 
     # ------------------------------------------------------------------------------------------- reading
     def read(self, header: bytes) -> tuple[int, tuple[bytes, ...]] | None:

@@ -1,5 +1,5 @@
-"""The Python record field -> Cap'n Proto field names of the status structs, shared by both codecs (codec.py with
-pycapnp, purecodec.py without): one table per struct, in the schema's order."""
+"""The Python record field -> Cap'n Proto field names of the status structs, shared by the codec (codec.py) and the
+tests' pycapnp oracle (tests/protocol/capnp_codec.py): one table per struct, in the schema's order."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ lone_message), feeds the record to its core like any other, and when the core's 
 (a dispatchTasks equal to the submitTasks; a taskResults equal to the worker's) it sends the bytes that came
 (reused_frames) instead of encoding them again. Whatever lone_message returns equals what the codec's decode() gives,
 or it returns None and the frames are decoded as usual (tests/property/test_lone_reading.py). The fields are cut out by
-the active codec's batch reader (scaler.protocol.active.read_batch) at the slots scaler.protocol.layout gives.
+the codec's batch reader (scaler.protocol.codec.read_batch) at the slots scaler.protocol.layout gives.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import operator
 import struct
 from collections.abc import Sequence
 
-from scaler.protocol.active import read_batch
+from scaler.protocol.codec import read_batch
 from scaler.protocol.columns import unpack_u64
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.frames import unpack as unpack_payloads

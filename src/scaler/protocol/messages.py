@@ -1,15 +1,14 @@
 """The protocol in one place, for the shells, the tests and other tools: the message records
-(scaler.protocol.records), the Cap'n Proto codec this process uses (encode, decode, clear_caches; CODEC names it:
-pycapnp's scaler.protocol.codec where pycapnp imports, else the pure-Python scaler.protocol.purecodec, or as
-SCALER_CODEC says: scaler.protocol.active) and the lone-message readers (scaler.protocol.lone). The pure cores import
-scaler.protocol.records only, which loads no Cap'n Proto.
+(scaler.protocol.records), the Cap'n Proto codec (encode, decode, clear_caches: scaler.protocol.codec, pure Python,
+the one codec of every process on CPython and PyPy, ADR 0019) and the lone-message readers (scaler.protocol.lone).
+The pure cores import scaler.protocol.records only, which loads no Cap'n Proto.
 """
 
 from __future__ import annotations
 
 import os
 
-from scaler.protocol.active import CODEC, CODEC_ENV, clear_caches, decode, encode
+from scaler.protocol.codec import clear_caches, decode, encode
 from scaler.protocol.lone import dispatch_header, lone_message, read_lone, reused_frames
 from scaler.protocol.records import (
     ACCEPTED_BY_CLIENT,
@@ -70,6 +69,8 @@ from scaler.protocol.records import (
     inline_layout,
 )
 
+CODEC = "pure-Python"
+"""The codec's name, for the logs (one codec since ADR 0019: scaler.protocol.codec)."""
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.capnp")
 
 __all__ = [
@@ -78,7 +79,6 @@ __all__ = [
     "ACCEPTED_BY_SCHEDULER",
     "ACCEPTED_BY_WORKER",
     "CODEC",
-    "CODEC_ENV",
     "FLAG_PROFILING",
     "FLAG_SILENT",
     "FLAG_STREAM_OUTPUT",

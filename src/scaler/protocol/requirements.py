@@ -1,5 +1,5 @@
 """TaskBatch.requirements (a List(Requirement), each a List(Text)) as raw Cap'n Proto bytes, for the direct writers and
-readers of batch messages (scaler.protocol.fastpath, purecodec.read_batch, lone): most batches carry the same one or
+readers of batch messages (scaler.protocol.fastpath, codec.read_batch, lone): most batches carry the same one or
 two requirements, so their bytes are made once and read once (both remembered, bounded).
 
 The bytes of a struct list whose pointers all point forward inside it (as every writer lays one out) do not depend on

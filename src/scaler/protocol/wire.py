@@ -1,7 +1,7 @@
 """Cap'n Proto's standard encoding, read and written in pure Python for scaler.capnp's structs (field positions from
 scaler.protocol.layout): a builder that allocates one segment in the order fields are set, and a reader that checks
 every bound (segments, far pointers, a traversal budget) and raises ProtocolError for anything malformed. What the
-fields mean is scaler.protocol.purecodec's business. Pure; no I/O. Written for Python 3.9 syntax.
+fields mean is scaler.protocol.codec's business. Pure; no I/O. Written for Python 3.9 syntax.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ MEMBER_STRUCT = {name: struct_name for name, (_, struct_name) in MESSAGE_UNION.i
 _CODES = {"bool": None, "u8": "<B", "u16": "<H", "u32": "<I", "u64": "<Q", "f32": "<f"}
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "f32": 4}
 _Q = struct.Struct("<Q")
-_TRAVERSAL_SLACK_WORDS = 1024  # as codec.py: a budget of 4 words per header word, plus this
+_TRAVERSAL_SLACK_WORDS = 1024  # a budget of 4 words per header word, plus this (as the pycapnp oracle)
 
 
 # ---------------------------------------------------------------------------------------------------- building
 class Builder:
-    """One segment, grown word by word in allocation order (the order codec.py sets fields in)."""
+    """One segment, grown word by word in allocation order (the order codec.py sets fields in, as pycapnp would)."""
 
     __slots__ = ("buf",)
 

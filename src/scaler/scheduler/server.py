@@ -37,10 +37,11 @@ from scaler.core.scheduler import (
     Tick,
     Undeliverable,
 )
+from scaler.io.addresses import is_loopback
+from scaler.io.cpus import pin_to_cpu
 from scaler.io.driver import Driver
 from scaler.io.frameinfo import frame_get, user_id
 from scaler.io.memory import MemoryTrimmer, malloc_trim
-from scaler.io.processes import is_loopback, pin_to_cpu
 from scaler.io.sockets import (
     bind_router,
     context,
@@ -601,7 +602,7 @@ def run_scheduler(
     max_silent_connections: int | None = None,
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
-    scaler.io.processes.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:
+    scaler.io.cpus.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:
     see scheduler.connections.default_limits (None: from the file descriptor limit, raised to its hard limit)."""
     from scaler.io.loop import run
 

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from scaler.io.addresses import parse_address
+from scaler.io.logs import LOGGING_LEVELS, check_logging_level, check_logging_paths
 from scaler.io.loop import EVENT_LOOPS, check_event_loop
-from scaler.io.processes import LOGGING_LEVELS, check_logging_level, check_logging_paths, parse_address
 from scaler.security.keys import resolve
 from scaler.settings.model import Rule, Settings, choice, labelled, setting
 

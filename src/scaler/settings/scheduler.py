@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scaler.core.scheduler.config import SchedulerConfig
-from scaler.io.processes import check_cpu, parse_size
+from scaler.io.cpus import check_cpu
+from scaler.io.sizes import parse_size
 from scaler.scheduler.monitors import TASK_DATA_CHOICES
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
 from scaler.settings.model import Rule, choice, flag, labelled, number, setting, whole

@@ -14,7 +14,8 @@ from typing import Any
 
 from scaler.core.capabilities import worker_capabilities
 from scaler.core.worker.agent import AgentConfig
-from scaler.io.processes import hostname, parse_size
+from scaler.io.addresses import hostname
+from scaler.io.sizes import parse_size
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
 from scaler.settings.model import Rule, number, setting, text, whole
 

@@ -54,7 +54,7 @@ from scaler.io.sockets import (
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode
 from scaler.security.keys import PeerKeys
-from scaler.worker import link, pipe
+from scaler.worker import link, pipe_codec
 from scaler.worker.processor import run_processor
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class WorkerAgent:
             return
         now = self.driver.clock()
         for frames in messages:
-            event = FromProcessor(now, processor, pipe.decode(frames))  # type: ignore[arg-type]
+            event = FromProcessor(now, processor, pipe_codec.decode(frames))  # type: ignore[arg-type]
             self.driver.guard("handling a processor's message", self.core.feed, event)
         self._execute(self._flush())
         self._recheck()
@@ -274,7 +274,7 @@ class WorkerAgent:
     def _to_processor(self, command: ToProcessor) -> None:
         channel = self.links.get(command.processor)
         if channel is not None:  # else the processor is gone; its exit is reported through its sentinel
-            channel.send(pipe.encode(command.message))
+            channel.send(pipe_codec.encode(command.message))
 
     def _start_processor(self, processor: int) -> None:
         loop = self.driver.loop

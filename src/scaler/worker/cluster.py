@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from scaler.core.worker.agent import AgentConfig
-from scaler.io.processes import die_with_parent, hostname, setup_logging
+from scaler.io.addresses import hostname
+from scaler.io.lifetime import die_with_parent
+from scaler.io.logs import setup_logging
 from scaler.security.keys import PeerKeys
 from scaler.worker.agent import run_worker
 from scaler.worker.supervision import RestartPolicy, Supervisor

@@ -26,10 +26,18 @@ _IOV_MAX = 512
 
 def pack(frames: Sequence[Any]) -> list[Any]:
     """The buffers to write, in order, for one message made of `frames`."""
+    return _pack(frames)[0]
+
+
+def _pack(frames: Sequence[Any]) -> tuple[list[Any], int]:
+    """pack(frames), and how many bytes they hold in all."""
     if len(frames) == 1:
-        return [_ONE.pack(1, len(frames[0])), frames[0]]
-    header = _COUNT.pack(len(frames)) + struct.pack(f"<{len(frames)}Q", *(len(f) for f in frames))
-    return [header, *frames]
+        frame = frames[0]
+        size = len(frame)
+        return [_ONE.pack(1, size), frame], _ONE.size + size
+    lengths = [len(f) for f in frames]
+    header = _COUNT.pack(len(frames)) + struct.pack(f"<{len(frames)}Q", *lengths)
+    return [header, *frames], len(header) + sum(lengths)
 
 
 class FrameReader:
@@ -148,7 +156,7 @@ class BlockingLink:
         self.pending: list[list[bytearray]] = []
 
     def send(self, frames: Sequence[Any]) -> None:
-        buffers = _write_now(self.sock, pack(frames))
+        buffers = _write_now(self.sock, *_pack(frames))
         while buffers:
             try:
                 _send_some(self.sock, buffers)
@@ -175,12 +183,14 @@ class BlockingLink:
         return self.pending.pop(0)
 
 
-def _write_now(sock: socket.socket, buffers: list[Any]) -> deque[memoryview]:
-    """Write what the socket takes of `buffers` at once; returns the rest (empty: all written)."""
+def _write_now(sock: socket.socket, buffers: list[Any], total: int) -> deque[memoryview] | None:
+    """Write what the socket takes of `buffers` (`total` bytes) at once; returns the rest (None: all written)."""
     try:
         sent = sock.sendmsg(buffers) if len(buffers) <= _IOV_MAX else 0
     except BlockingIOError:
         sent = 0
+    if sent == total:
+        return None
     rest: deque[memoryview] = deque()
     for buffer in buffers:
         size = len(buffer)
@@ -229,11 +239,12 @@ class AsyncLink:
             self.out.extend(memoryview(b).cast("B") for b in pack(frames))
             return
         try:
-            self.out = _write_now(self.sock, pack(frames))
+            rest = _write_now(self.sock, *_pack(frames))
         except OSError:
             self.close()
             return
-        if self.out:
+        if rest:
+            self.out = rest
             self.loop.add_writer(self.sock.fileno(), self._writable)
 
     def _writable(self) -> None:

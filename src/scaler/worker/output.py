@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from scaler.core.outbox import Pieces
-from scaler.io.processes import current_pid
+from scaler.io.lifetime import current_pid
 from scaler.protocol.records import OUTPUT_STDERR, OUTPUT_STDOUT
 
 logger = logging.getLogger(__name__)

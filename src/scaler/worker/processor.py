@@ -27,8 +27,8 @@ from scaler import task_context
 from scaler.client import client as client_module
 from scaler.core.outbox import MeasuredResultColumns, OutputColumns, Pieces
 from scaler.core.worker import messages as pm
+from scaler.io.lifetime import die_with_parent
 from scaler.io.loop import DEFAULT_GC_THRESHOLDS
-from scaler.io.processes import die_with_parent
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_STREAM_OUTPUT, Payload, TaskStatus
 from scaler.protocol.records import FLAG_SHARED_ARGUMENTS, OUTPUT_ERROR
@@ -42,7 +42,7 @@ from scaler.shm import (
     split_payload,
 )
 from scaler.source_lines import register_shipped
-from scaler.worker import pipe
+from scaler.worker import pipe_codec
 from scaler.worker.link import BlockingLink
 from scaler.worker.output import Sender, TaskCapture, error_text
 
@@ -124,7 +124,7 @@ class Processor:
                         if os.getppid() != self.parent_pid:
                             return  # the agent is gone
                         continue
-                    self._on_message(pipe.decode(message))
+                    self._on_message(pipe_codec.decode(message))
                     fresh = True
                     continue
                 if not fresh or self.link.pending:  # look for messages that came while the last task ran
@@ -184,7 +184,7 @@ class Processor:
             message = self.link.receive(0)
             if message is None:
                 return
-            self._on_message(pipe.decode(message))
+            self._on_message(pipe_codec.decode(message))
 
     def _watch(self) -> None:
         """While user code runs for long, receive here: tasks can be discarded (balanced away, cancelled) and
@@ -259,7 +259,7 @@ class Processor:
             self._send(pm.Discarded(removed, message.task_ids))
 
     def _send(self, message: pm.FromProcessor) -> None:
-        frames = pipe.encode(message)
+        frames = pipe_codec.encode(message)
         with self.send_lock:
             self.link.send(frames)
 
@@ -464,7 +464,7 @@ class Processor:
         results = self._results
         if not results.ids:
             return
-        output = self._output.take()  # staged only with a result, and goes before it
+        output = self._output.take() if self._output.ids else None  # staged only with a result, and goes before it
         if output is not None:
             self._send(output)
         cpu_times = results.cpu if results.profiled else None

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 
 from scaler.core.common import unreachable
 from scaler.core.fair import FairQueue
@@ -57,6 +57,7 @@ from scaler.core.scheduler.sessions import ClientSession, WorkerSession
 from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, TaskEvent, TaskState
 from scaler.protocol.capabilities import missing_text
 from scaler.protocol.records import (
+    DEFAULT_OPTIONS,
     FLAG_SILENT,
     FLAG_STREAM_OUTPUT,
     ID_COUNTER_MASK,
@@ -98,7 +99,14 @@ from scaler.protocol.records import (
 _EMPTY = b""
 # Printed output (characters) waiting for one client's next flush; more is dropped, with a warning.
 MAX_PENDING_OUTPUT = 4 << 20
-_WAITING, _QUEUED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ENDED  # the hot paths' constants
+_WAITING, _QUEUED, _ASSIGNED, _ENDED = TaskState.WAITING, TaskState.QUEUED, TaskState.ASSIGNED, TaskState.ENDED
+_CANCELING = TaskState.CANCELING  # the hot paths' constants
+_ENDS = [row[TaskEvent.END] for row in TRANSITION_TABLE]  # what each state ends in (None: it cannot end)
+# The moves the hot paths make inline (_on_submit: a new task made ready; _dispatch: assigned), as the table says.
+assert (
+    TRANSITION_TABLE[_WAITING][TaskEvent.READY] == _QUEUED and TRANSITION_TABLE[_QUEUED][TaskEvent.ASSIGN] == _ASSIGNED
+)
+assert all(new in (None, _ENDED) for new in _ENDS)
 _SMOOTHING = 0.25  # of the moving average of a client's task run time
 
 
@@ -200,9 +208,10 @@ class SchedulerCore:
                 self._balance()
             self._flush_outboxes()
         out, self._out = self._out, []
+        sent = self.sent
         for command in out:
-            if isinstance(command, Send):
-                self.sent[MESSAGE_NAMES[type(command.message)]] += 1
+            if type(command) is Send:
+                sent[MESSAGE_NAMES[type(command.message)]] += 1
         return out
 
     # ------------------------------------------------------------------------------------------- dispatching
@@ -596,45 +605,68 @@ class SchedulerCore:
         needs, problems = self.needs.batch(batch.requirements)
         index = batch.requirement_index
         invalid: list[int] = []  # tasks whose requirement is not valid
-        need = needs[0] if index is None else None
-        if isinstance(need, frozenset):
-            need = self.needs.of(need)
+        need = self._filed(needs, 0) if index is None else None
+        tasks, objects, prefix, counts = self.tasks, self.objects, client.prefix, self.state_counts
+        ready: list[Task] = []  # the tasks made ready: queued once the batch is read (nothing reads a queue before)
         for k, (task_id, function_id, flags, refs, kws, pays) in enumerate(batch.split()):
             if oversized and any(len(p) > limit for p in pays):
                 too_large.append(task_id)
                 refused.append(function_id)
                 continue
             if index is not None:
-                need = needs[index[k]]
-                if isinstance(need, frozenset):  # filed when a task first has it
-                    need = needs[index[k]] = self.needs.of(need)
+                need = self._filed(needs, index[k])
             if need is None:
                 invalid.append(task_id)
                 refused.append(function_id)
                 continue
             if (
-                task_id >> ID_PREFIX_SHIFT != client.prefix
+                task_id >> ID_PREFIX_SHIFT != prefix
                 or not task_id & ID_COUNTER_MASK
-                or task_id in self.tasks
-                or task_id in self.objects
+                or task_id in tasks
+                or task_id in objects
             ):
                 bad_ids.append(task_id)
                 refused.append(function_id)
                 continue
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
-            task = Task(task_id, client, function_id, flags, refs, kws, pays, need)
+            task = Task(
+                task_id,
+                client,
+                function_id,
+                flags,
+                refs,
+                kws,
+                pays,
+                need,
+                options[k] if options is not None else DEFAULT_OPTIONS,
+            )
             need.tasks += 1
-            if options is not None:
-                task.options = options[k]
-                task.priority = options[k].priority
-            self.tasks[task_id] = task
-            self.state_counts[TaskState.WAITING] += 1
+            tasks[task_id] = task
             if not client.task_count:
                 self.busy_clients += 1
             client.task_count += 1
-            self._link(task)
+            function = objects.get(function_id) if not any(refs) else None
+            if function is not None and function.owner is client:  # the common case: only its function, the
+                function.refs += 1  # client's, is referenced (_link, inline): WAITING -> READY -> QUEUED at once
+                counts[_QUEUED] += 1
+                need.queued += 1
+                task.state = _QUEUED
+                ready.append(task)
+            else:
+                counts[_WAITING] += 1
+                if self._link(task):
+                    ready.append(task)
+        self.needs.extend_ready(ready)
         self._count_submitted(batch.function_ids, refused)
-        self._refuse_tasks(client, bad_ids, too_large, invalid, problems)
+        if refused:
+            self._refuse_tasks(client, bad_ids, too_large, invalid, problems)
+
+    def _filed(self, needs: list[Need | frozenset[str] | None], index: int) -> Need | None:
+        """The Need of a batch's requirement `index` (NeedTable.batch), filed when a task first has it."""
+        need = needs[index]
+        if isinstance(need, frozenset):
+            need = needs[index] = self.needs.of(need)
+        return need
 
     def _refuse_tasks(
         self, client: ClientSession, bad_ids: list[int], too_large: list[int], invalid: list[int], problems: set[str]
@@ -661,16 +693,11 @@ class SchedulerCore:
             if count:
                 self.function_stats(function_id).submitted += count
 
-    def _link(self, task: Task) -> None:
-        """Pin the objects the new task needs and wait for the tasks it needs; queue it if nothing is missing."""
+    def _link(self, task: Task) -> bool:
+        """Pin the objects the new task needs and wait for the tasks it needs; True if nothing is missing: it is then
+        QUEUED, for the caller to append to its ready queue (_on_submit, which does the common case, only the
+        function referenced, itself)."""
         client = task.client
-        if not any(task.arg_refs):  # the common case: only the function is referenced
-            function = self.objects.get(task.function_id)
-            if function is not None and function.owner is client:
-                function.refs += 1
-                self._move(task, TaskEvent.READY)
-                task.need.ready.append(task)
-                return
         objects, deps = [], []
         for ref in task.references():  # check every reference before pinning any
             obj = self.objects.get(ref)
@@ -684,7 +711,7 @@ class SchedulerCore:
             what = "function" if ref == task.function_id else "argument"
             text = f"the task's {what} refers to object or task {ref:#x}, which this client does not have"
             self._end(task, TaskStatus.FAILED, text.encode(), pinned=False)
-            return
+            return False
         for obj in objects:
             obj.refs += 1
         for dep in deps:
@@ -694,7 +721,8 @@ class SchedulerCore:
             task.waiting_on += 1
         if task.waiting_on == 0:
             self._move(task, TaskEvent.READY)
-            task.need.ready.append(task)
+            return True
+        return False
 
     def _on_cancel(self, client: ClientSession, message: CancelTasks) -> None:
         for task_id in message.ids:
@@ -713,21 +741,24 @@ class SchedulerCore:
 
     def _on_results(self, worker: WorkerSession, message: TaskResults) -> None:
         durations, peaks, cpu_times = message.durations_us, message.peak_memory, message.cpu_times_us
+        statuses, payloads, limit = message.statuses, message.payloads, self.config.max_payload_bytes
         assigned = worker.assigned
         span = self._span(worker, len(message.task_ids))
         measured: ClientSession | None = None  # the client last charged `span`: a batch is mostly one client's
+        completed = 0
+        profiled = durations is not None or peaks is not None or cpu_times is not None
         for k, task_id in enumerate(message.task_ids):
             task = assigned.pop(task_id, None)
             if task is None:
                 self.stale_results += 1  # cancelled, balanced away or re-run elsewhere meanwhile
                 continue
             task.worker = None
-            worker.completed += 1
-            status = message.statuses[k]
-            if task.state == TaskState.CANCELING:
+            completed += 1
+            status = statuses[k]
+            if task.state == _CANCELING:
                 self._end(task, TaskStatus.CANCELED, _EMPTY, worker=worker)
             elif status == TaskStatus.CRASHED:
-                reason = bytes(message.payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
+                reason = bytes(payloads[k]).decode(errors="replace")  # type: ignore[call-overload]
                 if self._retry_or_fail(task, reason or f"worker {worker.name} crashed running it", worker):
                     task.need.ready.appendleft(task)
             elif task.failures < task.options.retries and status in RETRIABLE_STATUSES:
@@ -745,13 +776,17 @@ class SchedulerCore:
                 if task.client is not measured:
                     measured = task.client
                     self._measure(measured, span)
+                payload = payloads[k]
+                if len(payload) > limit:
+                    status, payload = TaskStatus.FAILED, self._result_too_large(task, worker, len(payload))
+                if not profiled:
+                    self._end(task, status, payload, worker=worker)
+                    continue
                 duration = durations[k] if durations is not None else 0
                 peak = peaks[k] if peaks is not None else 0
                 cpu = cpu_times[k] if cpu_times is not None else 0
-                payload = message.payloads[k]
-                if len(payload) > self.config.max_payload_bytes:
-                    status, payload = TaskStatus.FAILED, self._result_too_large(task, worker, len(payload))
                 self._end(task, status, payload, duration, peak, cpu_us=cpu, worker=worker)
+        worker.completed += completed
         if not assigned:
             self._balance_due = True
 
@@ -849,14 +884,20 @@ class SchedulerCore:
 
         pinned=False: `first` never pinned the objects it refers to (it was refused while being linked).
         worker: the worker that held `first` and reported its end, for monitors."""
-        pending = [first]
-        by_id = self.functions.by_id
+        by_id, tasks, counts = self.functions.by_id, self.tasks, self.state_counts
         index = ENDED_INDEX[status]  # the tasks ended by outcome are the functions' counts (SchedulerCore.ended)
         text: str | None = None  # of a failure, for monitors: the same for the dependents
+        pending = [first]
         while pending:
             task = pending.pop()
-            self._move(task, TaskEvent.END)
-            del self.tasks[task.task_id]
+            old = task.state  # _move(task, TaskEvent.END), inline
+            if old == _QUEUED:
+                task.need.queued -= 1
+            elif _ENDS[old] is None:
+                raise task.no_transition(TaskEvent.END)
+            counts[old] -= 1
+            task.state = _ENDED
+            del tasks[task.task_id]
             task.need.tasks -= 1
             if task.worker is not None:
                 task.worker.assigned.pop(task.task_id, None)
@@ -881,16 +922,22 @@ class SchedulerCore:
             if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
-            dependents = task.dependents
-            if dependents:
-                task.dependents = None
-                if status == TaskStatus.SUCCESS:
-                    self._keep_result(task, payload, dependents)
-                else:
-                    pending.extend([d for d in dependents if d.state == _WAITING])
+            if task.dependents:
+                self._ended_dependents(task, status, payload, pending)
             if pinned or task is not first:
                 self._release(task)
             duration_us = peak = cpu_us = 0
+
+    def _ended_dependents(self, task: Task, status: int, payload: Payload, pending: list[Task]) -> None:
+        """`task`, which other tasks wait on, ended: its result is kept for them (_keep_result), or, if it did not
+        succeed, those still waiting end alike (added to `pending`, _end's)."""
+        dependents = task.dependents
+        assert dependents is not None
+        task.dependents = None
+        if status == TaskStatus.SUCCESS:
+            self._keep_result(task, payload, dependents)
+        else:
+            pending.extend([d for d in dependents if d.state == _WAITING])
 
     def _keep_result(self, task: Task, payload: Payload, dependents: list[Task]) -> None:
         """Keep the result of `task` as an object for those of its dependents still waiting (if none is, nothing is
@@ -911,7 +958,7 @@ class SchedulerCore:
             task.client.objects.add(task.task_id)
 
     def _release(self, task: Task) -> None:
-        for ref in task.references():
+        for ref in task.references() if any(task.arg_refs) else (task.function_id,):
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is task.client:
                 obj.refs -= 1
@@ -1038,7 +1085,7 @@ class SchedulerCore:
             if worker is not None:
                 if lone is not None:
                     lone.since = None
-                self._dispatch(worker, 1, self.needs.ready if lone is None else lone.queue)
+                self._dispatch(worker, _take(self.needs.ready if lone is None else lone.queue, 1))
             elif lone is not None:
                 self._unplaced(lone)
             return
@@ -1063,7 +1110,7 @@ class SchedulerCore:
                 need.since = None
             queue = need.queue if need is not None else self.needs.ready
             for index, count in grants:
-                self._dispatch(workers[index], count, queue)
+                self._dispatch(workers[index], _take(queue, count))
 
     def _place_fairly(
         self, workers: list[WorkerSession], caps: list[frozenset[str]], lanes: list[Lane], split: list[Need]
@@ -1100,7 +1147,7 @@ class SchedulerCore:
     def _fill(self, worker: WorkerSession, load: float, queue: FairQueue[Task]) -> float:
         """Give `worker` tasks of `queue` in its order while its work stays under FAIR_QUEUE_US (one task at least
         if it holds none) and it has room; returns its load then."""
-        chosen: deque[Task] = deque()
+        chosen: list[Task] = []
         room = worker.limit - len(worker.assigned)
         holds = bool(worker.assigned)
         while len(chosen) < room and queue:
@@ -1114,7 +1161,7 @@ class SchedulerCore:
             chosen.append(queue.popleft())
             load += cost
         if chosen:
-            self._dispatch(worker, len(chosen), chosen)
+            self._dispatch(worker, chosen)
         return load
 
     def _ask_back_queued(self) -> None:
@@ -1162,7 +1209,11 @@ class SchedulerCore:
         if failed:  # rate-limited per client (of the last one failed): a client may keep submitting such tasks
             self._warn("missing capabilities", client, f"{failed} tasks failed: {text}")
 
-    def _dispatch(self, worker: WorkerSession, count: int, ready: FairQueue[Task] | deque[Task]) -> None:
+    def _dispatch(self, worker: WorkerSession, chosen: list[Task]) -> None:
+        """Assign `worker` the `chosen` tasks (queued ones, taken from their ready queue: _take, _fill) and send
+        them, after the objects they refer to that it does not hold yet."""
+        if not chosen:
+            return
         ids: list[int] = []
         function_ids: list[int] = []
         flags = bytearray()
@@ -1171,46 +1222,42 @@ class SchedulerCore:
         keywords: list[str] | None = None
         payloads: list[Payload] = []
         put_ids: list[int] = []
-        put_payloads: list[Payload] = []
         timeouts: list[int] | None = None
-        held, assigned = worker.objects, worker.assigned
+        held, assigned, objects = worker.objects, worker.assigned, self.objects
         if not assigned:
             worker.mark = self.now
-        popleft, left = ready.popleft, len(ready)
-        while len(ids) < count and left:
-            left -= 1
-            task = popleft()
-            if task.state != _QUEUED:
-                continue
-            self._move(task, TaskEvent.ASSIGN)
+        for task in chosen:
+            task.need.queued -= 1  # QUEUED -> ASSIGNED (TRANSITION_TABLE; _move, inline: the counts after the loop)
+            task.state = _ASSIGNED
             task.worker = worker
-            assigned[task.task_id] = task
-            for ref in (task.function_id, *task.arg_refs):
-                if ref and ref not in held:
-                    obj = self.objects[ref]
+            task_id, refs = task.task_id, task.arg_refs
+            assigned[task_id] = task
+            for ref in (task.function_id, *refs) if any(refs) else (task.function_id,):
+                if ref not in held and ref:
                     put_ids.append(ref)
-                    put_payloads.append(obj.payload)
                     held.add(ref)
-                    obj.holders.add(worker.identity)
+                    objects[ref].holders.add(worker.identity)
             if task.keywords is not None and keywords is None:
                 keywords = [""] * len(arg_refs)
             if keywords is not None:
-                keywords.extend(task.keywords or ("",) * len(task.arg_refs))
+                keywords.extend(task.keywords or ("",) * len(refs))
             if task.options.timeout_ms and timeouts is None:
                 timeouts = [0] * len(ids)
             if timeouts is not None:
                 timeouts.append(task.options.timeout_ms)
-            ids.append(task.task_id)
+            ids.append(task_id)
             function_ids.append(task.function_id)
             flags.append(task.flags)
-            arg_counts.append(len(task.arg_refs))
-            arg_refs.extend(task.arg_refs)
+            arg_counts.append(len(refs))
+            arg_refs.extend(refs)
             payloads.extend(task.payloads)
+        counts = self.state_counts
+        counts[_QUEUED] -= len(chosen)
+        counts[_ASSIGNED] += len(chosen)
         if put_ids:
-            self._send(worker.identity, PutObjects(put_ids, put_payloads))
-        if ids:
-            message = DispatchTasks(ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads, timeouts)
-            self._send(worker.identity, message)
+            self._send(worker.identity, PutObjects(put_ids, [objects[ref].payload for ref in put_ids]))
+        message = DispatchTasks(ids, function_ids, bytes(flags), arg_counts, arg_refs, keywords, payloads, timeouts)
+        self._send(worker.identity, message)
 
     def _balance(self) -> None:
         self._balance_due = False
@@ -1221,8 +1268,11 @@ class SchedulerCore:
 
     def _flush_outboxes(self) -> None:
         """Send what accumulated for the sessions that have something (not a walk over every session)."""
-        workers, self._dirty_workers = self._dirty_workers, {}
-        clients, self._dirty_clients = self._dirty_clients, {}
+        workers, clients = self._dirty_workers, self._dirty_clients
+        if workers:
+            self._dirty_workers = {}
+        if clients:
+            self._dirty_clients = {}
         for worker in workers:
             if self.workers.get(worker.identity) is not worker:
                 continue  # lost meanwhile: nothing to tell it
@@ -1283,3 +1333,16 @@ class SchedulerCore:
     def validate(self) -> None:
         """Check every invariant; raise InvariantError on the first broken one (scaler.core.scheduler.views)."""
         views.validate(self)
+
+
+def _take(queue: FairQueue[Task], count: int) -> list[Task]:
+    """The next `count` queued tasks of a ready queue, taken in its order (ended ones met on the way are dropped);
+    fewer if it runs out."""
+    chosen: list[Task] = []
+    while queue:
+        for task in queue.popmany(count - len(chosen)):
+            if task.state == _QUEUED:
+                chosen.append(task)
+        if len(chosen) == count:
+            break
+    return chosen

@@ -202,6 +202,21 @@ class NeedTable:
             need.queue.clear()
             self.split.pop(need, None)
 
+    def extend_ready(self, tasks: list[Task]) -> None:
+        """Append tasks that became ready to their ready queues, in their order (each queue gets its own in the
+        order given: as appending them one by one would)."""
+        if not tasks:
+            return
+        if not self.split:  # the common case: one queue
+            self.ready.extend(tasks)
+            return
+        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
+        for task in tasks:
+            queue = task.need.ready
+            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
+        for queue, mine in by_queue.values():
+            queue.extend(mine)
+
     def requeue_front(self, tasks: list[Task]) -> None:
         """Put tasks back at the front of their ready queues, in their order."""
         if not tasks:

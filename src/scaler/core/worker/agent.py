@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from scaler.core.capabilities import worker_capabilities
 from scaler.core.common import InvariantError, Log, Send, unreachable
 from scaler.core.common import Stop as Stop  # (the process must stop, with an exit code)
-from scaler.core.fair import FairQueue, owner_of_task
+from scaler.core.fair import FairQueue
 from scaler.core.outbox import MeasuredResultColumns, OutputColumns
 from scaler.core.worker import messages as pm
 from scaler.core.worker.states import (
@@ -31,6 +31,7 @@ from scaler.core.worker.states import (
 )
 from scaler.protocol.records import (
     FLAG_PROFILING,
+    ID_PREFIX_SHIFT,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -170,6 +171,7 @@ AgentCommand = ToScheduler | ToProcessor | StartProcessor | KillProcessor | Kill
 
 # ---------------------------------------------------------------------------------------------- state
 QUEUED, IN_PROCESSOR, GONE = TaskState.QUEUED, TaskState.IN_PROCESSOR, TaskState.GONE
+TO_PROCESSOR, BACK, LEAVE = TaskStep.TO_PROCESSOR, TaskStep.BACK, TaskStep.LEAVE  # (names: no enum lookup per task)
 STARTING, READY, BLOCKED = ProcessorState.STARTING, ProcessorState.READY, ProcessorState.BLOCKED
 HELLO_RETRY_SECONDS = 10.0  # say hello again if no welcome came for this long (a second hello ends the first)
 # The connection to the scheduler closed and did not come back within this long: its session is gone (a scheduler
@@ -189,7 +191,8 @@ SESSION_WORK = (DispatchTasks, PutObjects, FreeObjects, CancelTasks, BalanceRequ
 
 
 def _owner(task: AgentTask) -> int:
-    return owner_of_task(task.task_id)
+    """The client a task is queued for (fair.owner_of_task, without the second call: once per task)."""
+    return task.task_id >> ID_PREFIX_SHIFT
 
 
 class AgentCore:
@@ -207,6 +210,9 @@ class AgentCore:
         self.connected = False
         self.stopped = False
         self.mean_duration_us = 0.0
+        self._window = 1  # tasks a processor is given at once: _window_size(), kept as the mean run time changes
+        self._window_us = self.config.window_seconds * 1e6
+        self._max_window = max(1, self.config.max_window)
         self.max_payload_bytes = 0  # the scheduler's limit per payload, from its welcome (0: none stated)
         self.lag_us = 0
         self.completed = 0
@@ -245,33 +251,34 @@ class AgentCore:
         if self.stopped:
             return
         self._now = event.now
-        match event:
-            case FromProcessor():
-                self._on_processor(event.processor, event.message)
-            case FromScheduler():
-                self._last_heard = event.now
-                if type(event.message) is not HeartbeatEcho:
-                    self.messages_received += 1  # (a welcome starts the count again)
-                if self.connected or not isinstance(event.message, SESSION_WORK):  # else: of the session we ended
-                    self._on_scheduler(event.now, event.message)
-            case Tick():
-                self._on_tick(event)
-            case ProcessorExited():
-                self._on_processor_exit(event.processor, event.exit_code, event.running_task)
-            case Started():
-                self._last_heard = event.now
-                self._send_hello(event.now)
-                self._start_processor()
-            case StopRequested():
-                self._to_scheduler(Disconnect(event.reason))
-                self._stop(event.reason)
-            case SchedulerLink():
-                if event.up and self._link_down_since is not None and self.connected:
-                    self._move_session(SessionStep.RECONNECTED)
-                    self._last_heartbeat = -1e18  # at the next tick
-                self._link_down_since = None if event.up else (self._link_down_since or event.now)
-            case _:
-                unreachable(event)
+        # isinstance chains, as in the scheduler's and the client's cores (the scheduler's run on Python 3.9): one
+        # dispatch style in every core; unreachable() keeps mypy's check that every kind of event is handled
+        if isinstance(event, FromProcessor):
+            self._on_processor(event.processor, event.message)
+        elif isinstance(event, FromScheduler):
+            self._last_heard = event.now
+            if type(event.message) is not HeartbeatEcho:
+                self.messages_received += 1  # (a welcome starts the count again)
+            if self.connected or not isinstance(event.message, SESSION_WORK):  # else: of the session we ended
+                self._on_scheduler(event.now, event.message)
+        elif isinstance(event, Tick):
+            self._on_tick(event)
+        elif isinstance(event, ProcessorExited):
+            self._on_processor_exit(event.processor, event.exit_code, event.running_task)
+        elif isinstance(event, Started):
+            self._last_heard = event.now
+            self._send_hello(event.now)
+            self._start_processor()
+        elif isinstance(event, StopRequested):
+            self._to_scheduler(Disconnect(event.reason))
+            self._stop(event.reason)
+        elif isinstance(event, SchedulerLink):
+            if event.up and self._link_down_since is not None and self.connected:
+                self._move_session(SessionStep.RECONNECTED)
+                self._last_heartbeat = -1e18  # at the next tick
+            self._link_down_since = None if event.up else (self._link_down_since or event.now)
+        else:
+            unreachable(event)
 
     def flush(self) -> list[AgentCommand]:
         if not self.stopped:
@@ -290,8 +297,13 @@ class AgentCore:
     def _tell_started(self) -> None:
         """The scheduler charges an attempt only to tasks that may have started, should this worker be lost: tell it
         which were handed to processors (see EAGER_NOTICE_ABOVE_US for when)."""
-        tasks = self.tasks
-        due = [i for i in self._started_late if (t := tasks.get(i)) is not None and t.state == IN_PROCESSOR]
+        due: list[int] = []
+        if self._started_late:
+            tasks = self.tasks
+            for task_id in self._started_late:
+                task = tasks.get(task_id)
+                if task is not None and task.state == IN_PROCESSOR:
+                    due.append(task_id)
         if 0 < self.mean_duration_us < EAGER_NOTICE_ABOVE_US:
             self._started_late = self._started
         else:
@@ -315,30 +327,28 @@ class AgentCore:
         )
 
     def _on_scheduler(self, now: float, message: Message) -> None:
-        match message:
-            case DispatchTasks():
-                self._on_dispatch(message)
-            case PutObjects():
-                for object_id, payload in zip(message.object_ids, message.payloads, strict=False):
-                    self.objects[object_id] = payload
-            case FreeObjects():
-                self._on_free(message.ids)
-            case CancelTasks():
-                self._on_cancel(message.ids)
-            case BalanceRequest():
-                self._on_balance_request(message.ids)
-            case HeartbeatEcho():
-                self._on_echo(now, message)
-            case Welcome():
-                self._on_welcome(message)
-            case Shutdown():  # it is going: nothing more for it (the shell does not wait to send)
-                self._stop(f"the scheduler is shutting down ({message.reason})", step=SessionStep.BYE)
-            case Refused():
-                self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
-            case Error():
-                self._on_error(now, message)
-            case _:
-                pass  # nothing else reaches a worker (decode refuses what workers never accept)
+        if isinstance(message, DispatchTasks):
+            self._on_dispatch(message)
+        elif isinstance(message, PutObjects):
+            for object_id, payload in zip(message.object_ids, message.payloads, strict=False):
+                self.objects[object_id] = payload
+        elif isinstance(message, FreeObjects):
+            self._on_free(message.ids)
+        elif isinstance(message, CancelTasks):
+            self._on_cancel(message.ids)
+        elif isinstance(message, BalanceRequest):
+            self._on_balance_request(message.ids)
+        elif isinstance(message, HeartbeatEcho):
+            self._on_echo(now, message)
+        elif isinstance(message, Welcome):
+            self._on_welcome(message)
+        elif isinstance(message, Shutdown):  # it is going: nothing more for it (the shell does not wait to send)
+            self._stop(f"the scheduler is shutting down ({message.reason})", step=SessionStep.BYE)
+        elif isinstance(message, Refused):
+            self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
+        elif isinstance(message, Error):
+            self._on_error(now, message)
+        # nothing else reaches a worker (decode refuses what workers never accept)
 
     def _on_echo(self, now: float, echo: HeartbeatEcho) -> None:
         if self._echo_awaited:  # the scheduler also sends echoes unasked, to probe connections
@@ -435,14 +445,17 @@ class AgentCore:
         self._out.append(ToScheduler(message))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
+        tasks, append = self.tasks, self.queue.append
         timeouts = batch.timeouts_ms
+        added = 0
         for k, (task_id, function_id, flags, refs, kws, payloads) in enumerate(batch.split()):
-            if task_id in self.tasks:
+            if task_id in tasks:
                 continue  # a duplicate dispatch: the scheduler already gave us this one
             task = AgentTask(task_id, function_id, flags, refs, kws, payloads, timeouts[k] if timeouts else 0)
-            self.tasks[task_id] = task
-            self.queue.append(task)
-            self.queued += 1
+            tasks[task_id] = task
+            append(task)
+            added += 1
+        self.queued += added
 
     def _on_free(self, ids: list[int]) -> None:
         for object_id in ids:
@@ -526,10 +539,13 @@ class AgentCore:
 
     def _leave(self, task: AgentTask) -> None:
         """The one way a task leaves this agent: ended, given back, or dropped with its session."""
-        del self.tasks[task.task_id]
-        task.move(TaskStep.LEAVE)
-        self._canceling.discard(task.task_id)
-        self._giving_back.discard(task.task_id)
+        task_id = task.task_id
+        del self.tasks[task_id]
+        task.move(LEAVE)
+        if self._canceling:  # (both are empty but while tasks are cancelled or balanced: no call then)
+            self._canceling.discard(task_id)
+        if self._giving_back:
+            self._giving_back.discard(task_id)
 
     def _end(
         self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
@@ -560,7 +576,7 @@ class AgentCore:
                 self._leave(task)
                 given_back.append(task.task_id)
             else:
-                task.move(TaskStep.BACK)
+                task.move(BACK)
                 again.append(task)
         self.queued += len(again)
         self.queue.extendleft(again)
@@ -724,20 +740,26 @@ class AgentCore:
 
     def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
         self._deaths_without_progress = 0
+        window, statuses, durations, peaks = slot.window, message.statuses, message.durations_us, message.peak_memory
+        payloads, cpu_times = message.payloads, message.cpu_times_us
+        mean, completed = self.mean_duration_us, 0
         for k, task_id in enumerate(message.task_ids):
-            task = slot.window.pop(task_id, None)
+            task = window.pop(task_id, None)
             if task is None:
                 continue
             if task_id == slot.timed:
                 slot.timed = 0
-            duration = message.durations_us[k]
-            self.mean_duration_us += (duration - self.mean_duration_us) * 0.2
-            self.completed += 1
+            duration = durations[k]
+            mean += (duration - mean) * 0.2
+            completed += 1
             if task.state == GONE:
                 continue  # our session was lost meanwhile: nobody waits for it
-            cpu = message.cpu_times_us[k] if message.cpu_times_us is not None else 0
-            self._end(task, message.statuses[k], message.payloads[k], duration, message.peak_memory[k], cpu)
-        if not slot.window and slot.processor != self.active and slot.state == READY:
+            self._end(task, statuses[k], payloads[k], duration, peaks[k], cpu_times[k] if cpu_times is not None else 0)
+        if completed:
+            self.mean_duration_us = mean
+            self.completed += completed
+            self._window = self._window_size()
+        if not window and slot.processor != self.active and slot.state == READY:
             self._retire(slot)
 
     def _on_output(self, slot: ProcessorSlot, message: pm.Output) -> None:
@@ -841,46 +863,51 @@ class AgentCore:
         return min(helpers, key=lambda slot: len(slot.waiting))
 
     def _feed_processor(self) -> None:
+        """Hand queued tasks to the active processor, as many as its window has room for, in one RunTasks (the objects
+        they need and it lacks first). One pass over the queue; per task, only what the task itself needs."""
         if not self.queued:
             return
         slot = self._pick_active()
         if slot is None or slot.state == STARTING or slot.timed:
             return  # a timed task runs alone: its processor takes nothing more until it ends
+        window, waiting = slot.window, slot.waiting
         help_epoch = slot.epoch if slot.state == BLOCKED else 0  # see _pick_helper
-        room = self._window_size() - len(slot.window) + (len(slot.waiting) if help_epoch else 0)
+        room = self._window - len(window) + (len(waiting) if help_epoch else 0)
         if room <= 0:
             return
         object_ids: list[int] = []
         object_payloads: list[Payload] = []
         tasks: list[pm.ProcessorTask] = []
         payloads: list[Payload] = []
-        queue = self.queue
+        queue, held, started, processor = self.queue, slot.objects, self._started, slot.processor
         while room > 0 and queue:
             task = queue.popleft()
             if task.state != QUEUED:
                 continue
-            if task.timeout_ms and (tasks or not all(task_id in slot.waiting for task_id in slot.window)):
+            if task.timeout_ms and (tasks or not all(task_id in waiting for task_id in window)):
                 queue.appendleft(task)  # it waits for a processor with nothing else to run
                 break
-            missing = self._send_objects(slot, task, object_ids, object_payloads)
             self.queued -= 1
-            if missing is not None:
-                self._end(task, TaskStatus.FAILED, f"object {missing:#x} was not sent to this worker".encode())
-                continue
-            task.move(TaskStep.TO_PROCESSOR)
-            task.processor = slot.processor
-            slot.window[task.task_id] = task
-            tasks.append((task.task_id, task.function_id, task.flags, task.arg_refs, task.keywords))
-            payloads.extend(task.payloads)
+            task_id, arg_refs = task.task_id, task.arg_refs
+            if task.function_id not in held or any(arg_refs):  # objects to send first (or missing)
+                missing = self._send_objects(slot, task, object_ids, object_payloads)
+                if missing is not None:
+                    self._end(task, TaskStatus.FAILED, f"object {missing:#x} was not sent to this worker".encode())
+                    continue
+            task.move(TO_PROCESSOR)
+            task.processor = processor
+            window[task_id] = task
+            tasks.append((task_id, task.function_id, task.flags, arg_refs, task.keywords))
+            payloads += task.payloads
+            started.append(task_id)
             room -= 1
             if task.timeout_ms:  # alone in the window (but for tasks waiting below it): it starts now
                 task.deadline = self._now + task.timeout_ms / 1000
-                slot.timed = task.task_id
+                slot.timed = task_id
                 room = 0
         if tasks or object_ids:
-            message = pm.RunTasks(object_ids, tasks, object_payloads + payloads, help_epoch)
-            self._out.append(ToProcessor(slot.processor, message))
-            self._started.extend(task[0] for task in tasks)
+            payloads[:0] = object_payloads  # objects first
+            self._out.append(ToProcessor(processor, pm.RunTasks(object_ids, tasks, payloads, help_epoch)))
 
     def _send_objects(
         self, slot: ProcessorSlot, task: AgentTask, ids: list[int], payloads: list[Payload]
@@ -924,6 +951,7 @@ class AgentCore:
             active = self.processors.get(self.active)
             _check(active is not None and active.state != BLOCKED, "the active processor is {!r}", active)
         _check(len(self.processors) <= self.config.max_processors, "{} processors", len(self.processors))
+        _check(self._window == self._window_size(), "a window of {}, not {}", self._window, self._window_size())
         self._results.validate()
         self._output.validate()
         self._validate_session()
@@ -938,10 +966,12 @@ class AgentCore:
             _check(not held, "{} tasks, objects or results held outside a session ({})", held, session)
 
     def _window_size(self) -> int:
-        if self.mean_duration_us <= 0:
+        """max(1, min(max_window, window_seconds / mean run time)); 1 while run times are unknown."""
+        mean = self.mean_duration_us
+        if mean <= 0:
             return 1  # run times unknown: a task given to the processor can no longer be balanced away
-        by_time = int(self.config.window_seconds * 1e6 / self.mean_duration_us)
-        return max(1, min(self.config.max_window, by_time))
+        by_time = int(self._window_us / mean)
+        return 1 if by_time < 1 else by_time if by_time < self._max_window else self._max_window
 
 
 def _size(count: int) -> str:

@@ -1,6 +1,6 @@
 """Messages between a worker's agent and its processors (internal to the Python worker, not the wire protocol).
 
-Records only; scaler.worker.pipe encodes them (a pickled header plus raw payload frames).
+Records only; scaler.worker.pipe_codec encodes them (a pickled header plus raw payload frames).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Agent <-> processor messages (scaler.worker.pipe): every message decodes to what was encoded, in one form (a
+"""Agent <-> processor messages (scaler.worker.pipe_codec): every message decodes to what was encoded, in one form (a
 pickled frame, big payloads out of band)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scaler.core.worker import messages as pm
-from scaler.worker import pipe
+from scaler.worker import pipe_codec
 from tests.helpers import payload_bytes
 
 MESSAGES: list[Any] = [
@@ -39,8 +39,8 @@ MESSAGES: list[Any] = [
 
 @pytest.mark.parametrize("message", MESSAGES)
 def test_every_message_decodes_to_what_was_encoded(message: Any) -> None:
-    frames = [bytearray(payload_bytes(f)) for f in pipe.encode(message)]  # as the link hands them out
-    decoded = pipe.decode(frames)
+    frames = [bytearray(payload_bytes(f)) for f in pipe_codec.encode(message)]  # as the link hands them out
+    decoded = pipe_codec.decode(frames)
     assert type(decoded) is type(message)
     for field in (f.name for f in dataclasses.fields(message)):
         got, want = getattr(decoded, field), getattr(message, field)
@@ -51,7 +51,17 @@ def test_every_message_decodes_to_what_was_encoded(message: Any) -> None:
 
 @pytest.mark.parametrize("message", [MESSAGES[8], MESSAGES[9]])
 def test_big_payloads_travel_out_of_band_never_copied(message: Any) -> None:
-    frames = pipe.encode(message)
+    frames = pipe_codec.encode(message)
     assert len(frames) == 2
     assert isinstance(frames[1], memoryview) and frames[1].obj is message.payloads[-1]  # the very object, not a copy
     pickle.loads(payload_bytes(frames[0]), buffers=frames[1:])  # the first frame is a plain pickle
+
+
+@pytest.mark.parametrize("message", [m for k, m in enumerate(MESSAGES) if k not in (8, 9)])
+def test_a_message_without_big_payloads_is_one_frame(message: Any) -> None:
+    assert len(pipe_codec.encode(message)) == 1
+
+
+def test_what_is_not_a_processor_message_is_refused() -> None:
+    with pytest.raises(TypeError, match="not a processor message"):
+        pipe_codec.encode("run")  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
-"""The pure-Python codec (scaler.protocol.purecodec) against the pycapnp one (scaler.protocol.codec): the golden
-bytes, the same headers for every example and random message, the same records back, and ProtocolError (never
-another exception) for everything test_malformed.py feeds the codec; where codec.py accepts a mutated header, the
-pure codec reads the same message from it.
+"""Scaler's codec (scaler.protocol.codec, pure Python) against the oracle on pycapnp (tests/protocol/capnp_codec.py):
+the golden bytes, the same headers for every example and random message, the same records back, and ProtocolError
+(never another exception) for everything test_malformed.py feeds the codec; where pycapnp accepts a mutated header,
+the codec reads the same message from it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from scaler.protocol import codec, purecodec
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from tests.helpers import payload_bytes
-from tests.protocol import make_layout
+from tests.protocol import capnp_codec, make_layout
 from tests.protocol.make_golden import golden_messages
 from tests.protocol.test_golden import golden_frames
 from tests.protocol.test_malformed import (
@@ -40,27 +40,27 @@ def as_bytes(frames: list[Any]) -> list[bytes]:
 
 
 def same_frames(message: Any) -> None:
-    """The pure encoder's frames are codec.py's, byte for byte, where codec.py writes one segment. pycapnp writes a
-    header of more than 8 KiB in several segments; the pure encoder always writes one (as codec.py's fast writer
-    does): equally valid, and codec.py reads it back to the same message."""
-    pure, capnp = as_bytes(purecodec.encode(message)), as_bytes(codec.encode(message))
+    """The codec's frames are pycapnp's, byte for byte, where pycapnp writes one segment. pycapnp writes a header of
+    more than 8 KiB in several segments; the codec always writes one: equally valid, and pycapnp reads it back to
+    the same message."""
+    pure, capnp = as_bytes(codec.encode(message)), as_bytes(capnp_codec.encode(message))
     assert pure[1:] == capnp[1:]
     if capnp[0][:4] == bytes(4):
         assert pure[0] == capnp[0]
     else:
         assert pure[0][:4] == bytes(4)
-    assert codec.decode(pure) == purecodec.decode(capnp) == purecodec.decode(pure)
+    assert capnp_codec.decode(pure) == codec.decode(capnp) == codec.decode(pure)
 
 
 def same_outcome(frames: list[Any]) -> None:
     """Both codecs give the same message, or both raise ProtocolError."""
     try:
-        expected = m.decode(frames)
+        expected = capnp_codec.decode(frames)
     except ProtocolError:
         with pytest.raises(ProtocolError):
-            purecodec.decode(frames)
+            codec.decode(frames)
         return
-    assert purecodec.decode(frames) == expected
+    assert codec.decode(frames) == expected
 
 
 def test_layout_is_current() -> None:
@@ -70,49 +70,49 @@ def test_layout_is_current() -> None:
 # ------------------------------------------------------------------------------------------------ golden
 @pytest.mark.parametrize("name", list(GOLDEN))
 def test_encode_gives_the_golden_bytes(name: str) -> None:
-    assert as_bytes(purecodec.encode(GOLDEN[name])) == golden_frames(name)
+    assert as_bytes(codec.encode(GOLDEN[name])) == golden_frames(name)
 
 
 @pytest.mark.parametrize("name", list(GOLDEN))
 def test_decode_of_golden_bytes_gives_the_message(name: str) -> None:
-    assert purecodec.decode(golden_frames(name)) == GOLDEN[name]
+    assert codec.decode(golden_frames(name)) == GOLDEN[name]
 
 
 # ------------------------------------------------------------------------------------------------ round trips
 @pytest.mark.parametrize("message", CASES)
-def test_the_same_frames_as_codec(message: Any) -> None:
+def test_the_same_frames_as_pycapnp(message: Any) -> None:
     same_frames(message)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(any_message)
-def test_the_same_frames_as_codec_property(message: Any) -> None:
+def test_the_same_frames_as_pycapnp_property(message: Any) -> None:
     same_frames(message)
-    assert purecodec.decode(purecodec.encode(message)) == message
+    assert codec.decode(codec.encode(message)) == message
 
 
 def test_multi_segment_headers_decode() -> None:
     """pycapnp writes big headers in several segments, with far pointers; the pure decoder reads them."""
     names = [f"object-{i}" for i in range(3000)]
     message = m.PutObjects(list(range(1, 3001)), [b"x"] * 3000, names)
-    frames = codec.encode(message)
+    frames = capnp_codec.encode(message)
     assert int.from_bytes(payload_bytes(frames[0])[:4], "little") > 0
-    assert purecodec.decode(frames) == message
+    assert codec.decode(frames) == message
     batch = m.SubmitTasks(list(range(1, 2001)), [7] * 2000, bytes(2000), [1] * 2000, [9] * 2000, ["k"] * 2000, [])
-    assert purecodec.decode(codec.encode(batch)) == batch
+    assert codec.decode(capnp_codec.encode(batch)) == batch
 
 
 def test_accept() -> None:
-    frames = purecodec.encode(GOLDEN["dispatchTasks"])
+    frames = codec.encode(GOLDEN["dispatchTasks"])
     with pytest.raises(UnexpectedMessage):
-        purecodec.decode(frames, m.ACCEPTED_BY_SCHEDULER)
-    assert purecodec.decode(frames, m.ACCEPTED_BY_WORKER) == GOLDEN["dispatchTasks"]
+        codec.decode(frames, m.ACCEPTED_BY_SCHEDULER)
+    assert codec.decode(frames, m.ACCEPTED_BY_WORKER) == GOLDEN["dispatchTasks"]
 
 
 # ------------------------------------------------------------------------------------------------ malformed
 def rejects(frames: list[Any]) -> ProtocolError:
     with pytest.raises(ProtocolError) as info:
-        purecodec.decode(frames)
+        codec.decode(frames)
     return info.value
 
 
@@ -170,7 +170,7 @@ def test_payload_mismatch(case: str) -> None:
 
 
 def test_lists_of_empty_structs() -> None:
-    status = purecodec.decode([_status_with_empty_struct_list(3)])
+    status = codec.decode([_status_with_empty_struct_list(3)])
     assert isinstance(status, m.Status) and status.workers == [m.WorkerStatus("")] * 3
     rejects([_status_with_empty_struct_list(1 << 13)])  # a tiny header claiming a huge list
 
@@ -206,14 +206,23 @@ def test_an_empty_struct_may_point_past_its_segment_as_pycapnp_reads_it() -> Non
     same_outcome([header])
 
 
-PURE_MODULES = ["purecodec.py", "wire.py", "layout.py", "fieldnames.py", "columns.py", "frames.py", "errors.py"]
+PURE_MODULES = [
+    "codec.py",
+    "fastpath.py",
+    "wire.py",
+    "layout.py",
+    "fieldnames.py",
+    "columns.py",
+    "frames.py",
+    "errors.py",
+]
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_the_pure_codec_is_python_3_9_syntax(module: str) -> None:
     """Debian's pypy3 is Python 3.9: no match statements, no parenthesised context managers (what the parser
     checks; run-time features such as dataclass(slots=True) are checked by running it there)."""
-    path = Path(purecodec.__file__).parent / module
+    path = Path(codec.__file__).parent / module
     ast.parse(path.read_text(encoding="utf-8"), feature_version=(3, 9))
     assert "capnp" not in {n.split(".")[0] for n in _imports(path)}
 

@@ -24,45 +24,63 @@ def _wrap(payloads: Sequence[Payload]) -> list[Any]:
 
 
 def encode(message: pm.ToProcessor | pm.FromProcessor) -> list[Payload]:
+    """The frames of `message`: its pickled header, then its big payloads (none, most often: then one frame, and no
+    pass over the payloads but a max of their lengths)."""
+    kind = type(message)
     header: tuple[Any, ...]
-    if isinstance(message, pm.RunTasks):
-        header = ("run", message.object_ids, message.tasks, _wrap(message.payloads), message.help_epoch)
-    elif isinstance(message, pm.Results):
+    payloads: Sequence[Payload] = ()
+    if kind is pm.RunTasks:  # (type checks first: these two go once per batch of tasks each way)
+        run: pm.RunTasks = message  # type: ignore[assignment]
+        payloads = run.payloads
+        header = ("run", run.object_ids, run.tasks, payloads, run.help_epoch)
+    elif kind is pm.Results:
+        results: pm.Results = message  # type: ignore[assignment]
+        payloads = results.payloads
         header = (
             "results",
-            message.task_ids,
-            message.statuses,
-            message.durations_us,
-            message.peak_memory,
-            _wrap(message.payloads),
-            message.cpu_times_us,
+            results.task_ids,
+            results.statuses,
+            results.durations_us,
+            results.peak_memory,
+            payloads,
+            results.cpu_times_us,
         )
-    elif isinstance(message, pm.DropObjects):
-        header = ("drop", message.object_ids)
-    elif isinstance(message, pm.Discard):
-        header = ("discard", message.task_ids, message.confirm)
-    elif isinstance(message, pm.Discarded):
-        header = ("discarded", message.removed, message.requested)
-    elif isinstance(message, pm.Resume):
-        header = ("resume",)
-    elif isinstance(message, pm.Exit):
-        header = ("exit", message.reason)
-    elif isinstance(message, pm.Ready):
-        header = ("ready", message.pid)
-    elif isinstance(message, pm.Blocked):
-        header = ("blocked", message.epoch, message.waiting)
-    elif isinstance(message, pm.Output):
-        header = ("output", message.task_ids, message.streams, message.texts)
     else:
-        header = ("unblocked",)
+        header = _header(message)
+    if not payloads or max(map(len, payloads)) < _OUT_OF_BAND_FROM:
+        return [pickle.dumps(header, protocol=5)]
+    header = (*header[:-2], _wrap(payloads), header[-1])  # (payloads come last but one in both)
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(header, protocol=5, buffer_callback=buffers.append)
-    return [data, *(b.raw() for b in buffers)]
+    return [data, *[b.raw() for b in buffers]]
+
+
+def _header(message: pm.ToProcessor | pm.FromProcessor) -> tuple[Any, ...]:
+    """The header of a message that carries no payloads."""
+    if isinstance(message, pm.DropObjects):
+        return ("drop", message.object_ids)
+    if isinstance(message, pm.Discard):
+        return ("discard", message.task_ids, message.confirm)
+    if isinstance(message, pm.Discarded):
+        return ("discarded", message.removed, message.requested)
+    if isinstance(message, pm.Resume):
+        return ("resume",)
+    if isinstance(message, pm.Exit):
+        return ("exit", message.reason)
+    if isinstance(message, pm.Ready):
+        return ("ready", message.pid)
+    if isinstance(message, pm.Blocked):
+        return ("blocked", message.epoch, message.waiting)
+    if isinstance(message, pm.Output):
+        return ("output", message.task_ids, message.streams, message.texts)
+    if isinstance(message, pm.Unblocked):
+        return ("unblocked",)
+    raise TypeError(f"not a processor message: {message!r}")
 
 
 def decode(frames: Sequence[Payload]) -> pm.ToProcessor | pm.FromProcessor:
     first: Any = frames[0]  # bytes-like (the link hands out bytearrays)
-    header = pickle.loads(first, buffers=frames[1:])
+    header = pickle.loads(first, buffers=frames[1:]) if len(frames) > 1 else pickle.loads(first)
     kind = header[0]
     if kind == "run":
         return pm.RunTasks(header[1], header[2], header[3], header[4])
