@@ -35,11 +35,9 @@ from scaler.protocol.requirements import read as read_requirements
 
 
 def read_lone(header: bytes) -> LoneTask | LoneResult | None:
-    """The header of a message the scheduler may forward as it is (see LoneTask, LoneResult), or None: decode() it.
+    """The header of a lone submit or result (see LoneTask, LoneResult), or None: decode() it.
 
-    Only the shape is checked here; whether the task or result can be forwarded is for the scheduler's core."""
-    if read_batch is None:
-        return None
+    Only the shape is checked here; lone_message reads the record, and the core decides as for any message."""
     read = read_batch(header)
     if read is None:
         return None

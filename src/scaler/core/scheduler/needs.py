@@ -210,11 +210,7 @@ class NeedTable:
         if not self.split:  # the common case: one queue
             self.ready.extend(tasks)
             return
-        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
-        for task in tasks:
-            queue = task.need.ready
-            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
-        for queue, mine in by_queue.values():
+        for queue, mine in _by_queue(tasks):
             queue.extend(mine)
 
     def requeue_front(self, tasks: list[Task]) -> None:
@@ -224,11 +220,7 @@ class NeedTable:
         if not self.split:  # the common case: one queue
             self.ready.extendleft(tasks)
             return
-        by_queue: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
-        for task in tasks:
-            queue = task.need.ready
-            by_queue.setdefault(id(queue), (queue, []))[1].append(task)
-        for queue, mine in by_queue.values():
+        for queue, mine in _by_queue(tasks):
             queue.extendleft(mine)
 
     def any_ready(self) -> bool:
@@ -254,3 +246,12 @@ class NeedTable:
         if self.ready:
             return self.ready
         return next((need.queue for need in self.split if need.queue), None)
+
+
+def _by_queue(tasks: list[Task]) -> list[tuple[FairQueue[Task], list[Task]]]:
+    """The tasks grouped by the ready queue each goes to (task.need.ready), each group in the order given."""
+    groups: dict[int, tuple[FairQueue[Task], list[Task]]] = {}
+    for task in tasks:
+        queue = task.need.ready
+        groups.setdefault(id(queue), (queue, []))[1].append(task)
+    return list(groups.values())
