@@ -11,10 +11,8 @@ its own model of the protocol, built only from the commands the core emitted:
 At the end (teardown) every worker answers everything: no task may be left, and every task of a client that
 is still connected must have ended exactly once at that client.
 
-Half the machines also read lone submits and results as the scheduler's shell does (encoded, then
-scaler.protocol.lone.lone_message: the record fed is the one it reads, checked equal to the message), and send a
-dispatch or results answering one of them alone in the frames it came in when reused_frames allows it: what those
-frames decode to must be what the core said. Half the machines run monitored.
+Half the machines also send every message through the codec as the scheduler's shell reads it (encoded, then
+decoded: the record fed is the one decode gives, checked equal to the message). Half the machines run monitored.
 """
 
 from __future__ import annotations
@@ -56,7 +54,6 @@ from scaler.protocol.messages import (
     Message,
     PeerKind,
     PutObjects,
-    SubmitTasks,
     TaskOutput,
     TaskResults,
     TasksStarted,
@@ -64,9 +61,6 @@ from scaler.protocol.messages import (
     Welcome,
     decode,
     encode,
-    lone_message,
-    read_lone,
-    reused_frames,
 )
 from tests.helpers import payload_bytes
 from tests.unit.scheduler_driver import TaskSpec, ok, results, submit, tid
@@ -123,8 +117,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.owner: dict[int, bytes] = {}  # task id -> client peer
         self.delivered: Counter[int] = Counter()  # task id -> results sent to its client
         self.peers = 0
-        self.reading_lone = False  # whether lone submits and results are read as the shell reads them (set by start)
-        self.reused = 0
+        self.through_codec = False  # whether messages are encoded and decoded on their way in (set by start)
         self.flagged: set[int] = set()  # tasks submitted with FLAG_STREAM_OUTPUT
         self.printed: Counter[int] = Counter()  # task id -> pieces of output forwarded to its client, expected
         self.shown: Counter[int] = Counter()  # task id -> pieces of output its client got
@@ -135,27 +128,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         return f"{kind}{self.peers}".encode()
 
     def send(self, peer: bytes, message: Message) -> list[Command]:
-        if not self.reading_lone or not isinstance(message, (SubmitTasks, TaskResults)):
-            return self.apply(self.core.handle(Received(self.now, peer, message)))
-        frames = encode(message)
-        # encode's header frame is bytes (its type says Payload, which read_lone does not take)
-        lone = read_lone(frames[0])  # type: ignore[arg-type]
-        came = lone_message(lone, frames) if lone is not None else None
-        if lone is None or came is None:
-            return self.apply(self.core.handle(Received(self.now, peer, message)))
-        assert _plain(came) == _plain(message), f"lone_message read {came!r} from the frames of {message!r}"
-        commands = self.core.handle(Received(self.now, peer, came))
-        for k, command in enumerate(commands):  # as the shell sends them
-            out = command.message if isinstance(command, Send) else None
-            if isinstance(out, (DispatchTasks, TaskResults)) and out.task_ids == [lone.task_id]:
-                reused = reused_frames(out, came, lone, frames)
-                if reused is not None:
-                    self.reused += 1
-                    delivered = decode(reused)
-                    assert _plain(delivered) == _plain(out), f"the frames reused for {out!r} say {delivered!r}"
-                    # command is a Send: out, its message, was one of the core's sends
-                    commands[k] = Send(command.peer, delivered)  # type: ignore[union-attr]
-        return self.apply(commands)
+        if self.through_codec:
+            came = decode(encode(message))
+            assert _plain(came) == _plain(message), f"decode read {came!r} from the frames of {message!r}"
+            message = came
+        return self.apply(self.core.handle(Received(self.now, peer, message)))
 
     def apply(self, commands: list[Command]) -> list[Command]:
         """Check the commands against the model and update it."""
@@ -219,9 +196,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                 client.open_tasks.discard(task_id)
 
     # ------------------------------------------------------------------------------------------- peers
-    @initialize(capacity=st.integers(1, 6), reading_lone=st.booleans(), monitored=st.booleans())
-    def start(self, capacity: int, reading_lone: bool, monitored: bool) -> None:
-        self.reading_lone = reading_lone
+    @initialize(capacity=st.integers(1, 6), through_codec=st.booleans(), monitored=st.booleans())
+    def start(self, capacity: int, through_codec: bool, monitored: bool) -> None:
+        self.through_codec = through_codec
         self.core.monitored = monitored
         self.connect_client()
         self.connect_worker(capacity)
@@ -312,7 +289,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.clients)
     @rule(data=st.data(), inline=st.integers(0, 2), flags=st.sampled_from([0, FLAG_STREAM_OUTPUT]))
     def submit_one(self, data: st.DataObject, inline: int, flags: int) -> None:
-        """A lone task, all of its arguments inline: what the shell reads without decode()."""
+        """A lone task, all of its arguments inline (a round trip's submit)."""
         client = data.draw(st.sampled_from(sorted(self.clients.values(), key=lambda c: c.peer)))
         task_id = client.mint()
         self.owner[task_id] = client.peer
@@ -390,7 +367,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(w.held for w in self.workers.values()))
     @rule(data=st.data(), status=st.sampled_from([TaskStatus.SUCCESS, TaskStatus.ERROR, TaskStatus.CRASHED]))
     def worker_reports_one(self, data: st.DataObject, status: int) -> None:
-        """A lone result: what the shell reads without decode()."""
+        """A lone result (a round trip's result)."""
         worker = data.draw(st.sampled_from(sorted((w for w in self.workers.values() if w.held), key=lambda w: w.peer)))
         task_id = data.draw(st.sampled_from(sorted(worker.held)))
         del worker.held[task_id]

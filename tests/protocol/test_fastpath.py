@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from typing import Any
 
@@ -51,7 +50,7 @@ REQUIRING = [batch for batch in BATCHES if getattr(batch, "requirements", None)]
 @pytest.mark.parametrize("message", REQUIRING)
 def test_batches_with_requirements_take_the_fast_reader(message: Any) -> None:
     header = encoded(message)[0]
-    assert codec.read_batch(header) is not None
+    assert codec._fast.read(header) is not None
     assert m.decode([header, *m.encode(message)[1:]]) == message
     assert capnp_codec.decode([header, *m.encode(message)[1:]]) == message
 
@@ -73,7 +72,7 @@ def test_the_fast_writer_writes_what_pycapnp_writes(message: Any, pypy: bool, mo
 @pytest.mark.parametrize("message", BATCHES)
 def test_the_fast_reader_reads_what_pycapnp_writes(message: Any) -> None:
     frames = _pycapnp_frames(message)
-    assert codec.read_batch(frames[0]) is not None, "not read by the fast reader"
+    assert codec._fast.read(frames[0]) is not None, "not read by the fast reader"
     for _ in range(2):  # the second time from the remembered shape
         assert m.decode(frames) == message
 
@@ -107,50 +106,3 @@ def test_fields_laid_out_out_of_slot_order_are_read_too() -> None:
     header = head + body
     for _ in range(2):
         assert m.decode([header, b"abb"]) == m.TaskResults([11, 12], b"\x00\x01", [b"a", b"bb"])
-
-
-# The scheduler's lone-message fast path: which headers it may forward as they are, and the relabelled dispatch.
-LONE: list[Any] = [
-    m.SubmitTasks([1], [9], b"\x00", [1], [0], None, [b"arg"]),
-    m.SubmitTasks([1], [9], b"\x02", [0], [], None, []),
-    m.SubmitTasks([1], [9], b"\x01", [3], [0, 0, 0], None, [b"1", b"22", b"c" * 70_000]),
-    m.TaskResults([5], b"\x00", [b"x"]),
-    m.TaskResults([5], b"\x01", [b""]),
-]
-NOT_LONE: list[Any] = [
-    m.SubmitTasks([1, 2], [9, 9], b"\x00\x00", [1, 1], [0, 0], None, [b"a", b"b"]),  # two tasks
-    m.SubmitTasks([1], [9], b"\x00", [2], [0, 44], None, [b"a"]),  # a reference: objects to pin
-    m.SubmitTasks([1], [9], b"\x00", [1], [0], ["x"], [b"a"]),  # keywords
-    m.DispatchTasks([1], [9], b"\x00", [1], [0], None, [b"a"]),  # not what a client sends
-    m.TaskResults([5, 6], b"\x00\x00", [b"x", b"y"]),  # two results
-    m.TaskResults([5], b"\x00", [b"x"], durations_us=[7], peak_memory=[8]),  # profiled
-    m.TaskResults([5], b"\x00", [b"x"], durations_us=[7], peak_memory=[8], cpu_times_us=[6]),  # profiled
-    m.TaskResults([5], b"\x00", [b"x"], cpu_times_us=[6]),  # a CPU column alone: profiled all the same
-    m.TaskResults([], b"", []),
-    m.HeartbeatEcho(),
-]
-
-
-@pytest.mark.parametrize("written_by", ["fast writer", "pycapnp"])
-@pytest.mark.parametrize("message", LONE)
-def test_a_lone_message_is_read_without_decoding(message: Any, written_by: str) -> None:
-    frames = _pycapnp_frames(message) if written_by == "pycapnp" else m.encode(message)
-    lone = m.read_lone(payload_bytes(frames[0]))
-    if isinstance(message, m.SubmitTasks):
-        assert isinstance(lone, m.LoneTask)
-        assert (lone.task_id, lone.function_id, lone.flags) == (1, 9, message.flags[0])
-        assert lone.sizes == [len(p) for p in message.payloads]
-        # relabelled, it is the dispatch of the same task, with the same payload frames after it
-        dispatch = m.DispatchTasks(*(getattr(message, f.name) for f in dataclasses.fields(m.TaskBatch)))
-        assert m.decode([m.dispatch_header(lone), *frames[1:]]) == dispatch
-        if written_by == "fast writer":
-            assert m.dispatch_header(lone) == m.encode(dispatch)[0]
-    else:
-        assert isinstance(lone, m.LoneResult)
-        assert (lone.task_id, lone.status, lone.size) == (5, message.statuses[0], len(message.payloads[0]))
-        assert m.decode(frames) == message
-
-
-@pytest.mark.parametrize("message", NOT_LONE)
-def test_other_messages_are_not_lone(message: Any) -> None:
-    assert m.read_lone(encoded(message)[0]) is None

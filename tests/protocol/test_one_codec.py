@@ -1,7 +1,7 @@
 """Scaler runs one codec (ADR 0019): scaler.protocol.codec, pure Python, on CPython and PyPy alike. A process without
 pycapnp (here: an interpreter where `import capnp` fails, as on PyPy or an install without the conformance extra)
-imports the client, the worker and the scheduler, encodes and decodes with it, and reads lone messages; pycapnp is
-never loaded. Each case is a fresh interpreter."""
+imports the client, the worker and the scheduler, and encodes and decodes with it; pycapnp is never loaded. Each case
+is a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ import sys
 if "no-capnp" in sys.argv:
     sys.modules["capnp"] = None  # import capnp raises ModuleNotFoundError, as on PyPy
 import scaler.client, scaler.scheduler.server, scaler.worker
-from scaler.protocol import codec, lone, messages
+from scaler.protocol import codec, messages
 from scaler.protocol.records import SubmitTasks
 assert messages.encode is codec.encode and messages.decode is codec.decode, messages.encode
 frames = messages.encode(SubmitTasks([5], [7], b"\\0", [1], [0], None, [b"abc"]))
-task = lone.read_lone(frames[0])
-assert task is not None and (task.task_id, task.function_id, task.sizes) == (5, 7, [3]), task
-dispatch = messages.decode([lone.dispatch_header(task), b"abc"])
-assert type(dispatch).__name__ == "DispatchTasks" and dispatch.task_ids == [5], dispatch
+task = messages.decode(frames)
+assert type(task).__name__ == "SubmitTasks" and (task.task_ids, task.function_ids) == ([5], [7]), task
 print(messages.CODEC, "capnp" in sys.modules and sys.modules["capnp"] is not None)
 """
 

@@ -15,11 +15,9 @@ give their sessions up and say hello again; it then catches up as its shell does
 flush after each (its tick after the first), so it may dispatch to a session whose agent already gave it up.
 Some tasks carry options: retries (run again when they raise or time out) and a timeout the workers enforce.
 
-Like the scheduler's shell, the simulation reads the lone submits and results as the shell does (encoded, then
-scaler.protocol.lone.read_lone and lone_message: the record fed is the one those give), and when the core's answer is
-that very task (a dispatch, or results, of it alone), it sends on the frames that came (reused_frames) and delivers
-what they decode to, after checking that this equals what the core said. Some client waves go out one task per
-message so that lone submits happen.
+Like the scheduler's shell, the simulation reads submits and results from their frames (encoded, then decoded: the
+record fed is the one decode gives, checked equal to what was encoded). Some client waves go out one task per message
+so that lone submits happen.
 
 Every task whose id is a multiple of 3 is flagged stream output: the simulated workers print a line for it before its
 result, and send the text of the error a task raised before that result (taskOutput). The scheduler's status is taken
@@ -92,10 +90,7 @@ from scaler.protocol.messages import (
     FreeObjects,
     Heartbeat,
     Hello,
-    LoneResult,
-    LoneTask,
     Message,
-    Payload,
     PeerKind,
     PutObjects,
     Status,
@@ -107,9 +102,6 @@ from scaler.protocol.messages import (
     Welcome,
     decode,
     encode,
-    lone_message,
-    read_lone,
-    reused_frames,
 )
 from scaler.protocol.records import TaskOptions
 from tests.helpers import payload_bytes
@@ -196,7 +188,7 @@ class SimConfig:
     lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
     retry_rate: float = 0.15  # the share of tasks submitted with retries (1 or 2)
     timeout_rate: float = 0.05  # the share of tasks submitted with a timeout (some run longer)
-    reading_lone: bool = True  # read lone submits and results as the shell does, and send on the frames they came in
+    through_codec: bool = True  # encode and decode submits and results on their way in, as the shell reads them
     monitored: bool = False  # a monitor subscribes: the core records task events, failures, output, departures
     capabilities: bool = False  # workers offer capabilities, tasks require some (worker_capabilities above)
     scheduler: SchedulerConfig = field(
@@ -248,8 +240,7 @@ class Simulation:
         self.crashed_once: set[int] = set()
         self.client_by_prefix: dict[int, SimClient] = {}
         self.flushes = 0
-        self.reused = 0  # dispatches and results sent in the frames a lone submit or result came in
-        self._lone: dict[int, tuple[LoneTask | LoneResult, SubmitTasks | TaskResults, list[Payload]]] = {}
+        self.decoded = 0  # submits and results fed as decode read them from their frames
         self.trace: list[str] | None = [] if trace else None
         self.finished_at: int | None = None
         # How often each task may have started: started by a simulated worker, or handed to a processor by an agent.
@@ -357,62 +348,33 @@ class Simulation:
             self.after(TICK_MS, self._tick)
 
     def _flush(self) -> None:
-        """Feed what arrived (the lone messages read as the shell reads them), flush once (like one wake-up of the
-        shell), and deliver the commands (those answering a lone message in the frames it came in, when they may)."""
+        """Feed what arrived (submits and results read from their frames as the shell reads them), flush once (like
+        one wake-up of the shell), and deliver the commands."""
         now = self.now / 1000
         for event in self._to_scheduler:
-            if self.config.reading_lone and isinstance(event, Received):
-                event = self._read_lone(event)
+            if self.config.through_codec and isinstance(event, Received):
+                event = self._read(event)
             self.core.feed(event)
         self._to_scheduler.clear()
-        commands = self._reuse(self._flush_core())
+        commands = self._flush_core()
         while True:
             unreachable = self._route(commands)
             if not unreachable:
                 break
             for peer in unreachable:
                 self.core.feed(Undeliverable(now, peer))
-            commands = self._reuse(self._flush_core())
-        self._lone.clear()
+            commands = self._flush_core()
 
-    def _read_lone(self, event: Received) -> Received:
-        """A lone submit or result as the shell reads it: encoded, then read without decode() (lone_message); the
-        event carries the record read, and the frames are kept for _reuse."""
+    def _read(self, event: Received) -> Received:
+        """A submit or result as the shell reads it: encoded, then decoded; the event carries the record read."""
         message = event.message
         if not isinstance(message, (SubmitTasks, TaskResults)):
             return event
-        frames = encode(message)
-        # encode's header frame is bytes (its type says Payload, which read_lone does not take)
-        lone = read_lone(frames[0])  # type: ignore[arg-type]
-        came = lone_message(lone, frames) if lone is not None else None
-        if lone is None or came is None:
-            return event
+        came = decode(encode(message))
         if _plain(came) != _plain(message):
-            self.fail(f"lone_message read {came!r:.300} from the frames of {message!r:.300}")
-        self._lone[lone.task_id] = (lone, came, frames)
+            self.fail(f"decode read {came!r:.300} from the frames of {message!r:.300}")
+        self.decoded += 1
         return Received(event.now, event.peer, came, event.key)
-
-    def _reuse(self, commands: list[Command]) -> list[Command]:
-        """The commands as the shell sends them: a dispatch or results answering a lone message alone go in the frames
-        it came in when reused_frames says they may, and are delivered as what those frames decode to, which must be
-        what the core said."""
-        if not self._lone:
-            return commands
-        sent: list[Command] = []
-        for command in commands:
-            message = command.message if isinstance(command, Send) else None
-            if isinstance(message, (DispatchTasks, TaskResults)) and len(message.task_ids) == 1:
-                came = self._lone.get(message.task_ids[0])
-                frames = reused_frames(message, came[1], came[0], came[2]) if came is not None else None
-                if frames is not None:
-                    self.reused += 1
-                    delivered = decode(frames)
-                    if _plain(delivered) != _plain(message):
-                        self.fail(f"the frames reused for {message!r:.300} say {delivered!r:.300}")
-                    # command is a Send: out, its message, was one of the core's sends
-                    command = Send(command.peer, delivered)  # type: ignore[union-attr]
-            sent.append(command)
-        return sent
 
     def _flush_core(self) -> list[Command]:
         commands = self.core.flush()

@@ -468,12 +468,6 @@ _ENCODERS: dict[str, Callable[[Builder, int, str, Any], list[Payload]]] = {
 }
 
 
-read_batch = _fast.read
-"""(Message discriminant, the member struct's Data fields by pointer slot, b"" for null) of a one-segment
-taskResults, submitTasks or dispatchTasks header laid out as the writers lay it out, or None: decode() it. For
-scaler.protocol.lone, which reads the fields at the slots of scaler.protocol.layout."""
-
-
 def _fast_decode(header: bytes, payloads: Sequence[Payload], accept: frozenset | None) -> Message | None:  # type: ignore[type-arg]
     """The batch message `header` holds, read by the direct reader; None if it cannot read it (the general reader
     decodes it or says why not)."""

@@ -1,6 +1,6 @@
 """The protocol in one place, for the shells, the tests and other tools: the message records
-(scaler.protocol.records), the Cap'n Proto codec (encode, decode, clear_caches: scaler.protocol.codec, pure Python,
-the one codec of every process on CPython and PyPy, ADR 0019) and the lone-message readers (scaler.protocol.lone).
+(scaler.protocol.records), and the Cap'n Proto codec (encode, decode, clear_caches: scaler.protocol.codec, pure
+Python, the one codec of every process on CPython and PyPy, ADR 0019).
 The pure cores import scaler.protocol.records only, which loads no Cap'n Proto.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 from scaler.protocol.codec import clear_caches, decode, encode
-from scaler.protocol.lone import dispatch_header, lone_message, read_lone, reused_frames
 from scaler.protocol.records import (
     ACCEPTED_BY_CLIENT,
     ACCEPTED_BY_MONITOR,
@@ -43,8 +42,6 @@ from scaler.protocol.records import (
     HeartbeatEcho,
     Hello,
     IdMessage,
-    LoneResult,
-    LoneTask,
     Message,
     OutputRecord,
     Payload,
@@ -108,8 +105,6 @@ __all__ = [
     "HeartbeatEcho",
     "Hello",
     "IdMessage",
-    "LoneResult",
-    "LoneTask",
     "Message",
     "OutputRecord",
     "Payload",
@@ -133,10 +128,6 @@ __all__ = [
     "WorkerStatus",
     "clear_caches",
     "decode",
-    "dispatch_header",
     "encode",
     "inline_layout",
-    "lone_message",
-    "read_lone",
-    "reused_frames",
 ]

@@ -527,29 +527,3 @@ MESSAGE_NAMES: dict[type, str] = {
     TasksStarted: "tasksStarted",
     TaskOutput: "taskOutput",
 }
-
-
-@slotted
-class LoneTask:
-    """A submitTasks header read without decoding: one task, every argument inline (no references), no keywords, no
-    options. Its frames can go on to a worker as they came, the header relabelled (dispatch_header), when the
-    dispatch says exactly what the submit said (scaler.protocol.lone)."""
-
-    header: bytes
-    task_id: int
-    function_id: int
-    flags: int
-    sizes: list[int]  # of its arguments' payloads, in order
-    requirements: list[list[str]] | None = None  # its capability requirements, as decode() gives them
-    requirement_index: list[int] | None = None
-
-
-@slotted
-class LoneResult:
-    """A taskResults header read without decoding: one result, no profiling columns. Its frames can go on to the
-    task's client as they came, when the results the client gets say exactly that (scaler.protocol.lone)."""
-
-    header: bytes
-    task_id: int
-    status: int
-    size: int  # of its payload

@@ -1,6 +1,6 @@
 """TaskBatch.requirements (a List(Requirement), each a List(Text)) as raw Cap'n Proto bytes, for the direct writers and
-readers of batch messages (scaler.protocol.fastpath, codec.read_batch, lone): most batches carry the same one or
-two requirements, so their bytes are made once and read once (both remembered, bounded).
+readers of batch messages (scaler.protocol.fastpath): most batches carry the same one or two requirements, so their
+bytes are made once and read once (both remembered, bounded).
 
 The bytes of a struct list whose pointers all point forward inside it (as every writer lays one out) do not depend on
 where the list lies: `blob(requirements)` is such a list, from its tag word to its last text, laid out as pycapnp lays

@@ -54,20 +54,11 @@ from scaler.io.sockets import (
 from scaler.protocol.errors import ProtocolError, UnexpectedMessage
 from scaler.protocol.messages import (
     ACCEPTED_BY_SCHEDULER,
-    DispatchTasks,
     HeartbeatEcho,
-    LoneResult,
-    LoneTask,
     Message,
-    Payload,
-    SubmitTasks,
-    TaskResults,
     clear_caches,
     decode,
     encode,
-    lone_message,
-    read_lone,
-    reused_frames,
 )
 from scaler.scheduler.connections import (
     AUDIT_EVERY,
@@ -93,7 +84,6 @@ STATUS_SECONDS = 1.0
 PROBE_DELAYS = (0.05, 0.5)  # a closed connection may take a moment to leave the router's table
 BACKLOG_ROUNDS = 50  # wake-ups' worth of waiting messages read before a tick judges anyone silent
 _NOBLOCK = int(zmq.NOBLOCK)
-_LONE_ANSWERS = (DispatchTasks, TaskResults)  # what may go out in the frames a lone submit or result came in
 _CONNECTION_EVENTS = (
     zmq.EVENT_ACCEPTED
     | zmq.EVENT_ACCEPT_FAILED
@@ -142,10 +132,6 @@ class SchedulerServer:
         self._audited = 0.0
         self.disconnects: zmq.Socket[Any] | None = None
         self._burst = True  # whether more messages were waiting at the last look
-        # The lone submits and results read since the last flush, by task id: what came and the frames it came in,
-        # sent on as they came if the core's answer says exactly that (scaler.protocol.lone.reused_frames)
-        self._lone: dict[int, tuple[LoneTask | LoneResult, SubmitTasks | TaskResults, list[Payload]]] = {}
-        self._lone_read = self._lone  # those the commands being sent answer
 
     async def run(self) -> str:
         """Serve until told to stop; returns why it stopped."""
@@ -247,18 +233,11 @@ class SchedulerServer:
                     reason = f"authentication failed: its key {user} is no longer authorized"
                     guard("handling a message", core.feed, Forbidden(now, peer, user.encode(), reason))
                     continue
-            parts = small_to_bytes(frames[1:])
-            lone = read_lone(parts[0]) if parts and type(parts[0]) is bytes else None
-            message: Message | ProtocolError | None = None
-            if lone is not None:  # one task or result: read here, and maybe sent on as it came (_reused)
-                message = came = lone_message(lone, parts)
-                if came is not None:
-                    self._lone[lone.task_id] = (lone, came, parts)
-            if message is None:
-                try:
-                    message = decode(parts, ACCEPTED_BY_SCHEDULER)
-                except ProtocolError as exc:
-                    message = exc
+            message: Message | ProtocolError
+            try:
+                message = decode(small_to_bytes(frames[1:]), ACCEPTED_BY_SCHEDULER)
+            except ProtocolError as exc:
+                message = exc
             event = (
                 Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage))
                 if isinstance(message, ProtocolError)
@@ -457,19 +436,14 @@ class SchedulerServer:
     def _execute(self, commands: list[Command]) -> None:
         router = self.router
         assert router is not None
-        # What was read before this flush: the answers to it are in these commands (and nowhere later).
-        lone = self._lone_read = self._lone
-        self._lone = {}
         while commands:
             undeliverable: dict[bytes, str] = {}
             for command in commands:
                 # an isinstance chain, not `match`: this module runs on Python 3.9 too (PyPy); unreachable() keeps
                 # mypy's check that every kind of command is handled
                 if isinstance(command, Send):
-                    message = command.message
-                    reused = self._reused(message) if lone and isinstance(message, _LONE_ANSWERS) else None
                     try:
-                        send_frames(router, [command.peer, *(reused or encode(message))], _NOBLOCK)
+                        send_frames(router, [command.peer, *encode(command.message)], _NOBLOCK)
                     except zmq.Again:
                         undeliverable.setdefault(command.peer, _NOT_READING)
                     except zmq.ZMQError as exc:
@@ -487,18 +461,6 @@ class SchedulerServer:
             for peer, reason in undeliverable.items():
                 self.core.feed(Undeliverable(now, peer, reason))
             commands = self._flush() if undeliverable else []
-        self._lone_read = {}
-
-    def _reused(self, message: DispatchTasks | TaskResults) -> list[Payload] | None:
-        """The frames a lone submit or result came in, if `message` (a dispatch or results of one task) says exactly
-        what it said (scaler.protocol.lone.reused_frames); None: encode it."""
-        task_ids = message.task_ids
-        if len(task_ids) != 1:
-            return None
-        came = self._lone_read.get(task_ids[0])
-        if came is None:
-            return None
-        return reused_frames(message, came[1], came[0], came[2])
 
     def _tick(self) -> None:
         # Read what is waiting first: a heartbeat stuck behind a backlog is not a silent peer.
