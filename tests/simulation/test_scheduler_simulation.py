@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from scaler.core.scheduler import SchedulerConfig, SchedulerCore, Send, views
+from scaler.core.scheduler.balancing import Balancing
+from scaler.core.scheduler.lifecycle import SessionLifecycle
 from scaler.core.scheduler.needs import Need, NeedTable
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.worker.agent import AgentCore, ToScheduler
@@ -139,19 +141,27 @@ def test_same_seed_same_run() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- the checks can fail
-class TrustsBalanceRequests(SchedulerCore):
-    """A broken scheduler: it takes back every task it asked for, not only those the worker gave."""
+class TrustingBalancing(Balancing):
+    """Broken: it takes back every task it asked for, not only those the worker gave."""
 
-    def _balance(self) -> None:
+    def rebalance(self) -> None:
         self.asked: dict[bytes, list[int]] = getattr(self, "asked", {})
-        before = len(self._out)
-        super()._balance()
-        for command in self._out[before:]:
+        before = len(self.core._out)
+        super().rebalance()
+        for command in self.core._out[before:]:
             if isinstance(command, Send) and isinstance(command.message, BalanceRequest):
                 self.asked[command.peer] = list(command.message.ids)
 
-    def _on_balance_response(self, worker: WorkerSession, message: BalanceResponse) -> None:
-        super()._on_balance_response(worker, BalanceResponse(self.asked.pop(worker.identity, message.ids)))
+    def on_balance_response(self, worker: WorkerSession, message: BalanceResponse) -> None:
+        super().on_balance_response(worker, BalanceResponse(self.asked.pop(worker.identity, message.ids)))
+
+
+class TrustsBalanceRequests(SchedulerCore):
+    """A broken scheduler: it takes back every task it asked for, not only those the worker gave."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        super().__init__(config)
+        self.balancing = TrustingBalancing(self)
 
 
 class AnswersTwice(SchedulerCore):
@@ -167,14 +177,22 @@ class AnswersTwice(SchedulerCore):
             client.outbox.add(first.task_id, status, payload)  # type: ignore[attr-defined]
 
 
+class ChargingLifecycle(SessionLifecycle):
+    """Broken, as before tasksStarted: a lost worker's tasks are all charged an attempt, started or not."""
+
+    def worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
+        for task in worker.assigned.values():
+            task.started = True
+        super().worker_lost(worker, reason, count_attempt)
+
+
 class ChargesEveryLostTask(SchedulerCore):
     """A broken scheduler, as before tasksStarted: a lost worker's tasks are all charged an attempt, started or
     not (the false retry exhaustion of crash-looping workers)."""
 
-    def _worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
-        for task in worker.assigned.values():
-            task.started = True
-        super()._worker_lost(worker, reason, count_attempt)
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        super().__init__(config)
+        self.lifecycle = ChargingLifecycle(self)
 
 
 class GivesBackStartedTasks(AgentCore):

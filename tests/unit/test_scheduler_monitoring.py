@@ -369,7 +369,7 @@ def test_output_of_tasks_not_held_is_ignored_and_pending_output_is_bounded() -> 
     d.core.feed(Received(1.0, W1, output(*((t(1), OUTPUT_STDOUT, big) for _ in range(5)))))
     commands = d.core.flush()
     [(_, sent)] = of_type(commands, TaskOutput)
-    assert len(sent.texts) == 4 and d.core.output_dropped == 1
+    assert len(sent.texts) == 4 and d.core.output.dropped == 1
     assert "dropped printed output of task" in logs(commands)[0].text
 
 
@@ -427,7 +427,7 @@ def test_dropped_output_warning_is_rate_limited() -> None:
     for _ in range(40):
         commands = d.recv(W1, output((t(1), OUTPUT_STDOUT, "x" * (5 << 20))))
         warnings += sum(log.level == logging.WARNING for log in logs(commands))
-    assert d.core.output_dropped == 40 and warnings < 40
+    assert d.core.output.dropped == 40 and warnings < 40
 
 
 # ----------------------------------------------------------------------------------------------- clients

@@ -8,8 +8,12 @@ a storm of hellos recycles a bounded set instead of using up the 2**24 prefixes.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from scaler.protocol.records import MAX_ID_PREFIX
+
+if TYPE_CHECKING:
+    from scaler.core.scheduler.sessions import ClientSession
 
 REUSE_PREFIXES_FROM = 4096
 
@@ -37,3 +41,11 @@ class Prefixes:
     def release(self, prefix: int) -> None:
         """Nothing remains of the session that had `prefix`: it may be reused."""
         self.free.append(prefix)
+
+    def reclaim(self, client: ClientSession) -> None:
+        """A gone client's prefix is free again once none of its tasks or objects remains: no id it minted can
+        then be confused with one a new session mints (a worker's late result for a task of an ended session finds
+        no task, since tasks are looked up in the worker session they were assigned to)."""
+        if client.gone and not client.task_count and not client.objects and client.prefix:
+            self.release(client.prefix)
+            client.prefix = 0

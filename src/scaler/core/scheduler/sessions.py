@@ -107,7 +107,7 @@ class WorkerSession:
         self.heartbeat = Heartbeat()
         self.heartbeat_at = now  # when its last heartbeat came (its session's start before the first)
         self.heartbeat_sent = 0  # tasks assigned to it when its last heartbeat came (Status: one moment per row)
-        self.echoed_at = -math.inf  # when its heartbeat was last answered (SchedulerCore._on_worker_heartbeat)
+        self.echoed_at = -math.inf  # when its heartbeat was last answered (SessionLifecycle.on_worker_heartbeat)
         self.cancel_outbox: list[int] = []
         self.free_outbox: list[int] = []
         self.mark = now  # since when its latest results were worked on: its last results, or its first task since idle
