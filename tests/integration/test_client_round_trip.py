@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -199,3 +200,29 @@ def test_threads_each_waiting_on_their_own_task(quiet_client: Client) -> None:
         thread.join(TIMEOUT)
     assert not errors
     assert not any(thread.is_alive() for thread in threads)
+
+
+def test_an_idle_io_thread_sleeps_until_its_tick(quiet_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The I/O thread sleeps in epoll until its next tick (every 0.1 s). Its timeout was once cut down to whole
+    milliseconds: in the last millisecond before each tick it polled with 0 and looped until the tick (about a
+    hundred loops per tick), holding the socket's lock meanwhile so that a submitting thread found it taken. Counted
+    here by its looks at the clock while the client is idle for a second."""
+    from scaler.client import connection as connection_module
+
+    io_thread = quiet_client._connection.io_thread
+    looks = [0]
+
+    class CountingTime:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def monotonic(self) -> float:
+            if threading.get_ident() == io_thread:
+                looks[0] += 1
+            return time.monotonic()
+
+    monkeypatch.setattr(connection_module, "time", CountingTime())
+    time.sleep(1.0)
+    monkeypatch.undo()
+    # About 10 ticks, a few looks each (and the odd heartbeat); a loop spinning to each tick makes it hundreds.
+    assert looks[0] < 150, f"the idle I/O thread looked at the clock {looks[0]} times in a second"

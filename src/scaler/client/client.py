@@ -247,7 +247,7 @@ class Client:
 
     def _submit(self, options: Options, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
         profiling = bool(kwargs.pop("profiling", self._profiling))
-        if kwargs.keys() & DASK_KEYWORDS:
+        if kwargs and kwargs.keys() & DASK_KEYWORDS:  # (no set made for a call without keywords)
             check_dask_keywords(fn, kwargs)
         connection = self._live()
         if not callable(fn):

@@ -434,10 +434,11 @@ class Connection:
                 reader = self._reader
                 if reader is not None and reader._ended():  # ended here, cancelled, or the session ended
                     self._wake_reader()
-                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+                # In seconds: epoll rounds it up to whole milliseconds (cut down to 0 ms, it spun until the tick).
+                timeout = max(0.0, next_tick - time.monotonic())
                 lock.release()
                 try:
-                    events = poller.poll(timeout_ms / 1000)
+                    events = poller.poll(timeout)
                 finally:
                     lock.acquire()
                 if self._callbacks:  # handed over by a reader while this thread slept: before what it reads now

@@ -12,6 +12,7 @@ import enum
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple, cast
 
 from scaler.core.capabilities import PYTHON_REQUIREMENT
@@ -386,9 +387,15 @@ def task_header_bytes(arguments: int, keywords: Sequence[str] | None) -> int:
     return 40 + 32 * arguments + (4 * sum(map(len, keywords)) if keywords else 0)
 
 
-_requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))  # NewTask.requirement, without a property
+# NewTask's fields, without a property each
+_task_id_of = operator.itemgetter(NewTask._fields.index("task_id"))
+_function_id_of = operator.itemgetter(NewTask._fields.index("function_id"))
+_flags_of = operator.itemgetter(NewTask._fields.index("flags"))
 _arg_refs_of = operator.itemgetter(NewTask._fields.index("arg_refs"))
 _keywords_of = operator.itemgetter(NewTask._fields.index("keywords"))
+_payloads_of = operator.itemgetter(NewTask._fields.index("payloads"))
+_options_of = operator.itemgetter(NewTask._fields.index("options"))
+_requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))
 _name_of = operator.itemgetter(NewObject._fields.index("name"))
 
 
@@ -408,20 +415,23 @@ def _message_for(run: list[Request]) -> Message:
     first = run[0]
     if isinstance(first, NewTask):
         tasks = cast(list[NewTask], run)  # batch() puts requests of one kind in a run
+        # Each column in C loops (map over the tuples' fields): no Python frame per task.
+        arg_refs = list(map(_arg_refs_of, tasks))
         keywords: list[str] | None = None
-        if any(t.keywords for t in tasks):
+        if any(map(_keywords_of, tasks)):
             keywords = [kw for t in tasks for kw in (t.keywords or ("",) * len(t.arg_refs))]
         message = SubmitTasks(
-            [t.task_id for t in tasks],
-            [t.function_id for t in tasks],
-            bytes(t.flags for t in tasks),
-            [len(t.arg_refs) for t in tasks],
-            [ref for t in tasks for ref in t.arg_refs],
+            list(map(_task_id_of, tasks)),
+            list(map(_function_id_of, tasks)),
+            bytes(map(_flags_of, tasks)),
+            list(map(len, arg_refs)),
+            list(chain.from_iterable(arg_refs)),
             keywords,
-            [p for t in tasks for p in t.payloads],
+            list(chain.from_iterable(map(_payloads_of, tasks))),
         )
-        if any(t.options != DEFAULT_OPTIONS for t in tasks):  # each option travels only if some task sets it
-            timeouts, retries, priorities = zip(*(t.options for t in tasks), strict=True)
+        options = list(map(_options_of, tasks))
+        if options.count(DEFAULT_OPTIONS) != len(options):  # each option travels only if some task sets it
+            timeouts, retries, priorities = zip(*options, strict=True)
             message.timeouts_ms = list(timeouts) if any(timeouts) else None
             message.retries = bytes(retries) if any(retries) else None
             message.priorities = list(priorities) if any(priorities) else None
