@@ -8,7 +8,6 @@ into frames and back; scaler.protocol.messages gathers everything for the shells
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from dataclasses import field
 from typing import NamedTuple, Protocol, Union
 
@@ -206,28 +205,32 @@ class TaskBatch:
         shared: dict[tuple[int, int, int], TaskOptions] = {}
         return [shared.get(row) or shared.setdefault(row, TaskOptions._make(row)) for row in rows]
 
-    def split(self) -> Iterator[SplitTask]:
-        """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads).
+    def split(self) -> list[SplitTask]:
+        """Each task as (id, function id, flags, argument refs, keywords or None, its inline payloads): a list, made
+        in one call (a generator costs a resumption per task, and one more to end).
 
         Layouts of inline-only arguments are shared tuples (a million queued tasks share a handful)."""
         refs_all, payloads, keywords = self.arg_refs, self.payloads, self.keywords
         function_ids, flags, counts = self.function_ids, self.flags, self.arg_counts
+        tasks: list[SplitTask] = []
         arg_pos = pay_pos = 0
         for k, task_id in enumerate(self.task_ids):
             count = counts[k]
-            refs = tuple(refs_all[arg_pos : arg_pos + count])
-            kws = tuple(keywords[arg_pos : arg_pos + count]) if keywords is not None else None
-            arg_pos += count
-            if not any(refs):
-                inline = count
-                if count < len(_ZERO_LAYOUTS):  # inline_layout(count), without the call: once per task
-                    refs = _ZERO_LAYOUTS[count]
-            else:
+            end = arg_pos + count
+            refs = refs_all[arg_pos:end]
+            kws = tuple(keywords[arg_pos:end]) if keywords is not None else None
+            arg_pos = end
+            if any(refs):
                 inline = refs.count(0)
+                layout = tuple(refs)
+            else:  # inline_layout(count), without the call: once per task
+                inline = count
+                layout = _ZERO_LAYOUTS[count] if count < len(_ZERO_LAYOUTS) else tuple(refs)
             if kws is not None and not any(kws):
                 kws = None
-            yield task_id, function_ids[k], flags[k], refs, kws, tuple(payloads[pay_pos : pay_pos + inline])
+            tasks.append((task_id, function_ids[k], flags[k], layout, kws, tuple(payloads[pay_pos : pay_pos + inline])))
             pay_pos += inline
+        return tasks
 
 
 class TaskOptions(NamedTuple):

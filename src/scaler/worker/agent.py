@@ -6,6 +6,7 @@ User code never runs here, so the agent keeps heartbeating while a task runs, an
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import multiprocessing
@@ -22,7 +23,6 @@ import zmq
 
 from scaler.core.common import Log, unreachable
 from scaler.core.worker.agent import (
-    AgentCommand,
     AgentConfig,
     AgentCore,
     AgentEvent,
@@ -135,7 +135,7 @@ class WorkerAgent:
             now = self.driver.clock()
             for made in links:
                 self.driver.guard("the scheduler link", self.core.feed, SchedulerLink(now, made))
-            self._execute(self._flush())
+            self._act()
 
     def _on_scheduler_readable(self) -> None:
         sock = self.scheduler
@@ -150,8 +150,7 @@ class WorkerAgent:
                 logger.warning("Worker: dropped a malformed message from the scheduler: %s", exc)
                 continue
             self.driver.guard("handling a message", self.core.feed, FromScheduler(now, message))
-        self._execute(self._flush())
-        self._recheck()
+        self._act()
 
     def _on_processor_messages(self, processor: int, messages: list[list[bytearray]]) -> None:
         if self.core.stopped:
@@ -160,23 +159,7 @@ class WorkerAgent:
         for frames in messages:
             event = FromProcessor(now, processor, pipe_codec.decode(frames))  # type: ignore[arg-type]
             self.driver.guard("handling a processor's message", self.core.feed, event)
-        self._execute(self._flush())
-        self._recheck()
-
-    def _flush(self) -> list[AgentCommand]:
-        """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush."""
-        commands = self.core.flush()
-        if self.driver.debug:
-            self.core.validate()
-        return commands
-
-    def _recheck(self) -> None:
-        """ZeroMQ's FD is edge-triggered: after sending, look again for input that arrived meanwhile."""
-        if self.driver.loop is None or self.core.stopped:
-            return
-        self._burst = self.scheduler is not None and has_input(self.scheduler)
-        if self._burst:
-            self.driver.soon("reading the scheduler's messages", self._on_scheduler_readable)
+        self._act()
 
     def _tick(self) -> None:
         now = self.driver.clock()
@@ -247,10 +230,16 @@ class WorkerAgent:
     # ------------------------------------------------------------------------------------------- commands
     def _handle(self, event: AgentEvent) -> None:
         self.core.feed(event)
-        self._execute(self._flush())
-        self._recheck()
+        self._act()
 
-    def _execute(self, commands: list[AgentCommand]) -> None:
+    def _act(self) -> None:
+        """Carry out the core's commands (with SCALER_DEBUG, its invariants are checked first), then look again for
+        input from the scheduler that arrived meanwhile: ZeroMQ's FD is edge-triggered, and a send may have consumed
+        its edge. One call after each event or burst of messages (every call costs on the round trip's path)."""
+        core, driver = self.core, self.driver
+        commands = core.flush()
+        if driver.debug:
+            core.validate()
         for command in commands:
             match command:
                 case ToScheduler():
@@ -270,6 +259,11 @@ class WorkerAgent:
                     self.driver.stop(command.exit_code)
                 case _:
                     unreachable(command)
+        if driver.loop is None or core.stopped:
+            return
+        self._burst = self.scheduler is not None and has_input(self.scheduler)
+        if self._burst:
+            driver.soon("reading the scheduler's messages", self._on_scheduler_readable)
 
     def _to_processor(self, command: ToProcessor) -> None:
         channel = self.links.get(command.processor)
@@ -295,8 +289,9 @@ class WorkerAgent:
         self.links[processor] = link.AsyncLink(
             loop,
             ours,
-            lambda messages: self.driver.guard(
-                "reading a processor's messages", self._on_processor_messages, processor, messages
+            # guard(what, handler, processor, messages) for each batch read, made in C (a lambda: one more Python call)
+            functools.partial(
+                self.driver.guard, "reading a processor's messages", self._on_processor_messages, processor
             ),
         )
 

@@ -8,7 +8,9 @@ Pure: events in, commands out; no sockets, no clock, no processes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from scaler.core.capabilities import worker_capabilities
 from scaler.core.common import InvariantError, Log, Send, unreachable
@@ -31,7 +33,6 @@ from scaler.core.worker.states import (
 )
 from scaler.protocol.records import (
     FLAG_PROFILING,
-    ID_PREFIX_SHIFT,
     BalanceRequest,
     BalanceResponse,
     CancelTasks,
@@ -190,9 +191,8 @@ DEATHS_WITHOUT_PROGRESS = 3  # a processor dying this often outside any task: bl
 SESSION_WORK = (DispatchTasks, PutObjects, FreeObjects, CancelTasks, BalanceRequest)
 
 
-def _owner(task: AgentTask) -> int:
-    """The client a task is queued for (fair.owner_of_task, without the second call: once per task)."""
-    return task.task_id >> ID_PREFIX_SHIFT
+# The client a task is queued for (AgentTask.owner), read without a call into Python: once per task queued.
+_owner: Callable[[AgentTask], int] = attrgetter("owner")
 
 
 class AgentCore:
@@ -232,8 +232,11 @@ class AgentCore:
         self._out: list[AgentCommand] = []
         self._results = MeasuredResultColumns()  # sent to the scheduler at the next flush
         self._output = OutputColumns()  # pieces of text tasks wrote: sent at the next flush, before the results
-        self._started: list[int] = []  # tasks handed to processors since the last flush (tasksStarted)
-        self._started_late: list[int] = []  # those of the flush before, told at this flush if still running
+        # Tasks handed to processors at this flush (tasksStarted), and those of the flush before that have not left
+        # since (a task leaving drops out: its result said more), told at this flush if still in a processor. Ordered
+        # sets (dicts), so that a round trip's result, leaving, spares the next flush a look at its task.
+        self._started: dict[int, None] = {}
+        self._started_late: dict[int, None] = {}
         # Messages of this session each way, heartbeats, echoes and the hello excluded (the welcome included): after a
         # connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
         self.messages_sent = 0
@@ -281,7 +284,7 @@ class AgentCore:
             unreachable(event)
 
     def flush(self) -> list[AgentCommand]:
-        if not self.stopped:
+        if self.queued and not self.stopped:
             self._feed_processor()
         if self._started or self._started_late:
             self._tell_started()
@@ -297,19 +300,20 @@ class AgentCore:
     def _tell_started(self) -> None:
         """The scheduler charges an attempt only to tasks that may have started, should this worker be lost: tell it
         which were handed to processors (see EAGER_NOTICE_ABOVE_US for when)."""
+        late, started = self._started_late, self._started
         due: list[int] = []
-        if self._started_late:
+        if late:
             tasks = self.tasks
-            for task_id in self._started_late:
+            for task_id in late:
                 task = tasks.get(task_id)
-                if task is not None and task.state == IN_PROCESSOR:
+                if task is not None and task.state is IN_PROCESSOR:
                     due.append(task_id)
+            late.clear()
         if 0 < self.mean_duration_us < EAGER_NOTICE_ABOVE_US:
-            self._started_late = self._started
-        else:
-            due += self._started
-            self._started_late = []
-        self._started = []
+            self._started_late, self._started = started, late  # (the two change places: none made per flush)
+        elif started:
+            due += started
+            started.clear()
         if due:
             self._to_scheduler(TasksStarted(due))
 
@@ -410,7 +414,7 @@ class AgentCore:
         # one (where the same task ids may be dispatched again). The scheduler already ended or re-queued them.
         self._results.clear()
         self._output.clear()
-        self._started, self._started_late = [], []
+        self._started, self._started_late = {}, {}
         for task in list(self.tasks.values()):
             self._leave(task)  # results of tasks running now would be stale
         for slot in [slot for slot in self.processors.values() if slot.window]:
@@ -445,17 +449,16 @@ class AgentCore:
         self._out.append(ToScheduler(message))
 
     def _on_dispatch(self, batch: DispatchTasks) -> None:
-        tasks, append = self.tasks, self.queue.append
-        timeouts = batch.timeouts_ms
-        added = 0
-        for k, (task_id, function_id, flags, refs, kws, payloads) in enumerate(batch.split()):
+        tasks, append, timeouts = self.tasks, self.queue.append, batch.timeouts_ms
+        queued = self.queued
+        for k, split in enumerate(batch.split()):  # (id, function id, flags, refs, keywords, payloads), as AgentTask
+            task_id = split[0]
             if task_id in tasks:
                 continue  # a duplicate dispatch: the scheduler already gave us this one
-            task = AgentTask(task_id, function_id, flags, refs, kws, payloads, timeouts[k] if timeouts else 0)
-            tasks[task_id] = task
+            task = tasks[task_id] = AgentTask(*split, timeouts[k] if timeouts else 0)
             append(task)
-            added += 1
-        self.queued += added
+            queued += 1
+        self.queued = queued
 
     def _on_free(self, ids: list[int]) -> None:
         for object_id in ids:
@@ -546,6 +549,8 @@ class AgentCore:
             self._canceling.discard(task_id)
         if self._giving_back:
             self._giving_back.discard(task_id)
+        if self._started_late:
+            self._started_late.pop(task_id, None)
 
     def _end(
         self, task: AgentTask, status: int, payload: Payload, duration_us: int = 0, peak: int = 0, cpu_us: int = 0
@@ -740,21 +745,22 @@ class AgentCore:
 
     def _on_processor_results(self, slot: ProcessorSlot, message: pm.Results) -> None:
         self._deaths_without_progress = 0
-        window, statuses, durations, peaks = slot.window, message.statuses, message.durations_us, message.peak_memory
+        window, timed, end = slot.window, slot.timed, self._end
+        statuses, durations, peaks = message.statuses, message.durations_us, message.peak_memory
         payloads, cpu_times = message.payloads, message.cpu_times_us
         mean, completed = self.mean_duration_us, 0
         for k, task_id in enumerate(message.task_ids):
             task = window.pop(task_id, None)
             if task is None:
                 continue
-            if task_id == slot.timed:
+            if task_id == timed:
                 slot.timed = 0
             duration = durations[k]
             mean += (duration - mean) * 0.2
             completed += 1
-            if task.state == GONE:
+            if task.state is GONE:
                 continue  # our session was lost meanwhile: nobody waits for it
-            self._end(task, statuses[k], payloads[k], duration, peaks[k], cpu_times[k] if cpu_times is not None else 0)
+            end(task, statuses[k], payloads[k], duration, peaks[k], cpu_times[k] if cpu_times is not None else 0)
         if completed:
             self.mean_duration_us = mean
             self.completed += completed
@@ -830,9 +836,8 @@ class AgentCore:
             self._start_processor()  # keep one processor warm
 
     def _pick_active(self) -> ProcessorSlot | None:
-        if self.active is not None:
-            self._said_all_blocked = False
-            return self.processors[self.active]
+        """There is no active processor: a free one becomes it; else a helper (_pick_helper) or none for now (one is
+        starting, or starts)."""
         for slot in self.processors.values():
             if slot.state == READY and not slot.window:
                 self.active = slot.processor
@@ -864,14 +869,15 @@ class AgentCore:
 
     def _feed_processor(self) -> None:
         """Hand queued tasks to the active processor, as many as its window has room for, in one RunTasks (the objects
-        they need and it lacks first). One pass over the queue; per task, only what the task itself needs."""
-        if not self.queued:
-            return
-        slot = self._pick_active()
-        if slot is None or slot.state == STARTING or slot.timed:
+        they need and it lacks first). One pass over the queue; per task, only what the task itself needs. Called by
+        flush while tasks are queued (their count is kept here, and written back once)."""
+        queued = self.queued
+        active = self.active
+        slot = self.processors[active] if active is not None else self._pick_active()
+        if slot is None or slot.state is STARTING or slot.timed:
             return  # a timed task runs alone: its processor takes nothing more until it ends
         window, waiting = slot.window, slot.waiting
-        help_epoch = slot.epoch if slot.state == BLOCKED else 0  # see _pick_helper
+        help_epoch = slot.epoch if slot.state is BLOCKED else 0  # see _pick_helper
         room = self._window - len(window) + (len(waiting) if help_epoch else 0)
         if room <= 0:
             return
@@ -880,16 +886,17 @@ class AgentCore:
         tasks: list[pm.ProcessorTask] = []
         payloads: list[Payload] = []
         queue, held, started, processor = self.queue, slot.objects, self._started, slot.processor
-        while room > 0 and queue:
+        while room and queued:
             task = queue.popleft()
-            if task.state != QUEUED:
+            if task.state is not QUEUED:
                 continue
-            if task.timeout_ms and (tasks or not all(task_id in waiting for task_id in window)):
+            timeout_ms = task.timeout_ms
+            if timeout_ms and (tasks or not all(task_id in waiting for task_id in window)):
                 queue.appendleft(task)  # it waits for a processor with nothing else to run
                 break
-            self.queued -= 1
-            task_id, arg_refs = task.task_id, task.arg_refs
-            if task.function_id not in held or any(arg_refs):  # objects to send first (or missing)
+            queued -= 1
+            task_id, function_id, arg_refs = task.task_id, task.function_id, task.arg_refs
+            if function_id not in held or any(arg_refs):  # objects to send first (or missing)
                 missing = self._send_objects(slot, task, object_ids, object_payloads)
                 if missing is not None:
                     self._end(task, TaskStatus.FAILED, f"object {missing:#x} was not sent to this worker".encode())
@@ -897,16 +904,18 @@ class AgentCore:
             task.move(TO_PROCESSOR)
             task.processor = processor
             window[task_id] = task
-            tasks.append((task_id, task.function_id, task.flags, arg_refs, task.keywords))
+            tasks.append((task_id, function_id, task.flags, arg_refs, task.keywords))
             payloads += task.payloads
-            started.append(task_id)
+            started[task_id] = None
             room -= 1
-            if task.timeout_ms:  # alone in the window (but for tasks waiting below it): it starts now
-                task.deadline = self._now + task.timeout_ms / 1000
+            if timeout_ms:  # alone in the window (but for tasks waiting below it): it starts now
+                task.deadline = self._now + timeout_ms / 1000
                 slot.timed = task_id
                 room = 0
+        self.queued = queued
         if tasks or object_ids:
-            payloads[:0] = object_payloads  # objects first
+            if object_payloads:
+                payloads[:0] = object_payloads  # objects first
             self._out.append(ToProcessor(processor, pm.RunTasks(object_ids, tasks, payloads, help_epoch)))
 
     def _send_objects(
@@ -945,6 +954,8 @@ class AgentCore:
         if any(held[task_id] is not task for task_id, task in self.tasks.items()):
             raise InvariantError("a task held is not the task filed under its id")
         in_processors = {task_id for task_id, task in held.items() if task.state == IN_PROCESSOR}
+        _check(not self._started, "{} tasks started but not told between flushes", len(self._started))
+        _check(self._started_late.keys() <= held.keys(), "told late of {}: not held", self._started_late.keys())
         _check(self._canceling <= in_processors, "cancelling {}: not running", self._canceling - in_processors)
         _check(self._giving_back <= in_processors, "giving back {}: not running", self._giving_back - in_processors)
         if self.active is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from scaler.core.common import InvariantError
-from scaler.protocol.records import Payload
+from scaler.protocol.records import ID_PREFIX_SHIFT, Payload
 
 
 class TaskState(enum.IntEnum):
@@ -30,6 +30,7 @@ TASK_TRANSITIONS: dict[tuple[TaskState, TaskStep], TaskState] = {
     (TaskState.IN_PROCESSOR, TaskStep.BACK): TaskState.QUEUED,
     (TaskState.IN_PROCESSOR, TaskStep.LEAVE): TaskState.GONE,
 }
+_QUEUED = TaskState.QUEUED  # (a name: an enum member read through its class costs a lookup, once per task here)
 
 
 class AgentTask:
@@ -39,6 +40,7 @@ class AgentTask:
         "flags",
         "function_id",
         "keywords",
+        "owner",
         "payloads",
         "processor",
         "state",
@@ -57,12 +59,13 @@ class AgentTask:
         timeout_ms: int = 0,
     ) -> None:
         self.task_id = task_id
+        self.owner = task_id >> ID_PREFIX_SHIFT  # the client it is queued for (fair.owner_of_task)
         self.function_id = function_id
         self.flags = flags
         self.arg_refs = arg_refs
         self.keywords = keywords
         self.payloads = payloads
-        self.state = TaskState.QUEUED
+        self.state = _QUEUED
         self.processor = -1  # the processor it was given to, while IN_PROCESSOR
         self.timeout_ms = timeout_ms  # 0: none. A timed task runs alone in its processor's window (see AgentCore)
         self.deadline = 0.0  # while IN_PROCESSOR with a timeout: when its processor is stopped
