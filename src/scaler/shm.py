@@ -300,7 +300,10 @@ class SharedArguments:
     def wanted(self, payloads: Sequence[Any]) -> bool:
         """Whether a task has payloads big enough to travel by shared memory (or Parts, which must be written out)."""
         threshold = self.threshold
-        return any(len(p) >= threshold for p in payloads)
+        for payload in payloads:  # (a loop, not any() over a generator: called for every task of a map)
+            if len(payload) >= threshold:
+                return True
+        return False
 
     def share(self, payloads: Sequence[Any]) -> tuple[tuple[bytes, ...], list[str]] | None:
         """The tagged payloads of a task whose large ones were written to segments, and those segments' names; None

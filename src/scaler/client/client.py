@@ -14,6 +14,7 @@ import gc
 import inspect
 import logging
 import os
+import pickle
 import threading
 import time
 import warnings
@@ -80,6 +81,7 @@ _UNREAD: Any = object()  # a function's signature not read yet
 _SMALL_KINDS = frozenset({int, float, bool, complex, type(None)})  # never big: no need to look for Parts
 _SIZED_KINDS = frozenset({bytes, bytearray, str})  # plain, and their length says whether they may be big
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
+_NO_REFERENCE = (0,)  # the references of a task whose one argument is a value
 _MANY_ARGUMENTS = 1024  # a task with more arguments than this may not fit in one message: checked (_check_header)
 PROGRESS_SECONDS = 10.0  # a map() or get() waiting longer logs how far it got (INFO, or stderr) this often
 
@@ -317,10 +319,10 @@ class Client:
         collector = Collector(len(items))
         sinks: list[ResultSink] = [collector.slot(index) for index in range(len(items))]
         shared = self._shared
+        task_options, requirement = options.task, options.requirement
         try:
-            for index, (task_id, item) in enumerate(zip(ids, items, strict=False)):
-                refs, _, payloads = self._encode_arguments(fn, item, {})
-                task = NewTask(task_id, function_id, flags, refs, None, payloads, options.task, options.requirement)
+            for index, (task_id, (refs, payloads)) in enumerate(zip(ids, self._encode_items(fn, items), strict=False)):
+                task = NewTask(task_id, function_id, flags, refs, None, payloads, task_options, requirement)
                 if shared is not None and shared.wanted(payloads):
                     retarget = functools.partial(self._renamed.__setitem__, task_id)
                     task, sinks[index] = self._share(connection, task, sinks[index], fn, retarget)
@@ -827,6 +829,24 @@ class Client:
         if len(refs) > _MANY_ARGUMENTS or keywords is not None:
             _check_header(fn, refs, keywords)
         return tuple(refs), keywords, tuple(payloads)
+
+    def _encode_items(
+        self, fn: Any, items: list[tuple[Any, ...]]
+    ) -> Iterator[tuple[tuple[int, ...], tuple[Payload, ...]]]:
+        """map()'s tasks' references and payloads, as _encode_arguments gives them. Arguments of the kinds that are
+        never big (ints, floats...), with the default serializer, are pickled here in a loop of their own: they are
+        what a map mostly takes, and each would otherwise go through three calls (serialize, _serialize_argument,
+        _serialize) to end in the same pickle.dumps (tests/unit/test_client_encoding.py checks it gives the same)."""
+        plain = type(self._serializer) is DefaultSerializer
+        small, dumps, protocol, limit = _SMALL_KINDS, pickle.dumps, pickle.HIGHEST_PROTOCOL, self._max_payload
+        for item in items:
+            if plain and len(item) == 1 and type(item[0]) in small:
+                payload = dumps(item[0], protocol)
+                if len(payload) <= limit:
+                    yield _NO_REFERENCE, (payload,)
+                    continue
+            refs, _, payloads = self._encode_arguments(fn, item, {})
+            yield refs, payloads
 
     def _check_reference(self, ref: ObjectReference) -> int:
         if ref.object_id >> ID_PREFIX_SHIFT != self._prefix:
