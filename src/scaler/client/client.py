@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from scaler.client.connection import Collector, Connection, FutureSink, ResultSink
+from scaler.client.connection import Collector, CollectorSlot, Connection, FutureSink, ResultSink
 from scaler.client.dask_graph import DASK_GET_MOVED, as_task_tuples, dask_form
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import ScalerFuture, check_may_wait
@@ -317,7 +317,7 @@ class Client:
         ids = connection.mint(len(items))
         tasks = []
         collector = Collector(len(items))
-        sinks: list[ResultSink] = [collector.slot(index) for index in range(len(items))]
+        sinks: list[ResultSink] = [CollectorSlot(collector, index) for index in range(len(items))]
         shared = self._shared
         task_options, requirement = options.task, options.requirement
         try:
@@ -380,8 +380,15 @@ class Client:
             failed_payload = collector.payloads[collector.failed]
             assert failed_payload is not None
             raise _outcome_error(collector.statuses[collector.failed], failed_payload, requirement)
-        deserialize = self._serializer.deserialize
-        return [deserialize(serializer_input(self._serializer, payload)) for payload in collector.payloads]
+        serializer = self._serializer
+        if type(serializer) is DefaultSerializer:  # its deserialize is pickle.loads, which reads bytes as they are
+            loads = pickle.loads
+            return [
+                loads(payload) if type(payload) is bytes else loads(serializer_input(serializer, payload))
+                for payload in collector.payloads
+            ]
+        deserialize = serializer.deserialize
+        return [deserialize(serializer_input(serializer, payload)) for payload in collector.payloads]
 
     def get(
         self,

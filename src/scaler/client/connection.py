@@ -118,9 +118,6 @@ class Collector:
         if count == 0:
             self.done.set()
 
-    def slot(self, index: int) -> CollectorSlot:
-        return CollectorSlot(self, index)
-
     def fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
