@@ -1,6 +1,6 @@
-"""map() pickles arguments of the kinds that are never big (ints, floats, ...) in a loop of its own
-(Client._encode_items): it must give what the general encoding (_encode_arguments, as submit uses) gives, and fall
-back to it for everything else."""
+"""map() and submit() pickle arguments of the kinds that are never big (ints, floats, ...) without calling the
+serializer (Client._encode_items, Client._encode_arguments): they must give what the serializer gives, and go through
+it for everything else."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from scaler import Client, Serializer
 from scaler.client.object_reference import ObjectReference
 from scaler.errors import PayloadTooLargeError
+from scaler.serializer import DEFAULT_SERIALIZER
 
 VALUES: list[Any] = [
     0,
@@ -70,6 +71,15 @@ def test_map_encodes_as_submit_does(client: Client) -> None:
     general = [client._encode_arguments(echo, item, {}) for item in items]
     assert [refs for refs, _ in encoded] == [refs for refs, _, _ in general]
     assert [payloads for _, payloads in encoded] == [payloads for _, _, payloads in general]
+    # and what the serializer itself gives (both loops pickle the small kinds without calling it)
+    expected = [
+        tuple(DEFAULT_SERIALIZER.serialize(v) for v in item if not isinstance(v, ObjectReference)) for item in items
+    ]
+    assert [payloads for _, payloads in encoded] == expected
+    submitted = [client._encode_arguments(echo, (value,), {"k": value}) for value in VALUES]
+    assert [payloads for _, _, payloads in submitted] == [
+        (DEFAULT_SERIALIZER.serialize(value),) * 2 for value in VALUES
+    ]
     assert client.map(echo, [(ref, 1)]) == [(41, 1)]
     assert isinstance(ref, ObjectReference)
 

@@ -176,6 +176,9 @@ class Client:
             self._shared = shared if shared.enabled else None
         # Arguments at least this big are pickled in pieces (Parts), copied once, into shared memory.
         self._parts_from = threshold if self._shared is not None and type(serializer) is DefaultSerializer else None
+        # With the default serializer, arguments of the kinds that are never big (_SMALL_KINDS) are pickled at once:
+        # DefaultSerializer.serialize gives them pickle.dumps' bytes.
+        self._plain_serializer = type(serializer) is DefaultSerializer
         self._renamed: dict[int, int] = {}  # a map's task id -> the id it was sent again under (inline)
 
     # ------------------------------------------------------------------------------------------- context
@@ -812,7 +815,14 @@ class Client:
     ) -> tuple[tuple[int, ...], tuple[str, ...] | None, tuple[Payload, ...]]:
         refs: list[int] = []
         payloads: list[Payload] = []
+        plain = self._plain_serializer
         for position, arg in enumerate(args):
+            if plain and type(arg) in _SMALL_KINDS:  # what serialize() would do, without its three calls
+                payload = pickle.dumps(arg, pickle.HIGHEST_PROTOCOL)
+                if len(payload) <= self._max_payload:
+                    refs.append(0)
+                    payloads.append(payload)
+                    continue
             if isinstance(arg, ObjectReference):
                 refs.append(self._check_reference(arg))
             else:
@@ -840,11 +850,10 @@ class Client:
     def _encode_items(
         self, fn: Any, items: list[tuple[Any, ...]]
     ) -> Iterator[tuple[tuple[int, ...], tuple[Payload, ...]]]:
-        """map()'s tasks' references and payloads, as _encode_arguments gives them. Arguments of the kinds that are
-        never big (ints, floats...), with the default serializer, are pickled here in a loop of their own: they are
-        what a map mostly takes, and each would otherwise go through three calls (serialize, _serialize_argument,
-        _serialize) to end in the same pickle.dumps (tests/unit/test_client_encoding.py checks it gives the same)."""
-        plain = type(self._serializer) is DefaultSerializer
+        """map()'s tasks' references and payloads, as _encode_arguments gives them; a task whose one argument is of a
+        kind that is never big (an int, a float...: what a map mostly takes), with the default serializer, is pickled
+        here without a call per task (tests/integration/test_map_encoding.py checks both give the same)."""
+        plain = self._plain_serializer
         small, dumps, protocol, limit = _SMALL_KINDS, pickle.dumps, pickle.HIGHEST_PROTOCOL, self._max_payload
         for item in items:
             if plain and len(item) == 1 and type(item[0]) in small:
