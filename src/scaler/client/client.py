@@ -261,8 +261,7 @@ class Client:
         self._check_call(fn, function_id, args, kwargs)
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
-        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait)
-        future.set_running_or_notify_cancel()  # running() from submit until it ends (cancel() still works)
+        future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait, running=True)
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
         task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement)
         sink: ResultSink = FutureSink(future, self._serializer, profiling, options.requirement)

@@ -105,10 +105,15 @@ class ScalerFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         on_cancel: Callable[[int], None] | None = None,
         io_thread: int | None = None,
         wait_reading: Callable[[ScalerFuture, float | None], bool] | None = None,
+        running: bool = False,
     ) -> None:
         """io_thread: the ident of the I/O thread that will end this future (a wait there is refused). wait_reading:
-        waits for this future by reading the client's socket in the calling thread, if it may (Connection.wait)."""
+        waits for this future by reading the client's socket in the calling thread, if it may (Connection.wait).
+        running: made running (as set_running_or_notify_cancel() would, but no other thread can see it yet, so
+        without its lock): running() from submit until the task ends; cancel() still works."""
         super().__init__()
+        if running:
+            self._state = RUNNING
         self.task_id = task_id
         self._label = label
         self._on_cancel = on_cancel
