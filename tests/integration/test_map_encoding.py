@@ -1,6 +1,6 @@
-"""map() and submit() pickle arguments of the kinds that are never big (ints, floats, ...) without calling the
-serializer (Client._encode_items, Client._encode_arguments): they must give what the serializer gives, and go through
-it for everything else."""
+"""map() pickles a task's one argument of a kind that is never big (an int, a float...) without calling the serializer
+(Client._encode_items, ADR 0020): it must give what the general encoding (_encode_arguments, as submit uses) and the
+serializer give, and go through them for everything else."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_map_encodes_as_submit_does(client: Client) -> None:
     general = [client._encode_arguments(echo, item, {}) for item in items]
     assert [refs for refs, _ in encoded] == [refs for refs, _, _ in general]
     assert [payloads for _, payloads in encoded] == [payloads for _, _, payloads in general]
-    # and what the serializer itself gives (both loops pickle the small kinds without calling it)
+    # and what the serializer itself gives
     expected = [
         tuple(DEFAULT_SERIALIZER.serialize(v) for v in item if not isinstance(v, ObjectReference)) for item in items
     ]
