@@ -17,9 +17,15 @@ machine: alternate the trees you compare.
 
 usage:
   python benchmarks/hop_cpu.py [--round-trips 5000] [--src DIR] [--cpus 0]
-      [--profile "agent WorkerAgent._on_scheduler_readable"]
+      [--profile "agent WorkerAgent._on_scheduler_readable"] [--timeline [--wrap "process module function" ...]]
 
 --cpus runs the whole tree on those CPUs only (for example 0: no thread ever wakes another CPU).
+--timeline prints, instead of CPU time, when each step starts and ends on the wall clock (CLOCK_MONOTONIC, the same
+in every process), as the median offset from the start of the client's submit over the round trips: where the round
+trip's time is spent, waits for a thread to wake included. With --timeline, more functions may be wrapped with
+--wrap "process module function" (a module-level function, replaced in that module: for example
+--wrap "scheduler scaler.scheduler.server decode").
+
 --profile runs that step (named as in the table) under cProfile and prints where its time goes, function by
 function (tottime per round trip): cProfile slows every call, so compare functions with each other and with the same
 profile of another tree, not with the table's figures.
@@ -28,6 +34,7 @@ profile of another tree, not with the table's figures.
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import functools
 import json
@@ -60,6 +67,7 @@ STEPS = [
 ]
 
 _tally: dict[str, list[int]] = {}  # step -> [calls, CPU ns], in the process that runs it
+_spans: list[tuple[str, int, int]] = []  # with --timeline: (step, wall start ns, wall end ns) of every call
 _out_dir = ""
 _profile: cProfile.Profile | None = None  # of the --profile step, in the process that runs it
 
@@ -67,7 +75,7 @@ _profile: cProfile.Profile | None = None  # of the --profile step, in the proces
 def _dump() -> None:
     path = os.path.join(_out_dir, str(os.getpid()))
     with open(path + ".tmp", "w") as f:
-        json.dump(_tally, f)
+        json.dump({"tally": _tally, "spans": _spans}, f)
     os.replace(path + ".tmp", path)
     if _profile is not None and _profile.getstats():
         _profile.dump_stats(path + ".prof")
@@ -108,6 +116,20 @@ def _wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    clock = time.perf_counter_ns  # CLOCK_MONOTONIC: comparable between the processes
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _spans.append((name, start, clock()))
+
+    return wrapper
+
+
 def noop(x: int) -> int:
     return x
 
@@ -123,21 +145,22 @@ def main() -> None:
         default=None,
         help='a step to profile, as the table names it, e.g. "agent WorkerAgent._on_scheduler_readable"',
     )
+    parser.add_argument("--timeline", action="store_true", help="wall-clock start and end of each step instead")
+    parser.add_argument(
+        "--wrap",
+        action="append",
+        default=[],
+        help='with --timeline, one more function to time, as "process module function"',
+    )
     args = parser.parse_args()
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     sys.path.insert(0, args.src)
-    import importlib
-
     import psutil
 
     from scaler import Client, SchedulerClusterCombo
 
-    for process, module, cls, method in STEPS:
-        owner = getattr(importlib.import_module(module), cls)
-        name = f"{process} {cls}.{method}"
-        fn = getattr(owner, method)
-        setattr(owner, method, _wrap(name, _profiled(fn) if name == args.profile else fn))
+    _install(args.timeline, args.profile, args.wrap)
     signal.signal(signal.SIGUSR1, lambda *_: _dump())
 
     def snapshot() -> dict[str, list[int]]:
@@ -163,18 +186,50 @@ def main() -> None:
                 for name in os.listdir(out_dir):  # the profile of the warm-up goes
                     if name.endswith(".prof"):
                         os.remove(os.path.join(out_dir, name))
+                _spans.clear()
                 times = []
+                windows: list[tuple[int, int]] = []
                 for i in range(args.round_trips):
-                    start = time.perf_counter()
+                    start_ns = time.perf_counter_ns()
                     client.submit(noop, i).result(timeout=30)
-                    times.append(time.perf_counter() - start)
+                    end_ns = time.perf_counter_ns()
+                    times.append((end_ns - start_ns) / 1e9)
+                    windows.append((start_ns, end_ns))
                 after = snapshot()
+                if args.timeline:
+                    spans = _read_spans(out_dir, windows[0][0])
                 profiles = [os.path.join(out_dir, n) for n in os.listdir(out_dir) if n.endswith(".prof")]
                 if args.profile:
                     _print_profile(profiles, args.round_trips)
         finally:
             cluster.shutdown()
     n = args.round_trips
+    if args.timeline:
+        _print_timeline(spans, windows)
+        return
+    _print_table(before, after, n, times)
+
+
+def _install(timeline: bool, profile: str | None, wraps: list[str]) -> None:
+    """Wrap the steps (CPU tallies, or wall-clock spans with `timeline`) and, with `timeline`, the --wrap functions."""
+    import importlib
+
+    for process, module, cls, method in STEPS:
+        owner = getattr(importlib.import_module(module), cls)
+        name = f"{process} {cls}.{method}"
+        fn = getattr(owner, method)
+        if timeline:
+            setattr(owner, method, _timed(name, fn))
+        else:
+            setattr(owner, method, _wrap(name, _profiled(fn) if name == profile else fn))
+    for extra in wraps:
+        process, module_name, function = extra.split()
+        where = importlib.import_module(module_name)
+        setattr(where, function, _timed(f"{process} {function}", getattr(where, function)))
+
+
+def _print_table(before: dict[str, list[int]], after: dict[str, list[int]], n: int, times: list[float]) -> None:
+    """Each step's CPU time per call and per round trip, between the two snapshots."""
     print(f"{n} round trips, median {statistics.median(times) * 1e6:,.0f} µs (with the wrapping)")
     print(f"{'step':52s} {'µs/call':>8s} {'calls/RT':>9s} {'µs/RT':>7s}")
     total = 0.0
@@ -208,6 +263,43 @@ def _print_profile(paths: list[str], round_trips: int) -> None:
     print()
 
 
+def _read_spans(out_dir: str, since_ns: int) -> list[tuple[str, int, int]]:
+    """Every process's timed calls since `since_ns`, by start."""
+    spans: list[tuple[str, int, int]] = []
+    for name in os.listdir(out_dir):
+        if name.endswith((".tmp", ".prof")):
+            continue
+        try:
+            with open(os.path.join(out_dir, name)) as f:
+                spans += [(step, start, end) for step, start, end in json.load(f)["spans"] if start >= since_ns]
+        except (OSError, ValueError):
+            continue
+    spans.sort(key=lambda span: span[1])
+    return spans
+
+
+def _print_timeline(spans: list[tuple[str, int, int]], windows: list[tuple[int, int]]) -> None:
+    """Per step (and per call of it within a round trip: #0, #1...), the median start and end as offsets from the
+    submit's start, for the calls seen in at least half of the round trips, in order of start."""
+    starts = [span[1] for span in spans]
+    offsets: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for begin, end in windows:
+        seen: dict[str, int] = {}
+        for step, start, stop in spans[bisect.bisect_left(starts, begin) : bisect.bisect_right(starts, end)]:
+            k = seen[step] = seen.get(step, -1) + 1
+            offsets.setdefault((step, k), []).append((start - begin, stop - begin))
+    n = len(windows)
+    print(f"{n} round trips, median {statistics.median(e - b for b, e in windows) / 1000:,.0f} µs (with the wrapping)")
+    print(f"{'step (call in the round trip)':52s} {'start µs':>9s} {'end µs':>8s} {'wall µs':>8s}")
+    rows: list[tuple[float, float, str]] = []
+    for (step, k), pairs in offsets.items():
+        if len(pairs) * 2 >= n:
+            first = statistics.median(p[0] for p in pairs) / 1000
+            rows.append((first, statistics.median(p[1] for p in pairs) / 1000, f"{step} #{k}"))
+    for first, last, label in sorted(rows):
+        print(f"{label:52s} {first:9.1f} {last:8.1f} {last - first:8.1f}")
+
+
 def _read(out_dir: str) -> dict[str, list[int]]:
     """The tallies of every process, added up by step (each step runs in one process)."""
     merged: dict[str, list[int]] = {}
@@ -216,7 +308,7 @@ def _read(out_dir: str) -> dict[str, list[int]]:
             continue
         try:
             with open(os.path.join(out_dir, name)) as f:
-                tally = json.load(f)
+                tally = json.load(f)["tally"]
         except (OSError, ValueError):
             continue
         for step, (calls, ns) in tally.items():
