@@ -150,14 +150,13 @@ class Unit:
 
 
 class Manager:
-    __slots__ = ("backoff", "failures", "last_start", "next_try", "spec", "units")
+    __slots__ = ("failures", "next_try", "spec", "units")
 
     def __init__(self, spec: ManagerSpec) -> None:
         self.spec = spec
         self.units: dict[str, Unit] = {}  # requested or running, in the order requested
         self.failures = 0  # units given up in a row (never connected)
         self.next_try = -math.inf  # no unit is requested before then (back-off after a failure)
-        self.last_start = -math.inf
 
     @property
     def slots_per_unit(self) -> int:
@@ -379,7 +378,6 @@ class ScalingPolicy:
         self._minted += 1
         name = f"{manager.spec.name}-{self._minted}"
         unit = self.units[name] = manager.units[name] = Unit(name, manager, now)
-        manager.last_start = now
         self.started += 1
         self._out.append(StartUnit(manager.spec.name, unit.name, why))
 
