@@ -163,3 +163,11 @@ def test_a_unit_that_ends_on_its_resource_manager_is_replaced_while_work_waits()
 def test_a_spec_that_cannot_be_used_is_refused_naming_why() -> None:
     with pytest.raises(ValueError, match="min_units 3 and max_units 2"):
         ScalingPolicy().feed(ManagerJoined(0, ManagerSpec("x", min_units=3, max_units=2)))
+
+
+def test_room_a_new_unit_has_beyond_one_need_serves_the_others() -> None:
+    """One unit of 8 slots holds 3 tasks requiring gpu and fast, and 5 requiring gpu: one unit, not two."""
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("gpu", max_units=10, slots_per_worker=8, capabilities=GPU | {"fast"})))
+    decisions = policy.handle(Tick(0, {GPU | {"fast"}: 3, GPU: 5}, {}))
+    assert len(starts(decisions)) == 1

@@ -313,15 +313,17 @@ class ScalingPolicy:
             if missing <= 0:
                 continue
             missing = self._undrain(need, missing)
+            last: Manager | None = None  # the manager of the last unit asked for
             for manager in self._by_tier(need):
+                if missing <= 0:
+                    break
                 while missing > 0 and len(manager.units) < manager.spec.max_units and now >= manager.next_try:
                     self._start(manager, now, f"{missing} tasks{_requiring(need)} wait for room")
                     missing -= manager.slots_per_unit
-                if missing < 0:  # the last unit has room beyond this need: for the other needs it serves
-                    _share(shortfall, manager, -missing)
-                if missing <= 0:
-                    break
+                    last = manager
             shortfall[need] = max(missing, 0)
+            if missing < 0 and last is not None:  # its last unit has room beyond this need: for the others it serves
+                _share(shortfall, last, -missing)
 
     def _undrain(self, need: frozenset[str], missing: int) -> int:
         """Work came back while units drain: keep the ones that serve it (cheaper than new ones)."""
@@ -365,13 +367,14 @@ class ScalingPolicy:
                     break
 
     def _idle_for(self, unit: Unit, now: float) -> float:
-        longest = math.inf
+        """How long all of `unit`'s workers have held nothing (the least idle one's time)."""
+        shortest = math.inf
         for worker in unit.workers:
             since = self.workers[worker].idle_since
             if since is None:
                 return 0.0
-            longest = min(longest, now - since)
-        return longest
+            shortest = min(shortest, now - since)
+        return shortest
 
     # ------------------------------------------------------------------------------------------- decisions
     def _start(self, manager: Manager, now: float, why: str) -> None:
