@@ -13,6 +13,7 @@ In CI it sends SCALER_FUZZ_EXAMPLES batches (default 300, about a minute); run l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -69,6 +70,28 @@ class Target:
     name: str
     cluster: SchedulerClusterCombo
     keys: dict[str, PeerKeys | None]  # which keys fuzzing sockets may use: role -> keys (None: no keys)
+    log: Path  # where the scheduler and its workers log
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Processes forked inside write their standard error to `path` too (what libzmq prints when it aborts is only
+    there; the test's own is given back afterwards)."""
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as file:
+            os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def died_how(target: Target) -> str:
+    """What a dead scheduler left behind: its exit code and the end of the log (CI keeps no temporary folders)."""
+    code = target.cluster._scheduler.exitcode
+    lines = target.log.read_text(errors="replace").splitlines() if target.log.exists() else ["(no log)"]
+    return f"exit code {code}; the log ends:\n" + "\n".join(lines[-40:])
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +104,24 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:
         heartbeat_interval_seconds=0.5,
         worker_timeout_seconds=3,
         max_task_retries=1000,  # fuzzing "workers" come and go holding real tasks: not what this test is about
-        logging_paths=(str(folder / "cluster.log"),),
         logging_level="WARNING",
     )
-    open_one = SchedulerClusterCombo(address=free_address(), keys=False, **settings_)
+    logs = {name: folder / f"{name}.log" for name in ("open", "secured")}
+    with stderr_to(logs["open"]):
+        open_one = SchedulerClusterCombo(
+            address=free_address(), keys=False, logging_paths=(str(logs["open"]),), **settings_
+        )
     try:
-        secured = SchedulerClusterCombo(address=free_address(), keys=str(keys), **settings_)
+        with stderr_to(logs["secured"]):
+            secured = SchedulerClusterCombo(
+                address=free_address(), keys=str(keys), logging_paths=(str(logs["secured"]),), **settings_
+            )
     except BaseException:
         open_one.shutdown()
         raise
     try:
         yield [
-            Target("open", open_one, {"none": None}),
+            Target("open", open_one, {"none": None}, logs["open"]),
             Target(
                 "secured",
                 secured,
@@ -101,6 +130,7 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:
                     "worker": load_peer_keys(keys, "worker"),
                     "none": None,
                 },
+                logs["secured"],
             ),
         ]
     finally:
@@ -370,7 +400,8 @@ def test_live_schedulers_survive_fuzzing_while_real_clients_work(targets: list[T
         for client in workers:
             client.stop()
     for target, process in zip(targets, processes, strict=True):
-        assert process.is_running() and process.status() != psutil.STATUS_ZOMBIE, f"the {target.name} scheduler died"
+        alive = process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        assert alive, f"the {target.name} scheduler died: {died_how(target)}"
     for client, target in zip(workers, targets, strict=True):
         assert not client.errors, f"the real client of the {target.name} scheduler failed: {client.errors!r}"
         assert client.done > 10, f"the real client of the {target.name} scheduler made no progress"
