@@ -47,6 +47,10 @@ def pid_scorer(estimator: Any, X: Any, y: Any) -> float:
 
 
 def test_parallel_with_an_address_connects_for_the_call_only(cluster: Any) -> None:
+    # n_jobs=-1 is the workers connected *now*: the combo returns before its workers joined (on a loaded machine, none
+    # had: joblib then ran everything here, sequentially, as it should)
+    with Client(cluster.address, timeout_seconds=15) as client:
+        wait_until(lambda: client.cluster_resources(refresh=True).workers == 2, timeout=15, what="both workers")
     with joblib.parallel_config(backend="scaler", address=cluster.address) as config:
         backend = config["backend"]
         assert isinstance(backend, ScalerBackend)
