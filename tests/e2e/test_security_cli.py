@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import zmq
 
 from scaler import Client
 from scaler.errors import AuthenticationError
-from scaler.security.keys import generate
+from scaler.io.curve import make_client
+from scaler.protocol.messages import Hello, Message, PeerKind, Refused, Welcome, decode
+from scaler.security.keys import PeerKeys, generate, load_peer_keys
 from tests.e2e.cli_tasks import fibonacci, square
 from tests.e2e.test_cli import Program, cli, run, wait_for_agents
-from tests.helpers import free_address, free_port
+from tests.helpers import encoded, free_address, free_port
 
 TIMEOUT = 20
 
@@ -112,3 +117,72 @@ def test_a_scheduler_on_loopback_without_keys_does_not_warn(started: list[Progra
     assert "without keys" not in scheduler.output, scheduler.output
     os.kill(scheduler.pid, signal.SIGTERM)
     assert scheduler.wait() == 0
+
+
+def hello_answer(address: str, keys: PeerKeys, kind: PeerKind, name: str) -> Message | None:
+    """What the scheduler answers a raw CURVE socket with `keys` that says hello as `kind` (None: nothing in 5 s,
+    e.g. when the handshake was refused)."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        sock: zmq.Socket[Any] = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, b"M|" + name.encode() + b"|1|" + os.urandom(16).hex().encode())
+        make_client(sock, keys)
+        sock.connect(address)
+        sock.send_multipart(encoded(Hello(kind, name, "manager-host", os.getpid())))
+        return decode(sock.recv_multipart()) if sock.poll(5000) else None
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_scheduler_with_keys_admits_a_manager_key_as_a_worker_manager_only(
+    started: list[Program], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    generate(keys, managers=["slurm"])
+    address = free_address()
+    scheduler = start(started, cli("scaler_scheduler"), "--keys", str(keys), address)
+    scheduler.wait_for_output(r"monitor address is")
+    assert "1 client, 1 worker, 2 manager and 1 monitor keys authorized" in scheduler.output, scheduler.output
+    manager = load_peer_keys(keys, "manager")
+    slurm = load_peer_keys(keys / "slurm", "manager")
+
+    for peer_keys, name in ((manager, "local"), (slurm, "slurm")):
+        answer = hello_answer(address, peer_keys, PeerKind.MANAGER, name)
+        assert isinstance(answer, Welcome), answer
+    for kind in (PeerKind.CLIENT, PeerKind.WORKER):  # a manager key opens no client or worker session
+        answer = hello_answer(address, manager, kind, "intruder")
+        assert isinstance(answer, Refused) and answer.key_problem, answer
+        assert "authorized for worker managers only" in answer.reason, answer
+    answer = hello_answer(address, load_peer_keys(keys, "client"), PeerKind.MANAGER, "intruder")
+    assert isinstance(answer, Refused) and answer.key_problem, answer  # nor does a client key open a manager's
+
+    (keys / "authorized_managers" / "slurm.key").unlink()  # revoked without a restart
+    os.kill(scheduler.pid, signal.SIGHUP)
+    scheduler.wait_for_output(r"reloading the authorized keys")
+    assert hello_answer(address, slurm, PeerKind.MANAGER, "slurm-again") is None  # refused at the handshake
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0, scheduler.output
+    assert "Traceback" not in scheduler.output, scheduler.output
+
+
+def test_a_keys_directory_made_before_manager_keys_serves_as_before(started: list[Program], tmp_path: Path) -> None:
+    """No manager.key_secret and no authorized_managers/: the scheduler, the workers and the clients run as they did,
+    and nothing is reported wrong with the keys."""
+    keys = tmp_path / "keys"
+    generate(keys)
+    (keys / "manager.key_secret").unlink()
+    shutil.rmtree(keys / "authorized_managers")
+    address = free_address()
+    scheduler = start(started, cli("scaler_scheduler"), "--keys", str(keys), address)
+    scheduler.wait_for_output(r"monitor address is")
+    assert "1 client, 1 worker, 0 manager and 1 monitor keys authorized" in scheduler.output, scheduler.output
+    cluster = start(started, cli("scaler_cluster"), "--keys", str(keys), "-n", "1", address)
+    wait_for_agents(cluster, 1)
+    with Client(address, keys=keys, timeout_seconds=TIMEOUT) as client:
+        assert client.submit(square, 5).result(timeout=TIMEOUT) == 25
+    os.kill(scheduler.pid, signal.SIGTERM)
+    assert scheduler.wait() == 0, scheduler.output
+    assert "Scheduler: keys:" not in scheduler.output, scheduler.output  # no problem found in the key folders
+    assert "[ERROR]" not in scheduler.output and "Traceback" not in scheduler.output, scheduler.output
+    assert not (keys / "authorized_managers").exists()  # reading the keys wrote nothing

@@ -135,7 +135,9 @@ def test_readable_secrets_lists_every_secret_but_the_workers_own(tmp_path: Path)
         "scheduler.key_secret",
     ]
     assert found == sorted(found) and set(expected) <= set(found), found
-    assert set(found) - set(expected) <= {"monitor.key_secret"}, found  # where scaler_keygen makes a monitor key
+    assert set(found) - set(expected) <= {"monitor.key_secret", "manager.key_secret"}, (
+        found
+    )  # (scaler_keygen makes them)
     assert readable_secrets(str(keys / "local-workers")) == []
     assert readable_secrets(str(tmp_path / "missing")) == []
     if os.geteuid() != 0:  # root reads whatever the mode says

@@ -54,6 +54,7 @@ from scaler.protocol.records import (
     HeartbeatEcho,
     Hello,
     IdMessage,
+    ManagerReport,
     Message,
     OutputRecord,
     Payload,
@@ -61,6 +62,7 @@ from scaler.protocol.records import (
     PutObjects,
     ReasonMessage,
     Refused,
+    ScaleUnits,
     Shutdown,
     ShutdownRequest,
     Status,
@@ -87,7 +89,12 @@ capnp.remove_import_hook()
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(scaler.protocol.__file__)), "scaler.capnp")
 _schema: Any = capnp.load(SCHEMA_PATH)
 
-_PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker", PeerKind.MONITOR: "monitor"}
+_PEER_KIND_NAMES = {
+    PeerKind.CLIENT: "client",
+    PeerKind.WORKER: "worker",
+    PeerKind.MONITOR: "monitor",
+    PeerKind.MANAGER: "manager",
+}
 _PEER_KINDS = {name: kind for kind, name in _PEER_KIND_NAMES.items()}
 _ERROR_CODE_NAMES = {
     ErrorCode.MALFORMED: "malformed",
@@ -130,6 +137,7 @@ def _enc_hello(b: Any, m: Hello) -> list[Payload]:
     b.queueCapacity = m.queue_capacity
     if m.capabilities:
         b.capabilities = m.capabilities
+    b.unit = m.unit
     return []
 
 
@@ -306,6 +314,41 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     return []
 
 
+_MANAGER_REPORT = {
+    "min_units": "minUnits",
+    "max_units": "maxUnits",
+    "workers_per_unit": "workersPerUnit",
+    "slots_per_worker": "slotsPerWorker",
+    "tier": "tier",
+    "idle_ms": "idleMs",
+    "start_timeout_ms": "startTimeoutMs",
+    "units": "units",
+    "ended": "ended",
+    "reason": "reason",
+}
+_SCALE_UNITS = {"start": "start", "stop": "stop", "reason": "reason"}
+
+
+def _enc_fields(fields: dict[str, str]) -> Callable[[Any, Any], list[Payload]]:
+    def encoder(b: Any, m: Any) -> list[Payload]:
+        _set_fields(b, m, fields)
+        return []
+
+    return encoder
+
+
+def _dec_fields(cls: Any, fields: dict[str, str]) -> Callable[[Any, Sequence[Payload]], Any]:
+    def decoder(b: Any, p: Sequence[Payload]) -> Any:
+        _no_payloads(p, MESSAGE_NAMES[cls])
+        values = {}
+        for py_name, capnp_name in fields.items():
+            value = getattr(b, capnp_name)
+            values[py_name] = list(value) if not isinstance(value, (int, float, str, bytes)) else value
+        return cls(**values)
+
+    return decoder
+
+
 def _enc_output(b: Any, m: TaskOutput) -> list[Payload]:
     b.taskIds = pack_u64(m.task_ids)
     b.streams = bytes(m.streams)
@@ -342,6 +385,8 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
     "error": _enc_error,
     "status": _enc_status,
     "taskOutput": _enc_output,
+    "managerReport": _enc_fields(_MANAGER_REPORT),
+    "scaleUnits": _enc_fields(_SCALE_UNITS),
 }
 
 
@@ -396,6 +441,7 @@ def _dec_hello(b: Any, p: Sequence[Payload]) -> Hello:
         queue_capacity=b.queueCapacity,
         protocol_version=b.protocolVersion,
         capabilities=list(b.capabilities),
+        unit=b.unit,
     )
 
 
@@ -707,4 +753,6 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "error": _dec_error,
     "status": _dec_status,
     "taskOutput": _dec_output,
+    "managerReport": _dec_fields(ManagerReport, _MANAGER_REPORT),
+    "scaleUnits": _dec_fields(ScaleUnits, _SCALE_UNITS),
 }

@@ -141,6 +141,9 @@ def golden_messages() -> dict[str, m.Message]:
         ),
         m.TasksStarted([P | 10, P | 11]),
         m.TaskOutput([P | 10, P | 11], bytes([m.OUTPUT_STDOUT, m.OUTPUT_ERROR]), ["hello\n", "Traceback ..."]),
+        # a Slurm manager: up to 8 units of 4 workers (2 tasks each) offering gpu, one unit ended since its last report
+        m.ManagerReport(0, 8, 4, 2, 1, 60_000, 600_000, ["slurm-gpu-3", "slurm-gpu-4"], ["slurm-gpu-2"], "exit 0"),
+        m.ScaleUnits(["slurm-gpu-5"], ["slurm-gpu-3"], "12 tasks requiring gpu wait for room"),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
 

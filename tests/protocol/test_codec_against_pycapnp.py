@@ -136,7 +136,7 @@ def test_truncated_headers(name: str) -> None:
 @pytest.mark.parametrize(
     "header",
     [
-        *(raw("hello", protocolVersion=1, kind=kind) for kind in (3, 7, 0xFFFF)),
+        *(raw("hello", protocolVersion=1, kind=kind) for kind in (4, 7, 0xFFFF)),
         *(raw("error", code=code, message="x") for code in (5, 9, 0xFFFF)),
     ],
 )
@@ -144,7 +144,7 @@ def test_unknown_enum_values(header: bytes) -> None:
     rejects([header])
 
 
-@pytest.mark.parametrize("discriminant", [20, 255, 0xFFFF])
+@pytest.mark.parametrize("discriminant", [22, 255, 0xFFFF])
 def test_unknown_message_kind(discriminant: int) -> None:
     header = bytearray(golden_frames("hello")[0])
     header[16:18] = discriminant.to_bytes(2, "little")

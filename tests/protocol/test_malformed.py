@@ -98,7 +98,7 @@ def test_unknown_message_kind(discriminant: int) -> None:
     rejects([bytes(header)])
 
 
-@pytest.mark.parametrize("kind", [3, 7, 0xFFFF])
+@pytest.mark.parametrize("kind", [4, 7, 0xFFFF])
 def test_unknown_peer_kind(kind: int) -> None:
     rejects([raw("hello", protocolVersion=1, kind=kind)])
 

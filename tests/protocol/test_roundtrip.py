@@ -36,6 +36,8 @@ EXAMPLES: dict[type, list[Any]] = {
         m.Hello(m.PeerKind.WORKER, "", "", U32_MAX, U32_MAX, U32_MAX, protocol_version=U32_MAX),
         m.Hello(m.PeerKind.CLIENT, "old", protocol_version=0),
         m.Hello(m.PeerKind.WORKER, "w", queue_capacity=1, capabilities=["payload=python", UNICODE, "gpu=a100"]),
+        m.Hello(m.PeerKind.WORKER, "w", queue_capacity=1, unit=UNICODE),
+        m.Hello(m.PeerKind.MANAGER, "slurm", capabilities=["gpu"]),
     ],
     m.Welcome: [
         m.Welcome(1),
@@ -116,6 +118,13 @@ EXAMPLES: dict[type, list[Any]] = {
         m.TaskOutput([], b"", []),
         m.TaskOutput([2, 3, 4], bytes([m.OUTPUT_STDOUT, m.OUTPUT_STDERR, m.OUTPUT_ERROR]), ["a\n", UNICODE, ""]),
     ],
+    m.ManagerReport: [
+        m.ManagerReport(),
+        m.ManagerReport(
+            U32_MAX, U32_MAX, U32_MAX, U32_MAX, U32_MAX, U64_MAX, U64_MAX, [UNICODE, ""], [UNICODE], UNICODE
+        ),
+    ],
+    m.ScaleUnits: [m.ScaleUnits(), m.ScaleUnits(["a-1", UNICODE], ["a-0"], UNICODE), m.ScaleUnits([], ["x"] * 1000)],
     m.Disconnect: [m.Disconnect(), m.Disconnect("bye"), m.Disconnect(UNICODE)],
     m.ShutdownRequest: [m.ShutdownRequest(), m.ShutdownRequest("client.shutdown()"), m.ShutdownRequest(UNICODE)],
     m.Shutdown: [m.Shutdown(), m.Shutdown("the scheduler received SIGTERM"), m.Shutdown(UNICODE)],

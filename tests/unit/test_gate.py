@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -46,7 +47,7 @@ def request(public_z85: bytes, domain: bytes = MAIN_DOMAIN, mechanism: bytes = b
 
 
 def test_authorized_keys_get_in_with_their_public_key_as_user_id(gate: KeyGate, keys: Path) -> None:
-    for role, kind in (("client", PeerKind.CLIENT), ("worker", PeerKind.WORKER)):
+    for role, kind in (("client", PeerKind.CLIENT), ("worker", PeerKind.WORKER), ("manager", PeerKind.MANAGER)):
         public = load_peer_keys(keys, role).pair.public
         reply = gate.answer(request(public))
         assert reply == [b"envelope", b"", b"1.0", b"7", b"200", b"OK", public, b""]
@@ -61,12 +62,14 @@ def test_the_monitor_admits_monitor_keys_only(gate: KeyGate, keys: Path, caplog:
     client = load_peer_keys(keys, "client").pair.public
     worker = load_peer_keys(keys, "worker").pair.public
     monitor = load_peer_keys(keys, "monitor").pair.public
+    manager = load_peer_keys(keys, "manager").pair.public
     admitted = [b"envelope", b"", b"1.0", b"7", b"200", b"OK", monitor, b""]
     assert gate.answer(request(monitor, MONITOR_DOMAIN)) == admitted
     assert answered(gate, request(client, MONITOR_DOMAIN))[4:6] == [b"400", b"key not authorized"]
     assert answered(gate, request(worker, MONITOR_DOMAIN))[4] == b"400"
     assert answered(gate, request(monitor, b"another-domain"))[4] == b"400"
-    assert gate.denied == 3
+    assert answered(gate, request(manager, MONITOR_DOMAIN))[4] == b"400"
+    assert gate.denied == 4
     lines = [record.getMessage() for record in caplog.records]
     assert lines[0] == (
         "Scheduler: refused a connection to the monitor address from 10.0.0.1: its key 'client' is a client key; "
@@ -74,6 +77,7 @@ def test_the_monitor_admits_monitor_keys_only(gate: KeyGate, keys: Path, caplog:
         "scaler_top and scaler_ui)"
     )
     assert "its key 'worker' is a worker key; the monitor address admits monitor keys only" in lines[1]
+    assert "its key 'manager' is a manager key; the monitor address admits monitor keys only" in lines[3]
 
 
 def test_a_monitor_key_is_refused_on_the_scheduler_address(
@@ -95,7 +99,7 @@ def test_the_core_never_sees_monitor_keys(gate: KeyGate, keys: Path) -> None:
     assert gate.key_of(monitor) is None and monitor not in gate.by_user
     assert gate.monitor_name(monitor) == "monitor"
     assert gate.monitor_name(client) is None and gate.monitor_name("unknown") is None
-    assert {key.role for key in gate.by_user.values()} == {PeerKind.CLIENT, PeerKind.WORKER}
+    assert {key.role for key in gate.by_user.values()} == {PeerKind.CLIENT, PeerKind.WORKER, PeerKind.MANAGER}
 
 
 def test_removing_a_monitor_key_revokes_it_without_telling_the_core(gate: KeyGate, keys: Path) -> None:
@@ -159,4 +163,78 @@ def test_an_unknown_key_is_told_which_folder_it_belongs_in(
     gate.answer(request(stranger, MAIN_DOMAIN))
     monitor_line, main_line = (record.getMessage() for record in caplog.records)
     assert monitor_line.endswith(f"its public key file belongs in {keys}/authorized_monitors/)"), monitor_line
-    assert main_line.endswith(f"belongs in {keys}/authorized_clients/ or authorized_workers/)"), main_line
+    assert main_line.endswith(f"belongs in {keys}/authorized_clients/, authorized_workers/ or authorized_managers/)"), (
+        main_line
+    )
+
+
+def test_a_manager_key_maps_to_the_manager_kind_with_its_name(gate: KeyGate, keys: Path) -> None:
+    generate(keys, managers=["slurm"])
+    slurm = load_peer_keys(keys / "slurm", "manager").pair.public
+    assert gate.key_of(slurm.decode()) is None
+    assert answered(gate, request(slurm))[4] == b"400"  # not read yet
+    assert gate.reload() == frozenset()
+    assert answered(gate, request(slurm)) == [b"envelope", b"", b"1.0", b"7", b"200", b"OK", slurm, b""]
+    peer_key = gate.key_of(slurm.decode())
+    assert peer_key is not None
+    assert (peer_key.role, peer_key.name, peer_key.public) == (PeerKind.MANAGER, "slurm", slurm)
+    assert gate.monitor_name(slurm.decode()) is None
+
+
+def test_removing_a_manager_key_revokes_it(gate: KeyGate, keys: Path) -> None:
+    manager = load_peer_keys(keys, "manager").pair.public
+    os.remove(keys / "authorized_managers" / "manager.key")
+    assert gate.reload() == frozenset({manager})  # its session must end
+    assert gate.key_of(manager.decode()) is None
+    assert answered(gate, request(manager))[4] == b"400"
+
+
+def test_a_manager_key_moved_to_the_workers_ends_its_sessions(gate: KeyGate, keys: Path) -> None:
+    """The core refuses a hello whose kind is not its key's role: a key that changes role must start again."""
+    manager = load_peer_keys(keys, "manager").pair.public
+    shutil.move(keys / "authorized_managers" / "manager.key", keys / "authorized_workers" / "was-manager.key")
+    assert gate.reload() == frozenset({manager})
+    moved = gate.key_of(manager.decode())
+    assert moved is not None and moved.role == PeerKind.WORKER and moved.name == "was-manager"
+
+
+def test_the_log_counts_manager_keys(keys: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=gate_module.__name__)
+    generate(keys, managers=["slurm", "k8s"], clients=["alice"])
+    KeyGate(zmq.Context.instance(), load_server_keys(keys)).reload(force=True)
+    assert caplog.records[-1].getMessage() == (
+        f"Scheduler: 2 client, 1 worker, 3 manager and 1 monitor keys authorized (from {keys})"
+    )
+
+
+def test_a_directory_made_before_manager_keys_admits_as_before(keys: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No authorized_managers/ folder (and no manager.key_secret): it starts, admits every other key as before, no
+    manager, and says nothing is wrong; scaler_keygen run on it later adds the manager key, read without a restart."""
+    (keys / "manager.key_secret").unlink()
+    shutil.rmtree(keys / "authorized_managers")
+    caplog.set_level(logging.INFO, logger=gate_module.__name__)
+    ctx: zmq.Context[Any] = zmq.Context()
+    gate = KeyGate(ctx, load_server_keys(keys))
+    try:
+        gate.start()  # binds the ZAP endpoint: a context of its own
+        assert gate.sock is not None
+    finally:
+        gate.close()
+        ctx.destroy(linger=0)
+    for role, kind in (("client", PeerKind.CLIENT), ("worker", PeerKind.WORKER)):
+        public = load_peer_keys(keys, role).pair.public
+        assert answered(gate, request(public))[4] == b"200"
+        peer_key = gate.key_of(public.decode())
+        assert peer_key is not None and peer_key.role == kind
+    monitor = load_peer_keys(keys, "monitor").pair.public
+    assert answered(gate, request(monitor, MONITOR_DOMAIN))[4] == b"200"
+    assert [r.levelno for r in caplog.records] == [logging.INFO]  # no problem reported
+    assert caplog.records[0].getMessage().startswith("Scheduler: 1 client, 1 worker, 0 manager and 1 monitor keys")
+
+    generate(keys)  # the next scaler_keygen adds manager.key_secret and authorized_managers/manager.key
+    manager = load_peer_keys(keys, "manager").pair.public
+    assert answered(gate, request(manager))[4] == b"400"
+    assert gate.reload() == frozenset()
+    assert answered(gate, request(manager))[4] == b"200"
+    peer_key = gate.key_of(manager.decode())
+    assert peer_key is not None and peer_key.role == PeerKind.MANAGER

@@ -24,10 +24,13 @@ DEFAULT_FILES = {
     "client.key_secret": 0o600,
     "worker.key_secret": 0o600,
     "monitor.key_secret": 0o600,
+    "manager.key_secret": 0o600,
     "authorized_clients/client.key": 0o644,
     "authorized_workers/worker.key": 0o644,
     "authorized_monitors/monitor.key": 0o644,
+    "authorized_managers/manager.key": 0o644,
 }
+MANAGER_FILES = ("manager.key_secret", "authorized_managers/manager.key")
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
@@ -80,11 +83,13 @@ def test_public_files_match_their_secrets_and_every_key_differs(root: Path) -> N
     client = public_of(root / "client.key_secret")
     worker = public_of(root / "worker.key_secret")
     monitor = public_of(root / "monitor.key_secret")
+    manager = public_of(root / "manager.key_secret")
     assert public_of(root / "scheduler.key") == scheduler
     assert public_of(root / "authorized_clients" / "client.key") == client
     assert public_of(root / "authorized_workers" / "worker.key") == worker
     assert public_of(root / "authorized_monitors" / "monitor.key") == monitor
-    assert len({scheduler, client, worker, monitor}) == 4
+    assert public_of(root / "authorized_managers" / "manager.key") == manager
+    assert len({scheduler, client, worker, monitor, manager}) == 5
 
 
 def test_files_say_their_role_and_name(tmp_path: Path) -> None:
@@ -146,6 +151,67 @@ def test_a_named_monitor_folder_holds_the_scheduler_key_and_its_secret(root: Pat
     assert 'role = "monitor"' in (root / "ops" / "monitor.key_secret").read_text()
 
 
+def test_a_named_manager_folder_holds_the_scheduler_key_and_its_secret(root: Path) -> None:
+    before = snapshot(root)
+    generate(root, managers=["slurm"])
+    after = snapshot(root)
+    assert set(after) - set(before) == {
+        "authorized_managers/slurm.key",
+        "slurm/scheduler.key",
+        "slurm/manager.key_secret",
+    }
+    assert after["slurm/manager.key_secret"][2] == 0o600
+    assert after["authorized_managers/slurm.key"][2] == 0o644
+    slurm = load_peer_keys(root / "slurm", "manager")
+    assert slurm.role == "manager" and slurm.server_public == public_of(root / "scheduler.key")
+    assert slurm.pair.public == public_of(root / "authorized_managers" / "slurm.key")
+    assert slurm.pair.public != public_of(root / "manager.key_secret")
+    text = (root / "slurm" / "manager.key_secret").read_text()
+    assert 'role = "manager"' in text and 'name = "slurm"' in text
+    assert "machines that run worker managers" in (root / "manager.key_secret").read_text()
+
+
+def _make_it_old(root: Path, *roles: str) -> None:
+    """The directory as scaler_keygen made it before these roles existed: no secret, no authorized folder."""
+    for role in roles:
+        (root / f"{role}.key_secret").unlink()
+        shutil.rmtree(root / f"authorized_{role}s")
+
+
+def test_a_directory_made_before_manager_keys_loads_and_serves_as_before(root: Path) -> None:
+    _make_it_old(root, "manager")
+    before = snapshot(root)
+    server = load_server_keys(root)
+    assert server.pair.public == public_of(root / "scheduler.key")
+    admitted, problems = read_authorized(root)
+    assert problems == []  # a missing authorized_managers/ is no problem: it admits no manager
+    assert sorted((key.role, key.name) for key in admitted.values()) == [
+        ("client", "client"),
+        ("monitor", "monitor"),
+        ("worker", "worker"),
+    ]
+    for role in ("client", "worker", "monitor"):
+        assert load_peer_keys(root, role).role == role
+    with pytest.raises(KeysError, match=re.escape(f"{root / 'manager.key_secret'} is missing: copy")):
+        load_peer_keys(root, "manager")
+    assert keys.authorized_fingerprint(root) == keys.authorized_fingerprint(root)
+    assert snapshot(root) == before  # reading never writes
+
+
+@pytest.mark.parametrize("missing", [("manager",), ("monitor", "manager")])
+def test_a_directory_made_before_manager_keys_gets_them_on_the_next_run(root: Path, missing: tuple[str, ...]) -> None:
+    _make_it_old(root, *missing)
+    before = snapshot(root)
+    report = generate(root)
+    after = snapshot(root)
+    assert {name: after[name] for name in before} == before
+    added = [f for role in missing for f in (f"{role}.key_secret", f"authorized_{role}s/{role}.key")]
+    assert set(after) - set(before) == set(added)
+    assert report[0] == f"Created in {root}: " + ", ".join(added)
+    assert stat.S_IMODE(os.stat(root / "authorized_managers").st_mode) == 0o755
+    assert load_peer_keys(root, "manager").pair.public == public_of(root / "authorized_managers" / "manager.key")
+
+
 def test_a_directory_made_before_monitor_keys_gets_them_on_the_next_run(root: Path) -> None:
     (root / "monitor.key_secret").unlink()
     (root / "authorized_monitors" / "monitor.key").unlink()
@@ -159,8 +225,19 @@ def test_a_directory_made_before_monitor_keys_gets_them_on_the_next_run(root: Pa
     assert stat.S_IMODE(os.stat(root / "authorized_monitors").st_mode) == 0o755
 
 
-@pytest.mark.parametrize(("first", "then"), [("client", "monitor"), ("monitor", "worker"), ("worker", "monitor")])
-def test_a_name_is_one_role_only_monitors_included(root: Path, first: str, then: str) -> None:
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("client", "monitor"),
+        ("monitor", "worker"),
+        ("worker", "monitor"),
+        ("manager", "worker"),
+        ("worker", "manager"),
+        ("client", "manager"),
+        ("manager", "monitor"),
+    ],
+)
+def test_a_name_is_one_role_only_monitors_and_managers_included(root: Path, first: str, then: str) -> None:
     generate(root, **{first + "s": ["ops"]})
     before = snapshot(root)
     with pytest.raises(KeysError, match=f"'ops' is already a {first}'s name"):
@@ -179,17 +256,18 @@ def test_asking_again_for_a_name_keeps_it_and_the_other_role_is_refused(root: Pa
 
 
 def test_the_report_says_where_each_file_goes(tmp_path: Path) -> None:
-    lines = generate(tmp_path / "keys", clients=["alice"], workers=["gpu1"], monitors=["ops"])
+    lines = generate(tmp_path / "keys", clients=["alice"], workers=["gpu1"], monitors=["ops"], managers=["slurm"])
     report = "\n".join(lines)
     root = tmp_path / "keys"
-    for name in [*DEFAULT_FILES, "alice/client.key_secret", "gpu1/worker.key_secret", "ops/monitor.key_secret"]:
+    named = ["alice/client.key_secret", "gpu1/worker.key_secret", "ops/monitor.key_secret", "slurm/manager.key_secret"]
+    for name in [*DEFAULT_FILES, *named]:
         assert name in report
     for path in ["scheduler.key_secret", "authorized_clients", "scheduler.key", "worker.key_secret"]:
         assert str(root / path) in report
     at = root.as_posix()
     assert (
         f"  the scheduler's machine:  {at}/scheduler.key_secret, {at}/authorized_clients/, {at}/authorized_workers/, "
-        f"{at}/authorized_monitors/"
+        f"{at}/authorized_monitors/, {at}/authorized_managers/"
     ) in lines
     assert (
         f"  every monitor machine:    {at}/scheduler.key, {at}/monitor.key_secret (to run scaler_top or scaler_ui "
@@ -198,6 +276,14 @@ def test_the_report_says_where_each_file_goes(tmp_path: Path) -> None:
     assert f"client alice's machine:   the folder {root / 'alice'}" in report
     assert f"worker gpu1's machine:    the folder {root / 'gpu1'}" in report
     assert f"monitor ops's machine:    the folder {root / 'ops'}" in report
+    assert (
+        f"  every manager machine:    {at}/scheduler.key, {at}/manager.key_secret (to run scaler_worker_manager), "
+        f"and {at}/worker.key_secret for the workers its units run"
+    ) in lines
+    assert (
+        f"  manager slurm's machine:  the folder {at}/slurm (use it as its keys directory, with a worker.key_secret "
+        "added for the workers it starts)"
+    ) in lines
     assert f"--keys {root}" in report and f"SCALER_KEYS={root}" in report
 
 
@@ -247,7 +333,8 @@ def test_a_file_where_the_directory_should_be_is_refused(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "name",
     ["", "-x", ".hidden", "_x", "a/b", "a b", "a\n", "x" * 65, "é", "client", "Worker", "scheduler",
-     "authorized_clients", "authorized_workers", "monitor", "authorized_monitors"],
+     "authorized_clients", "authorized_workers", "monitor", "authorized_monitors", "manager", "Manager",
+     "authorized_managers"],
 )  # fmt: skip
 def test_bad_names_create_nothing(tmp_path: Path, name: str) -> None:
     with pytest.raises(KeysError):
@@ -256,6 +343,8 @@ def test_bad_names_create_nothing(tmp_path: Path, name: str) -> None:
         generate(tmp_path / "keys", workers=[name])
     with pytest.raises(KeysError):
         generate(tmp_path / "keys", monitors=[name])
+    with pytest.raises(KeysError):
+        generate(tmp_path / "keys", managers=[name])
     assert not (tmp_path / "keys").exists()
 
 
@@ -267,13 +356,15 @@ def test_good_names_are_accepted(tmp_path: Path) -> None:
 def test_one_name_for_both_roles_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(KeysError, match="both"):
         generate(tmp_path / "keys", clients=["alice"], workers=["alice"])
+    with pytest.raises(KeysError, match="'slurm' is asked for as both a worker and a manager"):
+        generate(tmp_path / "keys", workers=["slurm"], managers=["slurm"])
     assert not (tmp_path / "keys").exists()
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["client", "worker", "monitor"])
+@pytest.mark.parametrize("role", ["client", "worker", "monitor", "manager"])
 def test_load_peer_keys(root: Path, role: str) -> None:
     peer = load_peer_keys(root, role)
     public, secret = zmq.auth.load_certificate(root / f"{role}.key_secret")
@@ -308,6 +399,18 @@ def test_a_missing_peer_file_is_named(root: Path, name: str) -> None:
 def test_a_missing_client_secret_does_not_stop_a_worker(root: Path) -> None:
     (root / "client.key_secret").unlink()
     assert load_peer_keys(root, "worker").role == "worker"
+
+
+def test_a_manager_machine_copy_loads_as_manager_and_for_its_workers(root: Path, tmp_path: Path) -> None:
+    """What the report says a manager machine gets: scheduler.key, manager.key_secret and worker.key_secret."""
+    copy = tmp_path / "manager_machine"
+    copy.mkdir()
+    for name in ("scheduler.key", "manager.key_secret", "worker.key_secret"):
+        shutil.copy2(root / name, copy / name)
+    assert load_peer_keys(copy, "manager").pair == load_peer_keys(root, "manager").pair
+    assert load_peer_keys(copy, "worker").pair == load_peer_keys(root, "worker").pair
+    with pytest.raises(KeysError, match=re.escape(str(copy / "client.key_secret"))):
+        load_peer_keys(copy, "client")
 
 
 def test_a_missing_server_secret_is_named(root: Path) -> None:
@@ -408,7 +511,7 @@ def test_repr_hides_the_secret(root: Path) -> None:
 
 
 def test_read_authorized_finds_default_and_named_keys(root: Path) -> None:
-    generate(root, clients=["alice"], workers=["gpu1"], monitors=["ops"])
+    generate(root, clients=["alice"], workers=["gpu1"], monitors=["ops"], managers=["slurm"])
     admitted, problems = read_authorized(root)
     assert problems == []
     found = {(key.role, key.name): key for key in admitted.values()}
@@ -419,8 +522,13 @@ def test_read_authorized_finds_default_and_named_keys(root: Path) -> None:
         ("worker", "gpu1"),
         ("monitor", "monitor"),
         ("monitor", "ops"),
+        ("manager", "manager"),
+        ("manager", "slurm"),
     }
     assert found[("monitor", "ops")].public == load_peer_keys(root / "ops", "monitor").pair.public
+    slurm = found[("manager", "slurm")]
+    assert slurm.path == str(root / "authorized_managers" / "slurm.key")
+    assert slurm.public == load_peer_keys(root / "slurm", "manager").pair.public
     alice = found[("client", "alice")]
     assert alice.path == str(root / "authorized_clients" / "alice.key")
     assert admitted[alice.public] is alice
@@ -435,7 +543,7 @@ def test_a_malformed_key_is_skipped_and_reported_and_other_files_ignored(root: P
     shutil.copy(root / "worker.key_secret", folder / "spare.key_secret")
     shutil.copy(root / "authorized_workers" / "worker.key", folder / "worker.key.bak")
     admitted, problems = read_authorized(root)
-    assert sorted(key.name for key in admitted.values()) == ["client", "monitor", "worker"]
+    assert sorted(key.name for key in admitted.values()) == ["client", "manager", "monitor", "worker"]
     assert len(problems) == 2
     assert str(folder / "broken.key") in problems[0] and str(folder / "short.key") in problems[1]
 
@@ -444,26 +552,39 @@ def test_a_key_in_both_folders_is_reported_and_admitted_as_neither(root: Path) -
     shutil.copy(root / "authorized_clients" / "client.key", root / "authorized_workers" / "sneaky.key")
     admitted, problems = read_authorized(root)
     assert public_of(root / "client.key_secret") not in admitted
-    assert sorted(key.name for key in admitted.values()) == ["monitor", "worker"]
+    assert sorted(key.name for key in admitted.values()) == ["manager", "monitor", "worker"]
     assert len(problems) == 1
     assert "sneaky.key" in problems[0] and "client.key" in problems[0] and "none of them" in problems[0]
 
 
-@pytest.mark.parametrize(("holder", "other"), [("client", "monitor"), ("worker", "monitor"), ("monitor", "client")])
-def test_a_monitor_key_in_another_role_folder_is_admitted_as_none(root: Path, holder: str, other: str) -> None:
-    """A client key copied to authorized_monitors/ (or the reverse) would let one key do both: it does neither."""
+@pytest.mark.parametrize(
+    ("holder", "other"),
+    [
+        ("client", "monitor"),
+        ("worker", "monitor"),
+        ("monitor", "client"),
+        ("manager", "client"),
+        ("manager", "worker"),
+        ("client", "manager"),
+        ("worker", "manager"),
+        ("monitor", "manager"),
+    ],
+)
+def test_a_key_in_another_role_folder_is_admitted_as_none(root: Path, holder: str, other: str) -> None:
+    """A client key copied to authorized_monitors/ or authorized_managers/ (or the reverse) would let one key do both:
+    it does neither."""
     shutil.copy(root / f"authorized_{holder}s" / f"{holder}.key", root / f"authorized_{other}s" / "copied.key")
     admitted, problems = read_authorized(root)
     assert public_of(root / f"{holder}.key_secret") not in admitted
-    assert len(admitted) == 2
+    assert len(admitted) == 3
     paths = {
         holder: root / f"authorized_{holder}s" / f"{holder}.key",
         other: root / f"authorized_{other}s" / "copied.key",
     }
     first, second = (paths[role] for role in keys.ROLES if role in paths)  # listed in the order of the roles
     assert problems == [
-        f"{first} and {second} hold the same public key; a key has one role (client, worker or monitor), so it is "
-        "admitted as none of them"
+        f"{first} and {second} hold the same public key; a key has one role (client, worker, monitor or manager), so "
+        "it is admitted as none of them"
     ]
 
 
@@ -483,4 +604,20 @@ def test_the_fingerprint_changes_with_the_answer(root: Path) -> None:
     assert second != first
     assert alice not in read_authorized(root)[0]
     generate(root, workers=["gpu1"])
-    assert keys.authorized_fingerprint(root) != second
+    third = keys.authorized_fingerprint(root)
+    assert third != second
+    generate(root, managers=["slurm"])
+    fourth = keys.authorized_fingerprint(root)
+    assert fourth != third
+    (root / "authorized_managers" / "slurm.key").unlink()
+    assert keys.authorized_fingerprint(root) != fourth
+
+
+def test_the_fingerprint_sees_the_managers_folder_come(root: Path) -> None:
+    """A directory made before manager keys: its fingerprint changes when scaler_keygen adds authorized_managers/,
+    so that a running scheduler reads the new folder."""
+    _make_it_old(root, "manager")
+    old = keys.authorized_fingerprint(root)
+    generate(root)
+    assert keys.authorized_fingerprint(root) != old
+    assert public_of(root / "manager.key_secret") in read_authorized(root)[0]

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -156,7 +157,7 @@ def test_used_up_descriptors_keep_every_key_and_warn_once(
     """What an attacker's 1,100 stalled connections did: the folders cannot be listed (EMFILE). Nobody is revoked,
     the gate still admits every key, and it says so once, not every second."""
     before = table(gate)
-    assert len(before) == 4  # client, alice, worker, monitor
+    assert len(before) == 5  # client, alice, worker, monitor, manager
     worker = public(keys_dir, "worker")
     caplog.set_level(logging.INFO, logger=gate_module.__name__)
     with descriptors_used_up():
@@ -168,7 +169,7 @@ def test_used_up_descriptors_keep_every_key_and_warn_once(
     (warning,) = messages(caplog, logging.WARNING)
     assert warning == (
         f"Scheduler: could not read the authorized keys: {keys_dir / 'authorized_clients'} cannot be listed "
-        "(Too many open files); keeping the 4 keys loaded and trying again about every second"
+        "(Too many open files); keeping the 5 keys loaded and trying again about every second"
     )
     assert messages(caplog, logging.ERROR) == []
 
@@ -184,7 +185,7 @@ def test_used_up_descriptors_keep_every_key_and_warn_once(
     # and a real change is picked up: a removed key file revokes its key
     (keys_dir / "authorized_clients" / "alice.key").unlink()
     assert gate.reload() == frozenset({public(keys_dir / "alice", "client")})
-    assert len(table(gate)) == 3
+    assert len(table(gate)) == 4
 
 
 def test_used_up_descriptors_are_unreadable_keys_not_missing_ones(keys_dir: Path) -> None:
@@ -207,12 +208,13 @@ def test_the_fingerprint_does_not_change_while_it_cannot_be_taken(keys_dir: Path
 
 
 # ----------------------------------------------------------------------------------------------- permissions
+@pytest.mark.parametrize("role", ["worker", "manager"])
 def test_a_folder_without_read_permission_keeps_every_key(
-    gate: KeyGate, keys_dir: Path, caplog: pytest.LogCaptureFixture
+    gate: KeyGate, keys_dir: Path, caplog: pytest.LogCaptureFixture, role: str
 ) -> None:
     before = table(gate)
     caplog.set_level(logging.INFO, logger=gate_module.__name__)
-    folder = keys_dir / "authorized_workers"
+    folder = keys_dir / f"authorized_{role}s"
     with permissions_enforced(), mode(folder, 0o000):
         assert gate.reload(force=True) == frozenset()
         with pytest.raises(KeysUnreadable) as caught:
@@ -221,9 +223,9 @@ def test_a_folder_without_read_permission_keeps_every_key(
     assert table(gate) == before
     (warning,) = messages(caplog, logging.WARNING)
     assert f"could not read the authorized keys: {folder} cannot be" in warning and "(Permission denied)" in warning
-    assert "keeping the 4 keys loaded" in warning
-    (folder / "worker.key").unlink()
-    assert gate.reload() == frozenset({public(keys_dir, "worker")})
+    assert "keeping the 5 keys loaded" in warning
+    (folder / f"{role}.key").unlink()
+    assert gate.reload() == frozenset({public(keys_dir, role)})
 
 
 def test_a_key_file_without_read_permission_keeps_every_key(
@@ -280,9 +282,41 @@ def test_a_folder_replaced_by_a_file_admits_nobody_from_it(gate: KeyGate, keys_d
     assert problems == [f"{keys_dir / 'authorized_workers'} is not a folder: no worker is admitted from it"]
 
 
+def test_a_removed_managers_folder_revokes_the_managers_only(gate: KeyGate, keys_dir: Path) -> None:
+    """What a directory made before manager keys looks like: no authorized_managers/. Not there is not unreadable:
+    it admits no manager, and nothing else changes."""
+    manager = public(keys_dir, "manager")
+    shutil.rmtree(keys_dir / "authorized_managers")
+    assert gate.reload() == frozenset({manager})
+    assert not admitted_on_main(gate, manager)
+    assert admitted_on_main(gate, public(keys_dir, "worker")) and admitted_on_main(gate, public(keys_dir, "client"))
+    assert len(table(gate)) == 4
+    assert read_authorized(keys_dir)[1] == []
+
+
+def test_a_directory_made_before_manager_keys_starts_the_gate(keys_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An old directory (no manager.key_secret, no authorized_managers/) is not a broken one: the scheduler starts
+    with it, admits its other keys, and logs no warning or error."""
+    (keys_dir / "manager.key_secret").unlink()
+    shutil.rmtree(keys_dir / "authorized_managers")
+    caplog.set_level(logging.INFO, logger=gate_module.__name__)
+    ctx: zmq.Context[Any] = zmq.Context()
+    gate = KeyGate(ctx, load_server_keys(keys_dir))
+    try:
+        gate.start()
+        assert gate.sock is not None
+        assert len(table(gate)) == 4  # client, alice, worker, monitor
+        assert admitted_on_main(gate, public(keys_dir, "worker"))
+        assert gate.reload() == frozenset()  # stable: the missing folder is not a change every second
+        assert messages(caplog, logging.WARNING) == [] and messages(caplog, logging.ERROR) == []
+    finally:
+        gate.close()
+        ctx.destroy(linger=0)
+
+
 def test_a_removed_keys_directory_admits_nobody(gate: KeyGate, keys_dir: Path, tmp_path: Path) -> None:
     keys_dir.rename(tmp_path / "moved-away")
-    assert len(gate.reload()) == 3
+    assert len(gate.reload()) == 4
     assert table(gate) == {}
 
 

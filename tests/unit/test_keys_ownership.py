@@ -34,12 +34,14 @@ def keys_dir(tmp_path: Path) -> Path:
 
 
 def every_load(root: Path) -> list[Callable[[], object]]:
-    """Every program's way in: the scheduler's, a client's, a worker's, a monitor viewer's, and scaler_keygen's."""
+    """Every program's way in: the scheduler's, a client's, a worker's, a monitor viewer's, a worker manager's, and
+    scaler_keygen's."""
     return [
         lambda: load_server_keys(root),
         lambda: load_peer_keys(root, "client"),
         lambda: load_peer_keys(root, "worker"),
         lambda: load_peer_keys(root, "monitor"),
+        lambda: load_peer_keys(root, "manager"),
         lambda: generate(root),
     ]
 
@@ -97,7 +99,7 @@ def test_keygen_still_makes_private_folders(tmp_path: Path) -> None:
     root = tmp_path / "keys"
     old = os.umask(0)
     try:
-        generate(root, clients=["alice"], monitors=["ops"])
+        generate(root, clients=["alice"], monitors=["ops"], managers=["slurm"])
     finally:
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o7777 for p in (root, *root.iterdir()) if p.is_dir()}
@@ -106,11 +108,16 @@ def test_keygen_still_makes_private_folders(tmp_path: Path) -> None:
         "authorized_clients": 0o755,
         "authorized_workers": 0o755,
         "authorized_monitors": 0o755,
+        "authorized_managers": 0o755,
         "alice": 0o700,
         "ops": 0o700,
+        "slurm": 0o700,
     }
+    assert (root / "manager.key_secret").stat().st_mode & 0o7777 == 0o600
+    assert (root / "slurm" / "manager.key_secret").stat().st_mode & 0o7777 == 0o600
     load_server_keys(root)
     load_peer_keys(root / "ops", "monitor")
+    load_peer_keys(root / "slurm", "manager")
 
 
 # ----------------------------------------------------------------------------------------------- directories above
@@ -178,14 +185,37 @@ def test_a_key_file_writable_by_others_is_refused(keys_dir: Path) -> None:
         load_peer_keys(keys_dir, "client")
 
 
-def test_an_authorized_folder_writable_by_others_is_refused(keys_dir: Path) -> None:
-    folder = keys_dir / "authorized_monitors"
+@pytest.mark.parametrize("folder_name", ["authorized_monitors", "authorized_managers"])
+def test_an_authorized_folder_writable_by_others_is_refused(keys_dir: Path, folder_name: str) -> None:
+    folder = keys_dir / folder_name
     os.chmod(folder, 0o777)
     with pytest.raises(KeysError, match=re.escape(f"the folder {folder} is writable by its group and others")):
         read_authorized(keys_dir)
     with pytest.raises(KeysError, match=re.escape(f"the folder {folder} is writable")):
         load_server_keys(keys_dir)
     load_peer_keys(keys_dir, "client")  # a client reads no authorized folder
+    load_peer_keys(keys_dir, "manager")  # nor does a worker manager
+
+
+@pytest.mark.parametrize("bits", [0o777, 0o702])
+def test_a_manager_secret_writable_by_others_is_refused(keys_dir: Path, bits: int) -> None:
+    secret = keys_dir / "manager.key_secret"
+    os.chmod(secret, bits)
+    with pytest.raises(KeysError, match=re.escape(f"the key file {secret} is writable")):
+        load_peer_keys(keys_dir, "manager")
+    load_peer_keys(keys_dir, "worker")  # the other roles' keys are not concerned
+
+
+def test_a_private_directory_made_before_manager_keys_passes_the_checks(keys_dir: Path) -> None:
+    """No authorized_managers/ (an old directory) is not a folder another user could change: nothing is refused."""
+    (keys_dir / "manager.key_secret").unlink()
+    for path in (keys_dir / "authorized_managers").iterdir():
+        path.unlink()
+    (keys_dir / "authorized_managers").rmdir()
+    load_server_keys(keys_dir)
+    assert read_authorized(keys_dir)[1] == []
+    for role in ("client", "worker", "monitor"):
+        load_peer_keys(keys_dir, role)
 
 
 def _intruder(keys_dir: Path, tmp_path: Path) -> tuple[Path, bytes]:
@@ -226,7 +256,7 @@ def test_a_key_file_of_another_user_keeps_the_last_keys_on_reload(
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors  # rate-limited
     assert errors[0].startswith(f"Scheduler: refused the authorized keys: the key file {dropped} belongs to nobody")
-    assert errors[0].endswith("; keeping the 4 keys loaded and trying again about every second")
+    assert errors[0].endswith("; keeping the 5 keys loaded and trying again about every second")
 
     dropped.unlink()
     caplog.clear()

@@ -260,8 +260,17 @@ export interface StoredObject {
   payload: Uint8Array;
 }
 
+const PEER_KINDS = {
+  client: S.PeerKind.CLIENT,
+  worker: S.PeerKind.WORKER,
+  monitor: S.PeerKind.MONITOR,
+  manager: S.PeerKind.MANAGER,
+} as const;
+export type PeerKindName = keyof typeof PEER_KINDS;
+const PEER_KIND_NAMES = Object.keys(PEER_KINDS) as PeerKindName[];
+
 export interface HelloFields {
-  kind: "client" | "worker";
+  kind: PeerKindName;
   name: string;
   hostname: string;
   pid: number;
@@ -269,6 +278,21 @@ export interface HelloFields {
   queueCapacity: number;
   capabilities: string[];
   protocolVersion?: number;
+  unit?: string; // workers a worker manager started: the unit it started them in ("" or absent: none)
+}
+
+/** A worker manager's state (docs/protocol.md section 6, "managerReport"; section 8, "Worker managers"). */
+export interface ManagerReportFields {
+  minUnits: number;
+  maxUnits: number;
+  workersPerUnit: number;
+  slotsPerWorker: number;
+  tier: number;
+  idleMs: bigint;
+  startTimeoutMs: bigint;
+  units: string[];
+  ended: string[];
+  reason: string;
 }
 
 export interface HeartbeatFields {
@@ -308,6 +332,8 @@ export type Msg =
   | { type: ReasonKind; reason: string }
   | { type: "error"; code: ErrorCodeName; message: string; ids: bigint[] }
   | { type: "taskOutput"; taskIds: bigint[]; streams: number[]; texts: string[] }
+  | ({ type: "managerReport" } & ManagerReportFields)
+  | { type: "scaleUnits"; start: string[]; stop: string[]; reason: string }
   | { type: "status" };
 
 
@@ -393,13 +419,14 @@ export function encode(msg: Msg): Uint8Array[] {
     case "hello": {
       const hello = root._initHello();
       hello.protocolVersion = msg.protocolVersion ?? PROTOCOL_VERSION;
-      hello.kind = msg.kind === "worker" ? S.PeerKind.WORKER : S.PeerKind.CLIENT;
+      hello.kind = PEER_KINDS[msg.kind];
       hello.name = msg.name;
       hello.hostname = msg.hostname;
       hello.pid = msg.pid;
       hello.heartbeatIntervalMs = msg.heartbeatIntervalMs;
       hello.queueCapacity = msg.queueCapacity;
       setTexts((l) => hello._initCapabilities(l), msg.capabilities);
+      hello.unit = msg.unit ?? "";
       break;
     }
     case "heartbeat": {
@@ -479,6 +506,27 @@ export function encode(msg: Msg): Uint8Array[] {
       setData((l) => output._initTaskIds(l), u64Column(msg.taskIds));
       setData((l) => output._initStreams(l), u8Column(msg.streams));
       setTexts((l) => output._initTexts(l), msg.texts);
+      break;
+    }
+    case "managerReport": {
+      const report = root._initManagerReport();
+      report.minUnits = msg.minUnits;
+      report.maxUnits = msg.maxUnits;
+      report.workersPerUnit = msg.workersPerUnit;
+      report.slotsPerWorker = msg.slotsPerWorker;
+      report.tier = msg.tier;
+      report.idleMs = msg.idleMs;
+      report.startTimeoutMs = msg.startTimeoutMs;
+      setTexts((l) => report._initUnits(l), msg.units);
+      setTexts((l) => report._initEnded(l), msg.ended);
+      report.reason = msg.reason;
+      break;
+    }
+    case "scaleUnits": {
+      const scale = root._initScaleUnits();
+      setTexts((l) => scale._initStart(l), msg.start);
+      setTexts((l) => scale._initStop(l), msg.stop);
+      scale.reason = msg.reason;
       break;
     }
     default:
@@ -640,16 +688,19 @@ export function decode(allFrames: readonly Uint8Array[]): Msg {
       case S.Message.HELLO: {
         noFrames(frames, "hello");
         const hello = root.hello;
+        const kind = PEER_KIND_NAMES.find((name) => PEER_KINDS[name] === hello.kind);
+        if (kind === undefined) throw new MalformedError(`hello: unknown peer kind ${hello.kind}`);
         return {
           type: "hello",
           protocolVersion: hello.protocolVersion,
-          kind: hello.kind === S.PeerKind.WORKER ? "worker" : "client",
+          kind,
           name: hello.name,
           hostname: hello.hostname,
           pid: hello.pid,
           heartbeatIntervalMs: hello.heartbeatIntervalMs,
           queueCapacity: hello.queueCapacity,
           capabilities: readTexts(hello.capabilities),
+          unit: hello.unit,
         };
       }
       case S.Message.WELCOME: {
@@ -732,6 +783,28 @@ export function decode(allFrames: readonly Uint8Array[]): Msg {
         const texts = readTexts(o.texts);
         if (texts.length !== taskIds.length) throw new MalformedError("taskOutput: texts and taskIds differ in length");
         return { type: "taskOutput", taskIds, streams, texts };
+      }
+      case S.Message.MANAGER_REPORT: {
+        noFrames(frames, "managerReport");
+        const r = root.managerReport;
+        return {
+          type: "managerReport",
+          minUnits: r.minUnits,
+          maxUnits: r.maxUnits,
+          workersPerUnit: r.workersPerUnit,
+          slotsPerWorker: r.slotsPerWorker,
+          tier: r.tier,
+          idleMs: r.idleMs,
+          startTimeoutMs: r.startTimeoutMs,
+          units: readTexts(r.units),
+          ended: readTexts(r.ended),
+          reason: r.reason,
+        };
+      }
+      case S.Message.SCALE_UNITS: {
+        noFrames(frames, "scaleUnits");
+        const u = root.scaleUnits;
+        return { type: "scaleUnits", start: readTexts(u.start), stop: readTexts(u.stop), reason: u.reason };
       }
       case S.Message.STATUS:
         return { type: "status" };

@@ -49,6 +49,7 @@ from scaler.protocol.records import (
     HeartbeatEcho,
     Hello,
     IdMessage,
+    ManagerReport,
     Message,
     OutputRecord,
     Payload,
@@ -56,6 +57,7 @@ from scaler.protocol.records import (
     PutObjects,
     ReasonMessage,
     Refused,
+    ScaleUnits,
     Shutdown,
     ShutdownRequest,
     Status,
@@ -296,7 +298,21 @@ _HELLO = {
     "heartbeat_interval_ms": "heartbeatIntervalMs",
     "queue_capacity": "queueCapacity",
     "capabilities": "capabilities",
+    "unit": "unit",
 }
+_MANAGER_REPORT = {
+    "min_units": "minUnits",
+    "max_units": "maxUnits",
+    "workers_per_unit": "workersPerUnit",
+    "slots_per_worker": "slotsPerWorker",
+    "tier": "tier",
+    "idle_ms": "idleMs",
+    "start_timeout_ms": "startTimeoutMs",
+    "units": "units",
+    "ended": "ended",
+    "reason": "reason",
+}
+_SCALE_UNITS = {"start": "start", "stop": "stop", "reason": "reason"}
 _WELCOME = {
     "protocol_version": "protocolVersion",
     "id_prefix": "idPrefix",
@@ -465,6 +481,8 @@ _ENCODERS: dict[str, Callable[[Builder, int, str, Any], list[Payload]]] = {
     "error": _enc_error,
     "status": _enc_status,
     "taskOutput": _enc_output,
+    "managerReport": _fields_of(_MANAGER_REPORT),
+    "scaleUnits": _fields_of(_SCALE_UNITS),
 }
 
 
@@ -557,7 +575,7 @@ def _dec_fields(cls: Any, fields: dict[str, str]) -> Callable[[Reader, View, str
 def _dec_hello(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Hello:
     _no_payloads(p, "hello")
     hello: Hello = r.record(v, name, Hello, _HELLO)
-    if hello.kind not in (PeerKind.CLIENT, PeerKind.WORKER, PeerKind.MONITOR):
+    if hello.kind not in (PeerKind.CLIENT, PeerKind.WORKER, PeerKind.MONITOR, PeerKind.MANAGER):
         raise ProtocolError(f"hello: unknown peer kind {hello.kind}")
     hello.kind = PeerKind(hello.kind)
     return hello
@@ -861,4 +879,6 @@ _DECODERS: dict[str, Callable[[Reader, View, str, Sequence[Payload]], Any]] = {
     "error": _dec_error,
     "status": _dec_status,
     "taskOutput": _dec_output,
+    "managerReport": _dec_fields(ManagerReport, _MANAGER_REPORT),
+    "scaleUnits": _dec_fields(ScaleUnits, _SCALE_UNITS),
 }

@@ -30,6 +30,8 @@ MESSAGE_UNION: dict[str, tuple[int, str]] = {
     "status": (17, "Status"),
     "tasksStarted": (18, "IdList"),
     "taskOutput": (19, "TaskOutput"),
+    "managerReport": (20, "ManagerReport"),
+    "scaleUnits": (21, "ScaleUnits"),
 }
 
 STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
@@ -96,7 +98,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     ),
     "Hello": (
         3,
-        3,
+        4,
         (
             ("protocolVersion", "u32", 0),
             ("kind", "u16", 2),
@@ -106,9 +108,26 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("heartbeatIntervalMs", "u32", 3),
             ("queueCapacity", "u32", 4),
             ("capabilities", "list:text", 2),
+            ("unit", "text", 3),
         ),
     ),
     "IdList": (0, 1, (("ids", "data", 0),)),
+    "ManagerReport": (
+        5,
+        3,
+        (
+            ("minUnits", "u32", 0),
+            ("maxUnits", "u32", 1),
+            ("workersPerUnit", "u32", 2),
+            ("slotsPerWorker", "u32", 3),
+            ("tier", "u32", 4),
+            ("idleMs", "u64", 3),
+            ("startTimeoutMs", "u64", 4),
+            ("units", "list:text", 0),
+            ("ended", "list:text", 1),
+            ("reason", "text", 2),
+        ),
+    ),
     "ObjectBatch": (0, 3, (("objectIds", "data", 0), ("names", "list:text", 1), ("payloadSizes", "data", 2))),
     "OutputRecord": (
         3,
@@ -136,6 +155,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("cpuTimesUs", "data", 5),
         ),
     ),
+    "ScaleUnits": (0, 3, (("start", "list:text", 0), ("stop", "list:text", 1), ("reason", "text", 2))),
     "Shutdown": (0, 1, (("reason", "text", 0),)),
     "ShutdownRequest": (0, 1, (("reason", "text", 0),)),
     "Status": (

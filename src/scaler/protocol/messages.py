@@ -11,6 +11,7 @@ import os
 from scaler.protocol.codec import clear_caches, decode, encode
 from scaler.protocol.records import (
     ACCEPTED_BY_CLIENT,
+    ACCEPTED_BY_MANAGER,
     ACCEPTED_BY_MONITOR,
     ACCEPTED_BY_SCHEDULER,
     ACCEPTED_BY_WORKER,
@@ -42,6 +43,7 @@ from scaler.protocol.records import (
     HeartbeatEcho,
     Hello,
     IdMessage,
+    ManagerReport,
     Message,
     OutputRecord,
     Payload,
@@ -49,6 +51,7 @@ from scaler.protocol.records import (
     PutObjects,
     ReasonMessage,
     Refused,
+    ScaleUnits,
     Shutdown,
     ShutdownRequest,
     SplitTask,
@@ -72,6 +75,7 @@ SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaler.c
 
 __all__ = [
     "ACCEPTED_BY_CLIENT",
+    "ACCEPTED_BY_MANAGER",
     "ACCEPTED_BY_MONITOR",
     "ACCEPTED_BY_SCHEDULER",
     "ACCEPTED_BY_WORKER",
@@ -105,6 +109,7 @@ __all__ = [
     "HeartbeatEcho",
     "Hello",
     "IdMessage",
+    "ManagerReport",
     "Message",
     "OutputRecord",
     "Payload",
@@ -112,6 +117,7 @@ __all__ = [
     "PutObjects",
     "ReasonMessage",
     "Refused",
+    "ScaleUnits",
     "Shutdown",
     "ShutdownRequest",
     "SplitTask",

@@ -44,6 +44,7 @@ ACCEPTED_BY_SCHEDULER = frozenset(
         "shutdownRequest",
         "tasksStarted",
         "taskOutput",
+        "managerReport",
     }
 )
 ACCEPTED_BY_WORKER = frozenset(
@@ -64,6 +65,7 @@ ACCEPTED_BY_CLIENT = frozenset(
     {"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error", "taskOutput"}
 )
 ACCEPTED_BY_MONITOR = frozenset({"welcome", "refused", "status"})
+ACCEPTED_BY_MANAGER = frozenset({"welcome", "refused", "heartbeatEcho", "scaleUnits", "shutdown", "error"})
 
 
 class Payload(Protocol):
@@ -76,6 +78,7 @@ class PeerKind(enum.IntEnum):
     CLIENT = 0
     WORKER = 1
     MONITOR = 2  # on the monitor address only
+    MANAGER = 3  # a worker manager (docs/protocol.md section 8, Worker managers)
 
 
 class TaskStatus(enum.IntEnum):
@@ -110,6 +113,7 @@ class Hello:
     queue_capacity: int = 0
     protocol_version: int = PROTOCOL_VERSION
     capabilities: list[str] = field(default_factory=list)  # workers: what it offers (scaler.protocol.capabilities)
+    unit: str = ""  # workers a worker manager started: the unit they belong to
 
 
 @slotted
@@ -378,6 +382,31 @@ class TaskOutput:
     texts: list[str]
 
 
+@slotted
+class ManagerReport:
+    """Worker manager -> scheduler: what it is and which units it runs (see scaler.capnp's ManagerReport)."""
+
+    min_units: int = 0
+    max_units: int = 1
+    workers_per_unit: int = 1
+    slots_per_worker: int = 1
+    tier: int = 0
+    idle_ms: int = 60_000
+    start_timeout_ms: int = 600_000
+    units: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+@slotted
+class ScaleUnits:
+    """Scheduler -> worker manager: units to start (named by the scheduler) and units to stop."""
+
+    start: list[str] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
 # The upper bounds of FunctionStatus.duration_buckets, in µs (a last bucket counts the longer ones).
 DURATION_BOUNDS_US = (
     1_000,
@@ -505,6 +534,8 @@ Message = Union[
     Status,
     TasksStarted,
     TaskOutput,
+    ManagerReport,
+    ScaleUnits,
 ]
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
@@ -529,4 +560,6 @@ MESSAGE_NAMES: dict[type, str] = {
     Status: "status",
     TasksStarted: "tasksStarted",
     TaskOutput: "taskOutput",
+    ManagerReport: "managerReport",
+    ScaleUnits: "scaleUnits",
 }

@@ -51,6 +51,9 @@ struct Message {
                                       # started (see "Attempts" in docs/protocol.md)
     taskOutput @19 :TaskOutput;       # worker -> scheduler: what tasks printed, and the text of errors they raised;
                                       # scheduler -> client: the printed output of its tasks flagged streamOutput
+    managerReport @20 :ManagerReport; # manager -> scheduler: what it is and which units it runs (after Welcome,
+                                      # and whenever a unit ends); docs/protocol.md section 8
+    scaleUnits @21 :ScaleUnits;       # scheduler -> manager: units to start and units to stop
   }
 }
 
@@ -58,6 +61,7 @@ enum PeerKind {
   client @0;
   worker @1;
   monitor @2;                   # says hello on the monitor address only (docs/protocol.md section 11)
+  manager @3;                   # a worker manager: starts and stops units of workers (docs/protocol.md section 8)
 }
 
 struct Hello {
@@ -70,7 +74,9 @@ struct Hello {
   queueCapacity @6 :UInt32;     # workers: most tasks the scheduler may have assigned to it at once (>= 1)
   capabilities @7 :List(Text);  # workers: what it offers, each "name" or "name=value" (docs/protocol.md section 8,
                                 # "Capabilities"); the payload convention it runs is one ("payload=python",
-                                # "payload=json"); clients: empty
+                                # "payload=json"); clients: empty; managers: what their workers offer
+  unit @8 :Text;                # workers started by a worker manager: the unit it started them in (ScaleUnits.start),
+                                # else empty
 }
 
 struct Welcome {
@@ -346,4 +352,28 @@ struct ClientStatus {
   completed @3 :UInt64;
   assigned @4 :UInt32;          # of its unfinished tasks, those at workers (prefetched or running); the others are
                                 # queued (waiting on their arguments or queued at the scheduler). 0 from old schedulers
+}
+
+struct ManagerReport {
+  # A worker manager's state, sent after Welcome and again whenever it changes (a unit ended). The scheduler decides
+  # how many units it runs (scaleUnits); the manager only starts and stops them. A unit brings workersPerUnit
+  # workers, each saying the unit's name in its Hello.
+  minUnits @0 :UInt32;
+  maxUnits @1 :UInt32;          # >= 1, >= minUnits
+  workersPerUnit @2 :UInt32;    # >= 1
+  slotsPerWorker @3 :UInt32;    # tasks one of its workers runs at once, >= 1
+  tier @4 :UInt32;              # lower tiers are filled first and retired last
+  idleMs @5 :UInt64;            # a unit whose workers held no task this long is drained, then stopped
+  startTimeoutMs @6 :UInt64;    # a unit not connected this long after scaleUnits asked for it is given up
+  units @7 :List(Text);         # the units it runs now (started and not ended)
+  ended @8 :List(Text);         # units that ended since its last report (exited, failed, cancelled)
+  reason @9 :Text;              # why they ended, for the log
+}
+
+struct ScaleUnits {
+  # What the scheduler's scaling policy decided for this manager. Start: unit names the scheduler chose (start each
+  # once, its workers say the name in Hello.unit). Stop: units whose workers hold no task (drained first).
+  start @0 :List(Text);
+  stop @1 :List(Text);
+  reason @2 :Text;              # why, for the manager's log
 }

@@ -25,16 +25,18 @@ from scaler.security.ownership import KeysUnreadable
 logger = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq sends ZAP requests (RFC 27), one handler per context
-_PEER_KINDS = {"client": PeerKind.CLIENT, "worker": PeerKind.WORKER}  # the roles the core knows; not "monitor"
-_ADMITS = {MAIN_DOMAIN: ("client", "worker"), MONITOR_DOMAIN: ("monitor",)}
+# the roles the core knows (it refuses a hello whose kind is not its key's role); not "monitor"
+_PEER_KINDS = {"client": PeerKind.CLIENT, "worker": PeerKind.WORKER, "manager": PeerKind.MANAGER}
+_ADMITS = {MAIN_DOMAIN: ("client", "worker", "manager"), MONITOR_DOMAIN: ("monitor",)}
 _TROUBLE_WINDOW_SECONDS = 60.0  # a folder that stays unreadable is logged once a minute, with a count of the rest
 
 
 class KeyGate:
-    """Admits CurveZMQ connections whose key is authorized for the socket's domain: clients and workers on the
-    scheduler's address, monitors on a TCP monitor address. The ZAP user id of an admitted connection is its public
-    key (Z85); `key_of(user_id)` turns a client's or a worker's back into the PeerKey the core checks, and
-    `monitor_name(user_id)` a monitor's into its name; each gives None once the key is no longer authorized.
+    """Admits CurveZMQ connections whose key is authorized for the socket's domain: clients, workers and worker
+    managers on the scheduler's address, monitors on a TCP monitor address. The ZAP user id of an admitted connection
+    is its public key (Z85); `key_of(user_id)` turns a client's, a worker's or a manager's back into the PeerKey the
+    core checks, and `monitor_name(user_id)` a monitor's into its name; each gives None once the key is no longer
+    authorized.
 
     `reload()` never lets a failed read change that table: keys that cannot be read now (KeysUnreadable) or that
     another user could change (KeysError) leave the last table in place, are logged (rate-limited) and tried again
@@ -45,7 +47,7 @@ class KeyGate:
         self.server = keys
         self.directory = keys.directory
         self.denied = 0  # handshakes refused for their key
-        self.by_user: dict[str, PeerKey] = {}  # client and worker keys only: what the core may see
+        self.by_user: dict[str, PeerKey] = {}  # client, worker and manager keys only: what the core may see
         self.monitors: dict[str, str] = {}  # Z85 public key -> name, of the authorized monitor keys
         self._fingerprint: tuple[object, ...] = ()
         self._limiter = LogLimiter()
@@ -78,7 +80,8 @@ class KeyGate:
             self.sock = None
 
     def key_of(self, user_id: str) -> PeerKey | None:
-        """The client or worker key with this ZAP user id (Z85 public key); None for any other, monitors included."""
+        """The client, worker or manager key with this ZAP user id (Z85 public key); None for any other, monitors
+        included."""
         return self.by_user.get(user_id)
 
     def monitor_name(self, user_id: str) -> str | None:
@@ -87,10 +90,10 @@ class KeyGate:
 
     # ------------------------------------------------------------------------------------------- reloading
     def reload(self, force: bool = False) -> frozenset[bytes]:
-        """Read the authorized folders again if they changed (or `force`); returns the client and worker public keys
-        that were authorized and no longer are, or are now authorized for another role (their sessions must end).
-        Raises nothing for keys it cannot read or must refuse: it keeps the last table, logs, and tries again on the
-        next call (the folders' fingerprint is recorded only once a read succeeds)."""
+        """Read the authorized folders again if they changed (or `force`); returns the client, worker and manager
+        public keys that were authorized and no longer are, or are now authorized for another role (their sessions
+        must end). Raises nothing for keys it cannot read or must refuse: it keeps the last table, logs, and tries
+        again on the next call (the folders' fingerprint is recorded only once a read succeeds)."""
         try:
             fingerprint = authorized_fingerprint(self.directory)
             if fingerprint == self._fingerprint and not force and self._failed_since is None:
@@ -136,11 +139,12 @@ class KeyGate:
         monitors = {public.decode(): key.name for public, key in table.items() if key.role == "monitor"}
         after = {(key.public, key.role) for key in self.by_user.values()}
         if before != after or monitors != self.monitors or force:
-            counts = {role: sum(1 for key in table.values() if key.role == role) for role in ("client", "worker")}
+            counts = {role: sum(1 for key in table.values() if key.role == role) for role in _PEER_KINDS}
             logger.info(
-                "Scheduler: %d client, %d worker and %d monitor keys authorized (from %s)",
+                "Scheduler: %d client, %d worker, %d manager and %d monitor keys authorized (from %s)",
                 counts["client"],
                 counts["worker"],
+                counts["manager"],
                 len(monitors),
                 self.directory,
             )
@@ -213,7 +217,9 @@ class KeyGate:
         else:
             public = zmq.utils.z85.encode(credentials[0]).decode()
             folders = (
-                "authorized_monitors/" if domain == MONITOR_DOMAIN else "authorized_clients/ or authorized_workers/"
+                "authorized_monitors/"
+                if domain == MONITOR_DOMAIN
+                else "authorized_clients/, authorized_workers/ or authorized_managers/"
             )
             why = f"its key {public} is not authorized (its public key file belongs in {self.directory}/{folders})"
         logger.warning("Scheduler: refused a connection to %s from %s: %s", where, address, why)

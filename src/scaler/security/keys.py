@@ -1,9 +1,10 @@
 """CurveZMQ key files: the directory layout scaler_keygen writes, and reading it back for each role.
 
-The scheduler needs its key pair and the public keys it admits; a client, a worker or a monitor viewer needs the
-scheduler's public key and its own key pair. Keys another user could change are refused (as OpenSSH's StrictModes
-does), and a key that cannot be read now is told apart from one that was removed (`_unless_gone`). This module reads
-and writes key files; no sockets (the I/O shells turn what it returns into socket options).
+The scheduler needs its key pair and the public keys it admits; a client, a worker, a worker manager or a monitor
+viewer needs the scheduler's public key and its own key pair. Keys another user could change are refused (as
+OpenSSH's StrictModes does), and a key that cannot be read now is told apart from one that was removed
+(`_unless_gone`). This module reads and writes key files; no sockets (the I/O shells turn what it returns into
+socket options).
 """
 
 from __future__ import annotations
@@ -36,11 +37,16 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 ENV_VAR = "SCALER_KEYS"
-ROLES = ("client", "worker", "monitor")
+ROLES = ("client", "worker", "monitor", "manager")
 
 SCHEDULER_PUBLIC = "scheduler.key"
 SCHEDULER_SECRET = "scheduler.key_secret"
-AUTHORIZED = {"client": "authorized_clients", "worker": "authorized_workers", "monitor": "authorized_monitors"}
+AUTHORIZED = {
+    "client": "authorized_clients",
+    "worker": "authorized_workers",
+    "monitor": "authorized_monitors",
+    "manager": "authorized_managers",
+}
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 
@@ -51,10 +57,17 @@ _PUBLIC_MODE = 0o644
 _SECRET_MODE = 0o600
 _SECRET_FOLDER_MODE = 0o700  # DIR and DIR/NAME hold secrets
 _PUBLIC_FOLDER_MODE = 0o755  # authorized_* hold public keys only
+_WHY = {  # after a role's files in the report's "which file goes where"; {worker}: the path of worker.key_secret
+    "client": "",
+    "worker": "",
+    "monitor": " (to run scaler_top or scaler_ui on a tcp:// monitor address)",
+    "manager": " (to run scaler_worker_manager), and {worker} for the workers its units run",
+}
 _HOLDERS = {
     "client": "machines that run clients",
     "worker": "machines that run workers",
     "monitor": "machines that run scaler_top or scaler_ui on a tcp:// monitor address",
+    "manager": "machines that run worker managers (scaler_worker_manager)",
 }
 
 
@@ -68,7 +81,7 @@ class KeyPair:
 
 @dataclass(frozen=True)
 class PeerKeys:
-    """What a client, a worker or a monitor viewer needs to connect to the scheduler."""
+    """What a client, a worker, a worker manager or a monitor viewer needs to connect to the scheduler."""
 
     server_public: bytes
     pair: KeyPair
@@ -109,7 +122,7 @@ def resolve(keys: str | os.PathLike[str] | None) -> str | None:
 
 
 def load_peer_keys(directory: str | os.PathLike[str], role: str) -> PeerKeys:
-    """scheduler.key and <role>.key_secret from `directory` (role: "client", "worker" or "monitor")."""
+    """scheduler.key and <role>.key_secret from `directory` (role: "client", "worker", "monitor" or "manager")."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
     root = _existing_directory(directory)
@@ -153,9 +166,10 @@ def load_server_keys(directory: str | os.PathLike[str]) -> ServerKeys:
 
 
 def read_authorized(directory: str | os.PathLike[str]) -> tuple[dict[bytes, AuthorizedKey], list[str]]:
-    """Every key now in DIR/authorized_clients, authorized_workers and authorized_monitors, keyed by public key, and
-    the problems found: a *.key file that is not a key file is skipped (other files are ignored); a folder that is
-    not there admits nobody; a key in two folders is admitted as none of them.
+    """Every key now in DIR/authorized_clients, authorized_workers, authorized_monitors and authorized_managers, keyed
+    by public key, and the problems found: a *.key file that is not a key file is skipped (other files are ignored); a
+    folder that is not there admits nobody (a directory made before a role existed has no folder for it); a key in two
+    folders is admitted as none of them.
 
     Raises KeysUnreadable when a folder or a key file cannot be read now (the caller keeps the keys it has), and
     KeysError when another user could change the keys directory, a folder or a key file (see _check_private)."""
@@ -170,8 +184,8 @@ def read_authorized(directory: str | os.PathLike[str]) -> tuple[dict[bytes, Auth
     for _public, keys in sorted(holders.items()):
         if len(keys) > 1:
             problems.append(
-                f"{_and(key.path for key in keys)} hold the same public key; a key has one role (client, worker or "
-                "monitor), so it is admitted as none of them"
+                f"{_and(key.path for key in keys)} hold the same public key; a key has one role (client, worker, "
+                "monitor or manager), so it is admitted as none of them"
             )
     return {public: keys[0] for public, keys in holders.items() if len(keys) == 1}, problems
 
@@ -345,12 +359,14 @@ def generate(
     clients: Sequence[str] = (),
     workers: Sequence[str] = (),
     monitors: Sequence[str] = (),
+    managers: Sequence[str] = (),
 ) -> list[str]:
-    """Create what is missing of the key directory layout, plus a named key for each client, worker and monitor name
-    given; never overwrite a key. Returns the lines of a report: what was created, which file goes to which machine.
-    KeysError if another user could change the directory, its folders or its key files (nothing is written then)."""
+    """Create what is missing of the key directory layout, plus a named key for each client, worker, monitor and
+    manager name given; never overwrite a key (a directory made before a role existed gets that role's files).
+    Returns the lines of a report: what was created, which file goes to which machine. KeysError if another user
+    could change the directory, its folders or its key files (nothing is written then)."""
     root = os.path.abspath(os.path.expanduser(os.fspath(directory)))
-    named = _check_names({"client": clients, "worker": workers, "monitor": monitors})
+    named = _check_names({"client": clients, "worker": workers, "monitor": monitors, "manager": managers})
     if os.path.lexists(root) and not os.path.isdir(root):
         raise KeysError(f"{root} exists and is not a directory: choose another keys directory")
     checked_keys_directory(root)
@@ -359,7 +375,8 @@ def generate(
     planned = _plan_pair(root, "scheduler", "scheduler", SCHEDULER_SECRET, SCHEDULER_PUBLIC)
     if planned is None:
         raise KeysError(
-            f"{root} holds {SCHEDULER_PUBLIC} but not {SCHEDULER_SECRET}: it is a copy for a client or a worker. "
+            f"{root} holds {SCHEDULER_PUBLIC} but not {SCHEDULER_SECRET}: it is a copy for a client, a worker, a "
+            "monitor or a manager. "
             f"Run scaler_keygen on the keys directory that holds {SCHEDULER_SECRET}"
         )
     server_public, writes = planned
@@ -420,7 +437,7 @@ def _plan_named(root: str, role: str, name: str, server_public: bytes, notes: li
 
 
 def _plan_key(root: str, role: str, name: str, secret_rel: str, notes: list[str]) -> list[_Write]:
-    """A client's, a worker's or a monitor's key pair: its secret in secret_rel, its public key in
+    """A client's, a worker's, a monitor's or a manager's key pair: its secret in secret_rel, its public key in
     authorized_*/NAME.key."""
     public_rel = _authorized_path(role, name)
     planned = _plan_pair(root, role, name, secret_rel, public_rel)
@@ -545,13 +562,14 @@ def _report(root: str, writes: list[_Write], notes: list[str], named: list[tuple
     rows = [
         ("the scheduler's machine:", ", ".join([at(SCHEDULER_SECRET), *(at(AUTHORIZED[role], "") for role in ROLES)]))
     ]
-    for role in ("worker", "client", "monitor"):
+    for role in ("worker", "client", "monitor", "manager"):
         if os.path.lexists(at(role + SECRET_SUFFIX)):
-            why = " (to run scaler_top or scaler_ui on a tcp:// monitor address)" if role == "monitor" else ""
+            why = _WHY[role].format(worker=at("worker" + SECRET_SUFFIX))
             rows.append((f"every {role} machine:", f"{at(SCHEDULER_PUBLIC)}, {at(role + SECRET_SUFFIX)}{why}"))
     for role, name in named:
         if os.path.lexists(at(name, role + SECRET_SUFFIX)):
-            rows.append((f"{role} {name}'s machine:", f"the folder {at(name)} (use it as its keys directory)"))
+            why = ", with a worker.key_secret added for the workers it starts" if role == "manager" else ""
+            rows.append((f"{role} {name}'s machine:", f"the folder {at(name)} (use it as its keys directory{why})"))
     width = max(len(label) for label, _ in rows)
     lines.append("Which file goes where:")
     lines += [f"  {label:<{width}}  {place}" for label, place in rows]

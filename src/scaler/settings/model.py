@@ -123,6 +123,11 @@ def text(optional: bool = False) -> Rule:
     return Rule("some text", (str,), lambda v: bool(v.strip()), optional=optional)
 
 
+def any_text() -> Rule:
+    """Text, empty for "not given"."""
+    return Rule("text", (str,))
+
+
 # ---------------------------------------------------------------------------------------------- declaring
 @dataclasses.dataclass(frozen=True)
 class Spec:

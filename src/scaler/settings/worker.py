@@ -17,7 +17,7 @@ from scaler.core.worker.agent import AgentConfig
 from scaler.io.addresses import hostname
 from scaler.io.sizes import parse_size
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
-from scaler.settings.model import Rule, number, setting, text, whole
+from scaler.settings.model import Rule, any_text, number, setting, text, whole
 
 _AGENT = AgentConfig()
 
@@ -97,6 +97,13 @@ class ClusterSettings(ProcessSettings):
         "Every worker offers payload=python as well (docs/capabilities.md) (default: none, payload=python only)",
         rule=Rule("a list of capabilities", (tuple, str), None, _capabilities, many="append"),  # str: refused there
     )
+    unit: str = setting(
+        "",
+        metavar="NAME",
+        help="the unit a worker manager started these workers in (scaler_worker_manager passes it; docs/deploying.md): "
+        "the scheduler retires them by unit when they are idle. Leave it out when starting workers by hand",
+        rule=any_text(),
+    )
     worker_name_prefix: str = setting(
         factory=hostname,
         help="workers are named PREFIX-<pid>-<index>; a restarted worker keeps its name",
@@ -114,4 +121,5 @@ class ClusterSettings(ProcessSettings):
             max_processors=self.max_processors_per_worker,
             memory_limit_bytes=self.memory_limit_bytes,
             capabilities=self.capabilities,
+            unit=self.unit,
         )

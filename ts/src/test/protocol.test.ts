@@ -175,8 +175,8 @@ test("every golden message decodes to its manifest's fields", () => {
     switch (msg.type) {
       case "hello":
         assert.deepEqual(
-          [msg.kind, msg.name, msg.hostname, msg.pid, msg.queueCapacity, msg.heartbeatIntervalMs, msg.capabilities],
-          [f.kind, f.name, f.hostname, f.pid, f.queueCapacity, f.heartbeatIntervalMs, f.capabilities],
+          [msg.kind, msg.name, msg.hostname, msg.pid, msg.queueCapacity, msg.heartbeatIntervalMs, msg.capabilities, msg.unit],
+          [f.kind, f.name, f.hostname, f.pid, f.queueCapacity, f.heartbeatIntervalMs, f.capabilities, f.unit],
         );
         break;
       case "welcome":
@@ -241,6 +241,16 @@ test("every golden message decodes to its manifest's fields", () => {
       case "taskOutput":
         assert.deepEqual([msg.taskIds, msg.streams, msg.texts], [big(f.taskIds), u8s(f.streams), f.texts]);
         break;
+      case "managerReport":
+        assert.deepEqual(
+          [msg.minUnits, msg.maxUnits, msg.workersPerUnit, msg.slotsPerWorker, msg.tier, msg.idleMs, msg.startTimeoutMs],
+          [f.minUnits, f.maxUnits, f.workersPerUnit, f.slotsPerWorker, f.tier, BigInt(f.idleMs as number), BigInt(f.startTimeoutMs as number)],
+        );
+        assert.deepEqual([msg.units, msg.ended, msg.reason], [f.units, f.ended, f.reason]);
+        break;
+      case "scaleUnits":
+        assert.deepEqual([msg.start, msg.stop, msg.reason], [f.start, f.stop, f.reason]);
+        break;
       default:
         break;
     }
@@ -264,7 +274,17 @@ test("messages this peer sends decode back to themselves", () => {
     { type: "putObjects", objects: [{ objectId: prefix | 1n, name: "add", payload: bytes("7b7d") }] },
     { type: "balanceResponse", ids: [] },
     { type: "hello", kind: "worker", name: "w", hostname: "h", pid: 1, heartbeatIntervalMs: 2000, queueCapacity: 4,
-      capabilities: ["payload=json", "lang=ts"], protocolVersion: 1 },
+      capabilities: ["payload=json", "lang=ts"], protocolVersion: 1, unit: "" },
+    { type: "hello", kind: "worker", name: "w2", hostname: "h", pid: 2, heartbeatIntervalMs: 2000, queueCapacity: 2,
+      capabilities: ["payload=json", "gpu"], protocolVersion: 1, unit: "local-3" },
+    { type: "hello", kind: "manager", name: "m", hostname: "h", pid: 3, heartbeatIntervalMs: 2000, queueCapacity: 0,
+      capabilities: ["payload=json", "gpu"], protocolVersion: 1, unit: "" },
+    { type: "managerReport", minUnits: 1, maxUnits: 8, workersPerUnit: 4, slotsPerWorker: 2, tier: 1, idleMs: 60000n,
+      startTimeoutMs: 600000n, units: ["slurm-gpu-3", "slurm-gpu-4"], ended: ["slurm-gpu-2"], reason: "exit 0" },
+    { type: "managerReport", minUnits: 0, maxUnits: 1, workersPerUnit: 1, slotsPerWorker: 1, tier: 0, idleMs: 0n,
+      startTimeoutMs: 0n, units: [], ended: [], reason: "" },
+    { type: "scaleUnits", start: ["slurm-gpu-5", "slurm-gpu-6"], stop: ["slurm-gpu-3"], reason: "12 tasks wait" },
+    { type: "scaleUnits", start: [], stop: [], reason: "" },
   ] as Msg[]) {
     const plain = (v: unknown): unknown =>
       typeof v === "bigint"

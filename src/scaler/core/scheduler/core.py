@@ -38,6 +38,7 @@ from scaler.core.scheduler.events import (
 )
 from scaler.core.scheduler.fleet_size import with_workers
 from scaler.core.scheduler.lifecycle import SessionLifecycle
+from scaler.core.scheduler.managers import WorkerManagers
 from scaler.core.scheduler.monitoring import (
     ENDED_INDEX,
     ENDED_NAMES,
@@ -160,6 +161,7 @@ class SchedulerCore:
         self.output = OutputRelay(self)  # printed output on its way to clients
         self.lifecycle = SessionLifecycle(self)  # sessions opened, kept and ended
         self.balancing = Balancing(self)  # queued tasks asked back from workers
+        self.managers = WorkerManagers(self)  # worker managers, and the scaling policy they carry out
 
     # ------------------------------------------------------------------------------------------- entry points
     def handle(self, event: Event) -> list[Command]:
@@ -238,6 +240,13 @@ class SchedulerCore:
                 return
             worker.last_seen = self.now
             self._on_worker_message(worker, message)
+            return
+        manager = self.managers.sessions.get(peer)
+        if manager is not None:
+            if manager.key != public:
+                self.lifecycle.wrong_key(peer, key)
+            else:
+                self.managers.on_message(manager, message)
             return
         if not isinstance(message, Disconnect):
             self.dropped += 1
@@ -319,6 +328,8 @@ class SchedulerCore:
         if self.names.lost:
             self.names.prune(now)
         self.needs.prune()
+        if self.managers.sessions:
+            self.managers.tick()
         for line in self._limiter.summary(now, partial(notices.label, self)):
             self._out.append(Log.warning(line))
 
@@ -726,7 +737,7 @@ class SchedulerCore:
             need.since = None
             return
         self.needs.offers.check(need)
-        if need.offered:
+        if need.offered or self.managers.serves(need.caps):  # (or a worker manager can bring a worker for it)
             need.since = None
             return
         if need.since is None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from scaler.core.scheduler.events import PeerKey
     from scaler.core.scheduler.names import WorkerNames
 
-PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker"}
+PEER_KIND_NAMES = {PeerKind.CLIENT: "client", PeerKind.WORKER: "worker", PeerKind.MANAGER: "worker manager"}
 # The refusal of a worker hello whose name is bound to another key.
 NAME_TAKEN = (
     "the worker name {name!r} belongs to another key; choose another name (scaler_cluster --worker-name-prefix, or "

@@ -46,7 +46,7 @@ class SessionLifecycle:
     # ------------------------------------------------------------------------------------------- opening
     def on_hello(self, peer: bytes, hello: Hello, key: PeerKey | None) -> None:
         core = self.core
-        current = core.clients.get(peer) or core.workers.get(peer)
+        current = core.clients.get(peer) or core.workers.get(peer) or core.managers.sessions.get(peer)
         refused = refusal(hello, key, (current.key,) if current is not None else None, core.names)
         if refused is not None:
             core.refused += refused.counted
@@ -58,6 +58,11 @@ class SessionLifecycle:
             self.client_gone(core.clients[peer], "it said hello again")
         if peer in core.workers:
             self.worker_lost(core.workers[peer], "it said hello again", count_attempt=False)
+        if hello.kind == PeerKind.MANAGER:
+            core.managers.on_hello(peer, hello, key)  # (a manager mints no ids: no prefix)
+            return
+        if peer in core.managers.sessions:
+            core.managers.gone(core.managers.sessions[peer], "it said hello again")
         prefix = core.prefixes.take()
         if prefix is None:
             self._refuse_hello(peer, hello, "this scheduler has as many sessions open as it can hold (2**24 - 1)")
@@ -76,7 +81,11 @@ class SessionLifecycle:
             worker.held_until = core.names.join(worker)
             held = f"; held back for {worker.held_until - core.now:.0f}s" if worker.held_until > core.now else ""
             offers = f"; capabilities: {', '.join(sorted(caps))}" if caps else ""
-            notices.info(core, "session", peer, f"{who} joined (queue capacity {hello.queue_capacity}{offers}){held}")
+            unit = f"; unit {hello.unit}" if hello.unit else ""
+            notices.info(
+                core, "session", peer, f"{who} joined (queue capacity {hello.queue_capacity}{offers}{unit}){held}"
+            )
+            core.managers.worker_joined(worker, hello.unit)
             core._balance_due = True
             timeout = core.config.worker_timeout_seconds
         limit = core.config.max_payload_bytes
@@ -156,6 +165,8 @@ class SessionLifecycle:
             self.worker_lost(core.workers[peer], reason, count_attempt=True)
         elif peer in core.clients:
             self.client_gone(core.clients[peer], reason)
+        elif peer in core.managers.sessions:
+            core.managers.gone(core.managers.sessions[peer], reason)
 
     def on_shutdown_request(self, client: ClientSession, message: ShutdownRequest) -> None:
         core = self.core
@@ -171,6 +182,7 @@ class SessionLifecycle:
     def worker_lost(self, worker: WorkerSession, reason: str, count_attempt: bool) -> None:
         core = self.core
         del core.workers[worker.identity]
+        core.managers.worker_left(worker)
         core.waiting_total -= worker.heartbeat.waiting_tasks
         if worker.prefix:  # a worker mints no ids: its prefix is free at once
             core.prefixes.release(worker.prefix)
@@ -222,7 +234,7 @@ class SessionLifecycle:
         )
         for other in core.workers.values():  # another session of the same name, already back
             if other.record is record:
-                other.held_until = record.held_until
+                other.held_until = max(other.held_until, record.held_until)  # (inf: draining, scaling.py)
 
     def client_gone(self, client: ClientSession, reason: str) -> None:
         core = self.core
@@ -264,6 +276,9 @@ class SessionLifecycle:
             session = sessions.get(peer)
             if session is not None and session.key == public:
                 self._end_session(session, reason)
+        manager = core.managers.sessions.get(peer)
+        if manager is not None and manager.key == public:
+            core.managers.gone(manager, reason)
         if core._limiter.allow(core.now, "refused key", peer):
             core._send(peer, Refused(reason, key_problem=True))
             core._out.append(Log.warning(f"refused a message from {who}: {reason}"))
@@ -276,6 +291,11 @@ class SessionLifecycle:
                 reason = "its key was removed from the authorized keys"
                 core._send(session.identity, Refused(reason, key_problem=True))
                 self._end_session(session, reason)
+        for manager in list(core.managers.sessions.values()):
+            if manager.key is not None and manager.key in keys:
+                reason = "its key was removed from the authorized keys"
+                core._send(manager.identity, Refused(reason, key_problem=True))
+                core.managers.gone(manager, reason)
         core.names.forget_keys(keys)
 
     def _end_session(self, session: ClientSession | WorkerSession, reason: str) -> None:

@@ -31,6 +31,7 @@ from typing import NamedTuple, Union
 # BACKOFF_MAX_SECONDS.
 BACKOFF_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
+CONVENTION_PREFIX = "payload="  # capabilities every worker of a convention offers (payload=python): not special
 
 
 class ManagerSpec(NamedTuple):
@@ -61,8 +62,12 @@ class ManagerSpec(NamedTuple):
 
 # ------------------------------------------------------------------------------------------- events
 class ManagerJoined(NamedTuple):
+    """A manager joined, or changed its spec. `units`: those it says it runs; a manager the policy does not know (it
+    came back after its session ended) gets the ones no other manager has as its own again."""
+
     now: float
     spec: ManagerSpec
+    units: tuple[str, ...] = ()
 
 
 class ManagerLeft(NamedTuple):
@@ -98,9 +103,8 @@ class Tick(NamedTuple):
     held: Mapping[bytes, int]  # per connected worker, the tasks it holds (queued there or running)
 
 
-# Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy). (ruff checks that once the scheduler imports
-# this module: tests/unit/test_scheduler_py39.py then asks for it in pyproject.toml's py39 list.)
-ScalingEvent = Union[ManagerJoined, ManagerLeft, UnitEnded, WorkerJoined, WorkerLeft, Tick]  # noqa: UP007
+# Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy).
+ScalingEvent = Union[ManagerJoined, ManagerLeft, UnitEnded, WorkerJoined, WorkerLeft, Tick]
 
 
 # ------------------------------------------------------------------------------------------- decisions
@@ -130,7 +134,7 @@ class StopUnit(NamedTuple):
     why: str
 
 
-ScalingDecision = Union[StartUnit, Drain, Undrain, StopUnit]  # noqa: UP007
+ScalingDecision = Union[StartUnit, Drain, Undrain, StopUnit]
 
 
 # ------------------------------------------------------------------------------------------- state
@@ -164,18 +168,27 @@ class Manager:
 
     def serves(self, need: frozenset[str]) -> bool:
         """Whether to ask this manager for tasks of `need`: its workers offer all of it, and a manager whose workers
-        offer capabilities (gpu) is asked only for tasks that require one of them (not for tasks any worker runs)."""
+        offer capabilities (gpu) is asked only for tasks that require one of them (not for tasks any worker runs).
+        The payload convention every worker offers (payload=python) is no such capability."""
         capabilities = self.spec.capabilities
-        return need <= capabilities and (not capabilities or bool(need))
+        special = self.special
+        return need <= capabilities and (not special or not special.isdisjoint(need))
+
+    @property
+    def special(self) -> frozenset[str]:
+        return frozenset(c for c in self.spec.capabilities if not c.startswith(CONVENTION_PREFIX))
 
 
 class WorkerState:
-    __slots__ = ("capabilities", "idle_since", "retired", "slots", "unit")
+    __slots__ = ("capabilities", "idle_since", "retired", "slots", "unit", "unit_name")
 
-    def __init__(self, slots: int, capabilities: frozenset[str], unit: Unit | None, now: float) -> None:
+    def __init__(
+        self, slots: int, capabilities: frozenset[str], unit: Unit | None, now: float, unit_name: str | None = None
+    ) -> None:
         self.slots = slots
         self.capabilities = capabilities
         self.unit = unit
+        self.unit_name = unit_name  # the unit its hello named (known to the policy or not)
         self.idle_since: float | None = now  # None while it holds tasks
         self.retired = False  # its unit was stopped: no capacity, whatever it says until it leaves
 
@@ -218,10 +231,12 @@ class ScalingPolicy:
                 raise ValueError(f"worker manager {event.spec.name!r}: {problem}")
             old = self.managers.get(event.spec.name)
             manager = self.managers[event.spec.name] = Manager(event.spec)
-            if old is not None:  # (the same manager again, after a reconnect: its units are still its)
+            if old is not None:  # (the same manager again, with another spec: its units are still its)
                 manager.units = old.units
                 for unit in manager.units.values():
                     unit.manager = manager
+            else:
+                self._adopt(manager, event.units)
         elif isinstance(event, ManagerLeft):
             manager_left = self.managers.pop(event.name, None)
             if manager_left is not None:
@@ -230,10 +245,21 @@ class ScalingPolicy:
         else:
             raise AssertionError(f"unhandled {type(event).__name__}")
 
+    def _adopt(self, manager: Manager, names: Iterable[str]) -> None:
+        """Units a manager that came back runs: its own again, with the connected workers that named them."""
+        for name in names:
+            if name in self.units:
+                continue
+            unit = self.units[name] = manager.units[name] = Unit(name, manager, self.now)
+            for worker, state in self.workers.items():
+                if state.unit is None and state.unit_name == name and not state.retired:
+                    state.unit = unit
+                    unit.workers.add(worker)
+
     # ------------------------------------------------------------------------------------------- workers
     def _on_worker_joined(self, event: WorkerJoined) -> None:
         unit = self.units.get(event.unit) if event.unit is not None else None
-        self.workers[event.worker] = WorkerState(event.slots, event.capabilities, unit, event.now)
+        self.workers[event.worker] = WorkerState(event.slots, event.capabilities, unit, event.now, event.unit)
         if unit is not None:
             if not unit.workers:
                 unit.manager.failures = 0
@@ -268,7 +294,7 @@ class ScalingPolicy:
         self._finish_drains(tick.held)
         self._keep_minimum(now)
         if not any(shortfall.values()):
-            self._scale_down(tick.backlog, now)
+            self._scale_down(tick.backlog, sum(tick.held.values()), now)
 
     def _give_up_late_units(self, now: float) -> None:
         for manager in self.managers.values():
@@ -312,7 +338,7 @@ class ScalingPolicy:
             missing = shortfall[need]
             if missing <= 0:
                 continue
-            missing = self._undrain(need, missing)
+            missing = self._undrain(need, missing, now)
             last: Manager | None = None  # the manager of the last unit asked for
             for manager in self._by_tier(need):
                 if missing <= 0:
@@ -325,13 +351,16 @@ class ScalingPolicy:
             if missing < 0 and last is not None:  # its last unit has room beyond this need: for the others it serves
                 _share(shortfall, last, -missing)
 
-    def _undrain(self, need: frozenset[str], missing: int) -> int:
-        """Work came back while units drain: keep the ones that serve it (cheaper than new ones)."""
+    def _undrain(self, need: frozenset[str], missing: int, now: float) -> int:
+        """Work came back while units drain: keep the ones that serve it (cheaper than new ones); their idle time
+        starts again."""
         for unit in list(self.units.values()):
             if missing <= 0:
                 break
             if unit.draining and unit.manager.serves(need):
                 unit.draining = False
+                for worker in unit.workers:
+                    self.workers[worker].idle_since = now
                 missing -= len(unit.workers) * unit.manager.spec.slots_per_worker
                 why = f"tasks{_requiring(need)} came back before it drained"
                 self._out.append(Undrain(unit.manager.spec.name, unit.name, tuple(sorted(unit.workers)), why))
@@ -351,13 +380,16 @@ class ScalingPolicy:
             if unit.draining and not any(held.get(worker, 0) for worker in unit.workers):
                 self._stop(unit, "drained: its workers hold no task")
 
-    def _scale_down(self, backlog: Mapping[frozenset[str], int], now: float) -> None:
-        """Drain at most one idle unit per manager per tick: the last tier first, then the newest unit."""
+    def _scale_down(self, backlog: Mapping[frozenset[str], int], held: int, now: float) -> None:
+        """Drain at most one idle unit per manager per tick: the last tier first, then the newest unit. Not while
+        tasks it serves wait unassigned (the backlog beyond what the workers hold, `held`)."""
         managers = sorted(self.managers.values(), key=lambda m: (-m.spec.tier, m.spec.name))
         for manager in managers:
             spec = manager.spec
             active = [u for u in manager.units.values() if not u.draining]
             if len(active) <= spec.min_units:
+                continue
+            if sum(count for need, count in backlog.items() if manager.serves(need)) > held:
                 continue
             for unit in reversed(active):
                 if unit.connected and self._idle_for(unit, now) >= spec.idle_seconds:

@@ -19,6 +19,7 @@ from scaler.protocol.records import ID_PREFIX_SHIFT, ClientStatus, Status, Worke
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.core import SchedulerCore
+    from scaler.core.scheduler.needs import Need
 
 _MAX_U32 = 2**32 - 1
 
@@ -52,7 +53,7 @@ def status(core: SchedulerCore) -> Status:
             running=w.heartbeat.running,
             completed=w.completed,
             waiting=w.heartbeat.waiting_tasks,
-            held_back_ms=max(0, int((w.held_until - now) * 1000)),
+            held_back_ms=min(_MAX_U32, max(0, int(min(w.held_until - now, _MAX_U32) * 1000))),  # draining: inf
             heartbeat_age_ms=min(_MAX_U32, max(0, int((now - w.heartbeat_at) * 1000))),
             capabilities=sorted(w.capabilities),
         )
@@ -103,17 +104,46 @@ def explain(core: SchedulerCore, task_id: int) -> str:
         waiting = [f"{r:#x}" for r in task.arg_refs if r in core.tasks]
         return f"task {task_id:#x} waits for the results of {', '.join(waiting)}"
     if task.state == TaskState.QUEUED:
-        if not core.workers:
-            return f"task {task_id:#x} is queued: no worker is connected"
-        core.needs.offers.check(task.need)
-        if not task.need.offered:
-            return f"task {task_id:#x} is queued: {missing_text(task.need.caps, core.needs.offers.counts)}"
-        if all(w.held_until > core.now for w in core.workers.values()):
-            return f"task {task_id:#x} is queued: every worker is held back (lost repeatedly)"
-        return f"task {task_id:#x} is queued: every worker's queue is full ({len(core.workers)} workers)"
+        return f"task {task_id:#x} is queued: {_why_queued(core, task.need)}{_managers_text(core, task.need.caps)}"
     assert task.worker is not None
     verb = "is being cancelled on" if task.state == TaskState.CANCELING else "was sent to"
     return f"task {task_id:#x} {verb} worker {task.worker.name} (attempt {task.attempts + 1})"
+
+
+def _why_queued(core: SchedulerCore, need: Need) -> str:
+    if not core.workers:
+        return "no worker is connected"
+    core.needs.offers.check(need)
+    if not need.offered:
+        return missing_text(need.caps, core.needs.offers.counts)
+    draining = core.managers.draining
+    if all(w.held_until > core.now for w in core.workers.values()):
+        if draining and all(w.identity in draining for w in core.workers.values()):
+            return "every worker is draining (its unit retires: scaling)"
+        return "every worker is held back (lost repeatedly, or draining)"
+    return f"every worker's queue is full ({len(core.workers)} workers)"
+
+
+def _managers_text(core: SchedulerCore, caps: frozenset[str]) -> str:
+    """What the worker managers do about it: '; manager slurm requested 2 units 12s ago, 0 connected'."""
+    parts = []
+    for manager in core.managers.policy.managers.values():
+        if not manager.serves(caps):
+            continue
+        units = list(manager.units.values())
+        pending = [u for u in units if not u.connected]
+        connected = len(units) - len(pending)
+        if pending:
+            age = core.now - min(u.requested_at for u in pending)
+            parts.append(
+                f"worker manager {manager.spec.name} requested {len(pending)} units {age:.0f}s ago, {connected} "
+                f"connected"
+            )
+        elif len(units) >= manager.spec.max_units:
+            parts.append(f"worker manager {manager.spec.name} runs its {manager.spec.max_units} units (max_units)")
+        else:
+            parts.append(f"worker manager {manager.spec.name} runs {connected} units")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], ...] = ()) -> None:

@@ -74,6 +74,8 @@ class AgentConfig:
     memory_limit_bytes: int = 0
     # What it offers beyond payload=python (scaler_cluster --capability): tasks requiring them may run here.
     capabilities: tuple[str, ...] = ()
+    # The unit a worker manager started it in (scaler_cluster --unit), said in its hello; "" when started by hand.
+    unit: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", worker_capabilities(self.capabilities)[1:])  # checked, no repeats
@@ -328,6 +330,7 @@ class AgentCore:
             int(c.heartbeat_interval_seconds * 1000),
             c.queue_capacity,
             capabilities=list(c.offered),
+            unit=c.unit,
         )
 
     def _on_scheduler(self, now: float, message: Message) -> None:
