@@ -54,6 +54,11 @@ def units_of(manager: subprocess.Popen[bytes]) -> list[psutil.Process]:
     return [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
+def with_workers(units: list[psutil.Process]) -> list[psutil.Process]:
+    """The units and every process under them."""
+    return [p for unit in units for p in [unit, *unit.children(recursive=True)]]
+
+
 def workers_of(manager: subprocess.Popen[bytes]) -> int:
     count = 0
     for unit in units_of(manager):
@@ -81,7 +86,7 @@ def start_manager(address: str, log: Path, *options: str) -> subprocess.Popen[by
 
 
 def stop_manager(manager: subprocess.Popen[bytes]) -> None:
-    left = [p for unit in units_of(manager) for p in [unit, *unit.children(recursive=True)]]
+    left = with_workers(units_of(manager))
     stop_process(manager)
     kill_tree(left)  # (only if the test failed before they stopped)
 
@@ -115,7 +120,7 @@ def test_sigint_stops_the_manager_and_every_unit_within_10_seconds(scheduler: st
     try:
         wait_until(lambda: workers_of(manager) == 2, timeout=20, what="the two workers --min-workers keeps")
         units = units_of(manager)
-        everything = [p for unit in units for p in [unit, *unit.children(recursive=True)]]
+        everything = with_workers(units)
         start = time.monotonic()
         manager.send_signal(signal.SIGINT)
         assert manager.wait(10) == 0
@@ -130,7 +135,7 @@ def test_a_manager_killed_outright_takes_its_units_with_it(scheduler: str, tmp_p
     try:
         wait_until(lambda: workers_of(manager) == 1, timeout=20, what="the worker --min-workers keeps")
         units = units_of(manager)
-        everything = [p for unit in units for p in [unit, *unit.children(recursive=True)]]
+        everything = with_workers(units)
         manager.kill()
         manager.wait(5)
         _gone, alive = psutil.wait_procs(everything, timeout=10)

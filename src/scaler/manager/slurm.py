@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -151,3 +152,4 @@ class SlurmUnits:
                 time.sleep(0.5)
         if self.jobs:
             logger.warning("worker manager: Slurm jobs %s still listed after %gs", sorted(self.jobs.values()), timeout)
+        shutil.rmtree(self.folder, ignore_errors=True)  # the batch scripts (a job reads its own when it starts)

@@ -59,7 +59,7 @@ MAX_UNIT_NAMES = 100_000  # units and ended names in one report
 
 
 class ManagerSession:
-    __slots__ = ("capabilities", "identity", "key", "last_seen", "name", "reported")
+    __slots__ = ("capabilities", "identity", "key", "last_seen", "name")
 
     def __init__(self, identity: bytes, name: str, capabilities: frozenset[str], now: float, key: bytes | None) -> None:
         self.identity = identity
@@ -67,7 +67,6 @@ class ManagerSession:
         self.capabilities = capabilities  # what its workers will offer (its hello)
         self.key = key
         self.last_seen = now
-        self.reported = False  # its first managerReport came: the policy knows it
 
     def __repr__(self) -> str:
         return f"<Manager {self.name}>"
@@ -152,7 +151,6 @@ class WorkerManagers:
                 f"workers, tier {spec.tier}, idle {spec.idle_seconds:g}s"
             )
             core._out.append(Log.info(text))
-        session.reported = True
         ended = set(report.ended)
         running = set(report.units)
         mine = policy.managers[session.name].units
@@ -170,8 +168,8 @@ class WorkerManagers:
         if self.by_name.get(session.name) is session:
             del self.by_name[session.name]
             self.policy.feed(ManagerLeft(core.now, session.name))
-            for worker, _unit in [(w, u) for w, u in self.draining.items() if u not in self.policy.units]:
-                self._undrain(worker)
+            for worker in [w for w, unit in self.draining.items() if unit not in self.policy.units]:
+                self._undrain(worker)  # its unit was forgotten with its manager: an ordinary worker again
         core._out.append(Log.info(f"worker manager {session.name} left ({reason})"))
 
     def time_out_silent(self, now: float) -> None:
@@ -275,6 +273,3 @@ class WorkerManagers:
     def serves(self, caps: frozenset[str]) -> bool:
         """Whether a connected manager could bring a worker that runs tasks requiring `caps`."""
         return self.policy.serves(caps)
-
-    def status(self) -> list[dict[str, object]]:
-        return self.policy.status(self.core.now)

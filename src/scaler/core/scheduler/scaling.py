@@ -424,10 +424,13 @@ class ScalingPolicy:
         self._forget_unit(unit.name)
 
     # ------------------------------------------------------------------------------------------- queries
-    def status(self, now: float) -> list[dict[str, object]]:
-        """Per manager: its units by state, and since when the oldest unconnected one was asked for (explain, top)."""
+    def status(self, now: float, need: frozenset[str] | None = None) -> list[dict[str, object]]:
+        """Per manager (only those asked for tasks of `need`, if given): its units by state, and since when the oldest
+        unconnected one was asked for (explain, top)."""
         rows: list[dict[str, object]] = []
         for manager in self.managers.values():
+            if need is not None and not manager.serves(need):
+                continue
             pending = [u for u in manager.units.values() if not u.connected]
             rows.append(
                 {

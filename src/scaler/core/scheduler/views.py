@@ -125,24 +125,17 @@ def _why_queued(core: SchedulerCore, need: Need) -> str:
 
 
 def _managers_text(core: SchedulerCore, caps: frozenset[str]) -> str:
-    """What the worker managers do about it: '; manager slurm requested 2 units 12s ago, 0 connected'."""
+    """What the worker managers do about it: '; worker manager slurm requested 2 units 12s ago, 0 connected'."""
     parts = []
-    for manager in core.managers.policy.managers.values():
-        if not manager.serves(caps):
-            continue
-        units = list(manager.units.values())
-        pending = [u for u in units if not u.connected]
-        connected = len(units) - len(pending)
-        if pending:
-            age = core.now - min(u.requested_at for u in pending)
-            parts.append(
-                f"worker manager {manager.spec.name} requested {len(pending)} units {age:.0f}s ago, {connected} "
-                f"connected"
-            )
-        elif len(units) >= manager.spec.max_units:
-            parts.append(f"worker manager {manager.spec.name} runs its {manager.spec.max_units} units (max_units)")
+    for row in core.managers.policy.status(core.now, caps):
+        name, pending, connected = row["manager"], row["pending"], row["connected"]
+        age = row["oldest_pending_seconds"]
+        if isinstance(age, float):
+            parts.append(f"worker manager {name} requested {pending} units {age:.0f}s ago, {connected} connected")
+        elif connected == row["max_units"]:
+            parts.append(f"worker manager {name} runs its {connected} units (max_units)")
         else:
-            parts.append(f"worker manager {manager.spec.name} runs {connected} units")
+            parts.append(f"worker manager {name} runs {connected} units ({row['draining']} draining)")
     return "; " + "; ".join(parts) if parts else ""
 
 
