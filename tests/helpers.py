@@ -13,7 +13,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsBytes, TypeVar
 
@@ -182,6 +183,33 @@ def scheduler_command(address: str) -> list[str]:
     monitor = f"ipc://{tempfile.gettempdir()}/scaler-kit-{os.getpid()}-{address.rsplit(':', 1)[1]}"
     command = [sys.executable, "-m", "scaler.entry_points.scheduler", address, "--logging-level", "ERROR"]
     return [*command, "--monitor-address", monitor]
+
+
+@contextmanager
+def running_scheduler(*options: str, client_keys: str | None = None) -> Iterator[str]:
+    """A scheduler command on a free address, up and serving (a client, with `client_keys` if given, connected once);
+    stopped on the way out."""
+    from scaler import Client  # (here: the helpers' other users need not import scaler)
+
+    address = free_address()
+    process = subprocess.Popen([*scheduler_command(address), *options])
+    try:
+        with Client(address, timeout_seconds=20, keys=client_keys):
+            pass
+        yield address
+    finally:
+        stop_process(process)
+
+
+def mark_once(folder: str, i: int, seconds: float) -> int:
+    """A task that leaves a mark it would find if it ran twice (FileExistsError), sleeps, and returns i * 2."""
+    import os
+    import time
+
+    fd = os.open(os.path.join(folder, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+    time.sleep(seconds)
+    return i * 2
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

@@ -16,20 +16,17 @@ import psutil
 import pytest
 
 from scaler import Client
-from tests.helpers import free_address, kill_tree, scheduler_command, stop_process, wait_until
+from tests.helpers import (
+    free_address,
+    kill_tree,
+    mark_once,
+    running_scheduler,
+    scheduler_command,
+    stop_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def mark_and_sleep(folder: str, i: int, seconds: float) -> int:
-    """A task that leaves a mark it would find if it ran twice."""
-    import os
-    import time
-
-    fd = os.open(os.path.join(folder, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # FileExistsError: ran twice
-    os.close(fd)
-    time.sleep(seconds)
-    return i * 2
 
 
 def manager_command(address: str, log: Path, *options: str) -> list[str]:
@@ -71,14 +68,8 @@ def workers_of(manager: subprocess.Popen[bytes]) -> int:
 
 @pytest.fixture
 def scheduler() -> Iterator[str]:
-    address = free_address()
-    process = subprocess.Popen(scheduler_command(address))
-    try:
-        with Client(address, timeout_seconds=20):  # up and serving
-            pass
+    with running_scheduler() as address:
         yield address
-    finally:
-        stop_process(process)
 
 
 def start_manager(address: str, log: Path, *options: str) -> subprocess.Popen[bytes]:
@@ -101,7 +92,7 @@ def test_work_brings_workers_that_retire_when_idle(scheduler: str, tmp_path: Pat
         assert units_of(manager) == [], "a unit started while there was no work"
         with Client(scheduler, timeout_seconds=20) as client:
             start = time.monotonic()
-            futures = [client.submit(mark_and_sleep, str(marks), i, 0.25) for i in range(400)]
+            futures = [client.submit(mark_once, str(marks), i, 0.25) for i in range(400)]
             wait_until(lambda: workers_of(manager) >= 2, timeout=10, what="two workers within 10 s of the work")
             results = [f.result(timeout=60 - (time.monotonic() - start)) for f in futures]
             took = time.monotonic() - start

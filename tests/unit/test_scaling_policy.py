@@ -129,6 +129,32 @@ def test_a_unit_that_never_connects_is_given_up_and_its_manager_asked_again_afte
     assert policy.given_up == 1
 
 
+def test_a_unit_that_ends_before_any_worker_connected_backs_its_manager_off_and_says_why() -> None:
+    """A failed start (sbatch refused the job, the pod could not be scheduled, the job died at once) must not make the
+    next tick ask again at once, four times a second for ever: it counts as a failure, as a late unit does."""
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("slurm", max_units=1)))
+    unit = starts(tick(policy, 0, backlog=1))[0].unit
+    policy.feed(UnitEnded(1, "slurm", unit, "sbatch failed: invalid partition specified: nosuch"))
+    assert tick(policy, 1.25, backlog=1) == []
+    assert tick(policy, 5.9, backlog=1) == []  # back-off: 5 s from the failure
+    assert len(starts(tick(policy, 6, backlog=1))) == 1
+    assert policy.given_up == 1
+    (row,) = policy.status(6)
+    assert row["last_failure"] == "slurm-1: sbatch failed: invalid partition specified: nosuch"
+
+
+def test_a_unit_whose_workers_came_and_went_ends_without_a_back_off() -> None:
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("slurm", max_units=1)))
+    first = tick(policy, 0, backlog=1)
+    worker = connect(policy, first, 0)[0]
+    policy.feed(WorkerLeft(5, worker))  # (its worker left first: the unit still had connected once)
+    policy.feed(UnitEnded(5, "slurm", first[0].unit, "Slurm job 3 completed"))
+    assert len(starts(tick(policy, 5.25, backlog=1))) == 1
+    assert policy.given_up == 0
+
+
 def test_tiers_fill_the_first_and_retire_the_last_first() -> None:
     policy = ScalingPolicy()
     policy.feed(ManagerJoined(0, ManagerSpec("local", max_units=2, idle_seconds=1)))

@@ -212,7 +212,10 @@ def test_a_unit_the_manager_says_ended_is_forgotten() -> None:
     d = with_manager()
     d.recv(C, tasks(1))
     d.tick(0.3)
-    d.recv(M, report(units=[], ended=["local-1"], reason="local-1: exit code 1"))
+    d.recv(M, report(units=[], ended=["local-1"], reason="local-9: killed by SIGKILL; local-1: exit code 1"))
     assert "local-1" not in d.core.managers.policy.units
-    [order] = scale(d.tick(0.6))  # the task still waits: asked again
+    assert scale(d.tick(0.6)) == []  # it never connected: a failed start, asked again after a back-off (5 s)
+    explained = d.core.explain(t(1))
+    assert "its last unit failed to start: local-1: exit code 1; asked again in 5s" in explained, explained
+    [order] = scale(d.tick(5.5))  # the task still waits: asked again
     assert order.start == ["local-2"]

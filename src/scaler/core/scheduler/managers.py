@@ -157,8 +157,9 @@ class WorkerManagers:
         # Units the policy asked for that the manager no longer runs, and said have ended, are gone. (A unit asked for
         # moments ago may not be in a report sent before the manager saw the request: only `ended` ends a unit.)
         for unit in [u for u in mine if u in ended and u not in running]:
-            policy.feed(UnitEnded(core.now, session.name, unit, report.reason))
-            core._out.append(Log.info(f"worker manager {session.name}: unit {unit} ended ({report.reason or '?'})"))
+            why = _reason_of(unit, report.reason)
+            policy.feed(UnitEnded(core.now, session.name, unit, why))
+            core._out.append(Log.info(f"worker manager {session.name}: unit {unit} ended ({why or '?'})"))
         self._carry_out()
 
     def gone(self, session: ManagerSession, reason: str) -> None:
@@ -273,3 +274,11 @@ class WorkerManagers:
     def serves(self, caps: frozenset[str]) -> bool:
         """Whether a connected manager could bring a worker that runs tasks requiring `caps`."""
         return self.policy.serves(caps)
+
+
+def _reason_of(unit: str, reason: str) -> str:
+    """The words about `unit` in a report's reason ("local-1: exit code 1; local-2: ..."), or all of it."""
+    for part in reason.split("; "):
+        if part.startswith(unit + ": "):
+            return part[len(unit) + 2 :]
+    return reason

@@ -1,4 +1,4 @@
-"""How many units each worker manager should run: the one place that decides (issue 27; docs/scaling.md).
+"""How many units each worker manager should run: the one place that decides (issue 27; docs/deploying.md).
 
 The scheduler alone knows the queue; a worker manager (local processes, Slurm jobs, Kubernetes pods) only starts and
 stops *units* on its resource manager, each unit bringing `workers_per_unit` Scaler workers that say in their hello
@@ -16,7 +16,8 @@ from the managers whose workers offer what those tasks require, the lowest tier 
 retires only once all its workers have held nothing for the manager's `idle_seconds`, no waiting task could use them,
 and the manager keeps its `min_units`; the last tier and the newest unit first; it is drained before it is stopped, so
 no task is lost, run twice or charged an attempt by scaling. A unit that has not connected within
-`start_timeout_seconds` is given up (stopped) and its manager asked again only after a back-off.
+`start_timeout_seconds` is given up (stopped), and one that ended before any of its workers connected failed to start:
+either way its manager is asked again only after a back-off.
 
 Pure: no I/O, no clock (times come with the events). Runs on Python 3.9 (the scheduler's closure).
 """
@@ -139,13 +140,14 @@ ScalingDecision = Union[StartUnit, Drain, Undrain, StopUnit]
 
 # ------------------------------------------------------------------------------------------- state
 class Unit:
-    __slots__ = ("draining", "manager", "name", "requested_at", "workers")
+    __slots__ = ("draining", "joined", "manager", "name", "requested_at", "workers")
 
     def __init__(self, name: str, manager: Manager, now: float) -> None:
         self.name = name
         self.manager = manager
         self.requested_at = now
         self.workers: set[bytes] = set()
+        self.joined = False  # a worker of it connected once (it started)
         self.draining = False
 
     @property
@@ -154,13 +156,14 @@ class Unit:
 
 
 class Manager:
-    __slots__ = ("failures", "next_try", "spec", "units")
+    __slots__ = ("failures", "last_failure", "next_try", "spec", "units")
 
     def __init__(self, spec: ManagerSpec) -> None:
         self.spec = spec
         self.units: dict[str, Unit] = {}  # requested or running, in the order requested
         self.failures = 0  # units given up in a row (never connected)
         self.next_try = -math.inf  # no unit is requested before then (back-off after a failure)
+        self.last_failure = ""  # "<unit>: why", of the last unit that failed to start
 
     @property
     def slots_per_unit(self) -> int:
@@ -224,6 +227,9 @@ class ScalingPolicy:
         elif isinstance(event, WorkerLeft):
             self._on_worker_left(event.worker)
         elif isinstance(event, UnitEnded):
+            unit = self.units.get(event.unit)
+            if unit is not None and not unit.joined:  # it failed to start: no new unit at once, every tick
+                self._failed(unit.manager, f"{unit.name}: {event.reason}", event.now)
             self._forget_unit(event.unit)
         elif isinstance(event, ManagerJoined):
             problem = event.spec.problem()
@@ -264,11 +270,14 @@ class ScalingPolicy:
             if not unit.workers:
                 unit.manager.failures = 0
             unit.workers.add(event.worker)
+            unit.joined = True
 
     def _on_worker_left(self, worker: bytes) -> None:
         state = self.workers.pop(worker, None)
         if state is not None and state.unit is not None:
             state.unit.workers.discard(worker)
+            if not state.unit.workers:  # on its way again (a worker that reconnects), for start_timeout at most
+                state.unit.requested_at = self.now
 
     def _forget_unit(self, name: str) -> None:
         unit = self.units.pop(name, None)
@@ -300,11 +309,18 @@ class ScalingPolicy:
         for manager in self.managers.values():
             for unit in list(manager.units.values()):
                 if not unit.connected and now - unit.requested_at >= manager.spec.start_timeout_seconds:
-                    self._stop(unit, f"it did not connect within {manager.spec.start_timeout_seconds:g}s")
-                    self.given_up += 1
-                    manager.failures += 1
-                    delay = min(BACKOFF_SECONDS * 2 ** (manager.failures - 1), BACKOFF_MAX_SECONDS)
-                    manager.next_try = now + delay
+                    again = " again" if unit.joined else ""
+                    why = f"it did not connect{again} within {manager.spec.start_timeout_seconds:g}s"
+                    self._stop(unit, why)
+                    if not unit.joined:
+                        self._failed(manager, f"{unit.name}: {why}", now)
+
+    def _failed(self, manager: Manager, why: str, now: float) -> None:
+        """A unit of `manager` never started: it is asked again only after a back-off, doubled each time in a row."""
+        self.given_up += 1
+        manager.failures += 1
+        manager.last_failure = why
+        manager.next_try = now + min(BACKOFF_SECONDS * 2 ** (manager.failures - 1), BACKOFF_MAX_SECONDS)
 
     def _shortfall(self, backlog: Mapping[frozenset[str], int], held: Mapping[bytes, int]) -> dict[frozenset[str], int]:
         """Per need, the tasks that neither the connected workers nor the units on their way can hold: each slot
@@ -443,6 +459,9 @@ class ScalingPolicy:
                     "draining": sum(1 for u in manager.units.values() if u.draining),
                     "pending": len(pending),
                     "oldest_pending_seconds": max((now - u.requested_at for u in pending), default=None),
+                    "failures": manager.failures,  # units in a row that failed to start
+                    "last_failure": manager.last_failure,
+                    "retry_in_seconds": max(0.0, manager.next_try - now),
                 }
             )
         return rows

@@ -136,6 +136,10 @@ def _managers_text(core: SchedulerCore, caps: frozenset[str]) -> str:
             parts.append(f"worker manager {name} runs its {connected} units (max_units)")
         else:
             parts.append(f"worker manager {name} runs {connected} units ({row['draining']} draining)")
+        if row["failures"]:
+            parts[-1] += f" (its last unit failed to start: {row['last_failure']}"
+            retry = row["retry_in_seconds"]
+            parts[-1] += f"; asked again in {retry:.0f}s)" if isinstance(retry, float) and retry > 0 else ")"
     return "; " + "; ".join(parts) if parts else ""
 
 
