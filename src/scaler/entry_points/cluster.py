@@ -16,6 +16,7 @@ from scaler.io.addresses import hostname
 from scaler.security.keys import SECRET_SUFFIX, PeerKeys, load_peer_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
+from scaler.settings.config_file import add_config_option, apply_config
 from scaler.settings.worker import ClusterSettings
 
 
@@ -31,15 +32,17 @@ def parser(prog: str = "scaler_cluster") -> argparse.ArgumentParser:
     )
     add_version(p)
     add_settings(p, ClusterSettings)
+    add_config_option(p, "cluster")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     prog = os.path.basename(sys.argv[0]) if argv is None else "scaler_cluster"
     p = parser(prog if prog in ("scaler_cluster", "scaler_worker") else "scaler_cluster")
-    args = p.parse_args(take_address_out_of_paths(sys.argv[1:] if argv is None else argv))
-    settings = settings_from(p, ClusterSettings, args)
-    assert settings.address is not None  # a positional argument: argparse requires it
+    words = take_address_out_of_paths(sys.argv[1:] if argv is None else argv)
+    apply_config(p, words, "cluster")
+    settings = settings_from(p, ClusterSettings, p.parse_args(words))
+    assert settings.address is not None  # a positional argument: argparse requires it (or the --config file gives it)
     keys: PeerKeys | None = None
     directory = keys_directory(settings.keys)
     if directory is not None:

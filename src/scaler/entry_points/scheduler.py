@@ -15,6 +15,7 @@ from scaler.io.lifetime import removing_own_files
 from scaler.security.keys import ServerKeys, load_server_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
+from scaler.settings.config_file import add_config_option, apply_config
 from scaler.settings.scheduler import SchedulerSettings
 
 
@@ -26,14 +27,16 @@ def parser() -> argparse.ArgumentParser:
     )
     add_version(p)
     add_settings(p, SchedulerSettings)
+    add_config_option(p, "scheduler")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     p = parser()
-    args = p.parse_args(take_address_out_of_paths(sys.argv[1:] if argv is None else argv))
-    settings = settings_from(p, SchedulerSettings, args)
-    assert settings.address is not None  # a positional argument: argparse requires it
+    words = take_address_out_of_paths(sys.argv[1:] if argv is None else argv)
+    apply_config(p, words, "scheduler")
+    settings = settings_from(p, SchedulerSettings, p.parse_args(words))
+    assert settings.address is not None  # a positional argument: argparse requires it (or the --config file gives it)
     keys: ServerKeys | None = None
     directory = keys_directory(settings.keys)
     if directory is not None:

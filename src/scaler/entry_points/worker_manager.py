@@ -17,6 +17,7 @@ from scaler.manager.units import keys_for_units
 from scaler.security.keys import PeerKeys, load_peer_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
+from scaler.settings.config_file import ConfigError, add_config_option, apply_config, config_table
 from scaler.settings.manager import LocalManagerSettings, ManagerSettings, SlurmManagerSettings
 
 TYPES: dict[str, tuple[type[ManagerSettings], str]] = {
@@ -41,14 +42,37 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     for name, (cls, text) in TYPES.items():
         sub = subs[name] = types.add_parser(name, help=text, description=text, formatter_class=HelpFormatter)
         add_settings(sub, cls)
+        add_config_option(sub, "worker_manager")
     return p, subs
+
+
+def _type_first(p: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """`words` with the TYPE first: moved there from later on, or read from the --config file's `type`."""
+    if not words or words[0] in TYPES:
+        return words
+    later = [word for word in words if word in TYPES]
+    if later:
+        words.remove(later[0])
+        return [later[0], *words]
+    try:
+        found = config_table(words, "worker_manager")
+    except ConfigError as exc:
+        p.error(str(exc))
+    if found is None:
+        return words  # (argparse says what is missing)
+    path, name, table = found
+    kind = table.get("type")
+    if kind not in TYPES:
+        p.error(f"{path}: {name} needs type = one of {', '.join(repr(t) for t in TYPES)}, not {kind!r}")
+    return [str(kind), *words]
 
 
 def main(argv: list[str] | None = None) -> None:
     p, subs = parser()
-    words = list(sys.argv[1:] if argv is None else argv)
+    words = _type_first(p, list(sys.argv[1:] if argv is None else argv))
     if words and words[0] in TYPES:  # (the address moves to the front of the type's own words)
         words = [words[0], *take_address_out_of_paths(words[1:])]
+        apply_config(subs[words[0]], words[1:], "worker_manager", fixed={"type": words[0]})
     args = p.parse_args(words)
     cls = TYPES[args.type][0]
     sub = subs[args.type]

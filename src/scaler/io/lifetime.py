@@ -51,6 +51,13 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+def signal_when_parent_dies() -> None:
+    """For subprocess.Popen(preexec_fn=...): the command it starts gets SIGTERM when the process that started it dies,
+    even by SIGKILL (Linux; a no-op elsewhere). Runs between fork and exec: nothing but the one system call."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
 @contextlib.contextmanager
 def removing_own_files() -> Iterator[None]:
     """Around a scheduler's run in this process: when it ends (a clean stop, or an error) its CPU claim is released

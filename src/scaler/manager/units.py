@@ -8,7 +8,6 @@ scheduler which unit they belong to.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shlex
@@ -21,14 +20,13 @@ import time
 from typing import Protocol
 
 from scaler.errors import KeysError
+from scaler.io.lifetime import signal_when_parent_dies
 from scaler.security.keys import SCHEDULER_PUBLIC, SECRET_SUFFIX
 from scaler.settings.manager import LocalManagerSettings, ManagerSettings
 
 WORKER_SECRET = "worker" + SECRET_SUFFIX
 
 logger = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
 
 
 class Units(Protocol):
@@ -66,11 +64,6 @@ def worker_command(
     return command
 
 
-def _die_with_manager() -> None:  # in the child, between fork and exec: async-signal-safe calls only
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-
-
 class LocalUnits:
     """Units as scaler_cluster processes on this machine, in their own session (a Ctrl-C at the manager's terminal
     reaches the manager, which stops them in order), each sent SIGTERM when the manager dies, even by SIGKILL."""
@@ -91,7 +84,7 @@ class LocalUnits:
         command = worker_command(self.settings, self.address, unit, self.keys, self.settings.worker_options)
         try:
             process = subprocess.Popen(
-                command, start_new_session=True, preexec_fn=_die_with_manager, stdin=subprocess.DEVNULL
+                command, start_new_session=True, preexec_fn=signal_when_parent_dies, stdin=subprocess.DEVNULL
             )
         except OSError as exc:
             logger.error("worker manager: could not start unit %s (%s): %s", unit, shlex.join(command), exc)

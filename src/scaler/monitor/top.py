@@ -22,6 +22,7 @@ from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_MONITOR, Message, Refused, Status
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.settings.common import KEYS_HELP
+from scaler.settings.config_file import add_config_option, apply_config
 
 _WATCH_MS = 100  # a status is waited for in slices this long, to see a failed handshake at once
 RESUBSCRIBE_SECONDS = 3.0  # no status this long: say hello again (the scheduler restarted, or forgot this monitor)
@@ -37,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     add_monitor_arguments(p)
     p.add_argument("--once", action="store_true", help="print one status as text and exit (no full-screen view)")
     p.add_argument("--timeout", type=float, default=10.0, help="with --once: seconds to wait for a status")
+    add_config_option(p, "top")
     return p
 
 
@@ -216,7 +218,9 @@ def run_screen(window: Any, address: str, keys: PeerKeys | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = parser()
-    args = p.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    apply_config(p, words, "top")
+    args = p.parse_args(words)
     keys = checked_monitor(p, args)
     if args.once:
         sys.exit(run_once(args.monitor_address, args.timeout, keys))

@@ -52,6 +52,7 @@ from scaler.monitor.task_history import LOG_STATUSES
 from scaler.monitor.top import Subscription, add_monitor_arguments, checked_monitor
 from scaler.protocol.messages import Status
 from scaler.security.keys import PeerKeys
+from scaler.settings.config_file import add_config_option, apply_config
 
 logger = logging.getLogger(__name__)
 
@@ -413,6 +414,7 @@ def parser() -> argparse.ArgumentParser:
         "machine's hostname, FQDN and addresses)",
     )
     add_logging_level(p)
+    add_config_option(p, "ui")
     return p
 
 
@@ -426,14 +428,16 @@ def checked_token(p: argparse.ArgumentParser, given: str | None) -> tuple[str, s
 
 def main(argv: list[str] | None = None) -> None:
     p = parser()
-    args = p.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    apply_config(p, words, "ui")
+    args = p.parse_args(words)
     keys = checked_monitor(p, args)
     if not 0 < args.port < 65536:
         p.error(f"--port must be from 1 to 65535, not {args.port}")
     token, source = checked_token(p, args.token)
     access = access_for(args.host, args.port, token, checked_allowed(p, args.allow_host or []))
     setup_logging(args.logging_level, ("/dev/stdout",))
-    if source == "--token":
+    if source == "--token" and any(w == "--token" or w.startswith("--token=") for w in words):  # (not a --config file)
         logger.warning("scaler_ui: --token shows the token to every local user (ps); prefer %s", TOKEN_ENV)
     if not serves_loopback_only(args.host):
         logger.warning(exposure_warning(args.host, args.port))

@@ -71,6 +71,7 @@ def word_reader(rule: Rule) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     read.__name__ = rule.allowed  # what argparse would say of it
+    setattr(read, "rule", rule)  # a config file's value that is not a word is checked by the rule itself  # noqa: B010
     return read
 
 

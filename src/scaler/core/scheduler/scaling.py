@@ -227,10 +227,7 @@ class ScalingPolicy:
         elif isinstance(event, WorkerLeft):
             self._on_worker_left(event.worker)
         elif isinstance(event, UnitEnded):
-            unit = self.units.get(event.unit)
-            if unit is not None and not unit.joined:  # it failed to start: no new unit at once, every tick
-                self._failed(unit.manager, f"{unit.name}: {event.reason}", event.now)
-            self._forget_unit(event.unit)
+            self._on_unit_ended(event)
         elif isinstance(event, ManagerJoined):
             problem = event.spec.problem()
             if problem is not None:
@@ -278,6 +275,12 @@ class ScalingPolicy:
             state.unit.workers.discard(worker)
             if not state.unit.workers:  # on its way again (a worker that reconnects), for start_timeout at most
                 state.unit.requested_at = self.now
+
+    def _on_unit_ended(self, event: UnitEnded) -> None:
+        unit = self.units.get(event.unit)
+        if unit is not None and not unit.joined:  # it failed to start: no new unit at once, every tick
+            self._failed(unit.manager, f"{unit.name}: {event.reason}", event.now)
+        self._forget_unit(event.unit)
 
     def _forget_unit(self, name: str) -> None:
         unit = self.units.pop(name, None)
