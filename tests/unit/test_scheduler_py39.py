@@ -129,6 +129,18 @@ NEW_BUILTINS = {"aiter", "anext", "ExceptionGroup", "BaseExceptionGroup", "Encod
 TYPE_LIKE = re.compile(r"_?[A-Z]\w*[a-z]\w*")  # CapWords: a class, not a CONSTANT
 
 
+def _is_newer_python(test: ast.expr) -> bool:
+    """`sys.version_info >= (3, N)` with N > 9: its body runs only on a newer Python (the else is checked)."""
+    return (
+        isinstance(test, ast.Compare)
+        and ast.unparse(test.left) == "sys.version_info"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.GtE)
+        and isinstance(test.comparators[0], ast.Tuple)
+        and ast.literal_eval(test.comparators[0]) > (3, 9)
+    )
+
+
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
@@ -157,7 +169,7 @@ class _Checker(ast.NodeVisitor):
         self.problems.append(f"line {getattr(node, 'lineno', '?')}: {text}")
 
     def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
+        if _is_type_checking(node.test) or _is_newer_python(node.test):
             for statement in node.orelse:
                 self.visit(statement)
             return
@@ -271,6 +283,7 @@ def test_the_schedulers_modules_are_python_3_9(closure: dict[str, str]) -> None:
         ("n = x.bit_count()\n", "bit_count"),
         ("y = anext(it)\n", "anext"),
         ("import tomllib\n", "imports tomllib"),
+        ("import sys\nif sys.version_info >= (3, 11):\n    pass\nelse:\n    import tomllib\n", "imports tomllib"),
     ],
 )
 def test_the_check_finds(source: str, expected: str) -> None:
@@ -286,6 +299,7 @@ def test_the_check_finds(source: str, expected: str) -> None:
         "from typing import Union\nEvent = Union[Tick, Received]\n",
         "for a, b in zip(x, y):\n    pass\n",
         "@slotted(frozen=True)\nclass A:\n    x: int\n",
+        "import sys\nif sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli as tomllib\n",
     ],
 )
 def test_the_check_lets_pass(source: str) -> None:
