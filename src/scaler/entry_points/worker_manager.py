@@ -1,6 +1,6 @@
 """scaler_worker_manager TYPE [options] SCHEDULER_ADDRESS: start and stop units of workers where the machines are,
-as many as the scheduler asks for (docs/deploying.md). TYPE is `local` (processes on this machine) or `slurm` (Slurm
-jobs)."""
+as many as the scheduler asks for (docs/deploying.md). TYPE is `local` (processes on this machine), `slurm` (Slurm
+jobs) or `kubernetes` (pods)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,20 @@ from scaler.security.keys import PeerKeys, load_peer_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
 from scaler.settings.config_file import ConfigError, add_config_option, apply_config, config_table
-from scaler.settings.manager import LocalManagerSettings, ManagerSettings, SlurmManagerSettings
+from scaler.settings.manager import (
+    KubernetesManagerSettings,
+    LocalManagerSettings,
+    ManagerSettings,
+    SlurmManagerSettings,
+)
 
 TYPES: dict[str, tuple[type[ManagerSettings], str]] = {
     "local": (LocalManagerSettings, "units are scaler_cluster processes on this machine"),
     "slurm": (SlurmManagerSettings, "units are Slurm jobs (sbatch, squeue, scancel; Slurm found as its commands do)"),
+    "kubernetes": (
+        KubernetesManagerSettings,
+        "units are Kubernetes pods (the API reached as kubectl does, or from a pod with its service account)",
+    ),
 }
 
 
@@ -89,8 +98,9 @@ def main(argv: list[str] | None = None) -> None:
             keys = load_peer_keys(directory, "manager")
         except KeysError as exc:
             sub.error(str(exc))
-    try:
-        unit_keys = keys_for_units(directory, getattr(settings, "log_directory", "") or None)
+    try:  # (kubernetes: the pods mount a Secret of their own; the manager holds no worker key)
+        kubernetes = isinstance(settings, KubernetesManagerSettings)
+        unit_keys = None if kubernetes else keys_for_units(directory, getattr(settings, "log_directory", "") or None)
     except KeysError as exc:
         sub.error(str(exc))
     paths = start_logging(sub, settings)
@@ -101,6 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     units: Units
     if isinstance(settings, LocalManagerSettings):
         units = LocalUnits(settings, settings.address, unit_keys)
+    elif isinstance(settings, KubernetesManagerSettings):
+        from scaler.manager.kubernetes import KubernetesError, KubernetesUnits
+
+        try:
+            units = KubernetesUnits(settings, settings.address, directory)
+        except KubernetesError as exc:
+            sub.error(str(exc))
     else:
         from scaler.manager.slurm import SlurmUnits
 

@@ -3,11 +3,13 @@ own (docs/deploying.md)."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
 
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
-from scaler.settings.model import Rule, any_text, number, setting, whole
+from scaler.settings.model import Rule, any_text, number, setting, text, whole
 from scaler.settings.worker import _capabilities
 
 
@@ -117,3 +119,99 @@ class SlurmManagerSettings(ManagerSettings):
     log_directory: str = setting(
         "", metavar="DIR", help="where each job writes its output, as slurm-<unit>.out (default: /tmp)", rule=any_text()
     )
+
+
+_QUANTITY = re.compile(r"(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _quantity(value: str) -> bool:
+    return value == "" or _QUANTITY.fullmatch(value) is not None
+
+
+def _pod_spec(value: str, label: str) -> str:
+    if value:
+        try:
+            spec = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{label or 'the pod spec'}: not JSON ({exc})") from None
+        if not isinstance(spec, dict):
+            raise ValueError(f"{label or 'the pod spec'}: must be a JSON object, like '{{\"nodeSelector\": {{}}}}'")
+    return value
+
+
+@dataclass(frozen=True)
+class KubernetesManagerSettings(ManagerSettings):
+    """scaler_worker_manager kubernetes: each unit is a pod (restartPolicy Never) running scaler_cluster, made through
+    the Kubernetes API (pip install 'scaler[kubernetes]')."""
+
+    image: str = setting(
+        "",
+        metavar="IMAGE",
+        help="the container image of the units' pods, with Scaler installed (required; deploy/kubernetes/Dockerfile)",
+        rule=any_text(),
+    )
+    python: str = setting(
+        "python", metavar="PATH", help="the Python in the image that runs scaler_cluster", rule=text()
+    )
+    namespace: str = setting(
+        "",
+        metavar="NAME",
+        help="where the pods go (default: the manager's own namespace when it runs in a pod, else the kubeconfig "
+        "context's, else default)",
+        rule=any_text(),
+    )
+    kubeconfig: str = setting(
+        "",
+        metavar="PATH",
+        help="the kubeconfig file to reach the cluster with (default: in a pod, its service account; else as kubectl: "
+        "$KUBECONFIG or ~/.kube/config)",
+        rule=any_text(),
+    )
+    image_pull_policy: str = setting(
+        "",
+        metavar="POLICY",
+        help="the pods' imagePullPolicy: Always, IfNotPresent or Never (default: Kubernetes' own)",
+        rule=Rule("Always, IfNotPresent or Never", (str,), lambda v: v in ("", *_PULL_POLICIES)),
+    )
+    service_account: str = setting(
+        "",
+        metavar="NAME",
+        help="the pods' service account (default: none mounted: the workers need no access to the Kubernetes API)",
+        rule=any_text(),
+    )
+    cpu: str = setting(
+        "",
+        metavar="QUANTITY",
+        help="the CPU each pod requests and is limited to, e.g. 4 or 3500m (default: a request of one CPU per worker, "
+        "no limit)",
+        rule=Rule("a Kubernetes quantity such as 2 or 500m", (str,), _quantity),
+    )
+    memory: str = setting(
+        "",
+        metavar="QUANTITY",
+        help="the memory each pod requests and is limited to, e.g. 8Gi (default: none asked for)",
+        rule=Rule("a Kubernetes quantity such as 8Gi or 512Mi", (str,), _quantity),
+    )
+    keys_secret: str = setting(
+        "",
+        metavar="NAME",
+        help="with --keys: the Secret in the namespace that holds scheduler.key and worker.key_secret, mounted "
+        "read-only in each pod for its workers (docs/deploying.md, Kubernetes)",
+        rule=any_text(),
+    )
+    pod_spec: str = setting(
+        "",
+        metavar="JSON",
+        help='more fields of each pod\'s spec, as a JSON object, e.g. \'{"nodeSelector": {"pool": "cpu"}}\' '
+        "(they replace the manager's own fields of the same name)",
+        rule=Rule("a JSON object", (str,), None, _pod_spec),
+    )
+    worker_options: str = setting(
+        "", metavar="OPTIONS", help="more scaler_cluster options for each pod's workers, in one word", rule=any_text()
+    )
+
+    def problem(self) -> str | None:
+        if not self.image:
+            return "the kubernetes type needs --image: a container image with Scaler installed (deploy/kubernetes/)"
+        return super().problem()
