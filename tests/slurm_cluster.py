@@ -140,9 +140,8 @@ def one_node_slurm(timeout: float = 30) -> Iterator[Slurm]:
     conf = os.path.join(folder, "slurm.conf")
     with open(conf, "w", encoding="utf-8") as file:
         file.write(_config(folder, host))
-    env = {**os.environ, "SLURM_CONF": conf}
-    for name in [n for n in os.environ if n.startswith(("SLURM_", "SBATCH_", "SQUEUE_"))]:
-        env.pop(name)  # (a test run inside a Slurm job must not reach that job's cluster)
+    # (a test run inside a Slurm job must not reach that job's cluster)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SQUEUE_"))}
     env["SLURM_CONF"] = conf
     slurm = Slurm(folder, env)
     munge = os.path.join(folder, "munge")

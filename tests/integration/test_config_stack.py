@@ -32,6 +32,14 @@ def everything_under(process: subprocess.Popen[bytes]) -> list[psutil.Process]:
     return children
 
 
+def kill_stack(stack: subprocess.Popen[bytes], seen: list[psutil.Process]) -> None:
+    """What a failed test leaves: the stack, what runs under it now and what ran under it before."""
+    left = everything_under(stack)
+    stack.kill()
+    stack.wait(5)
+    kill_tree(left + seen)
+
+
 def workers_under(process: subprocess.Popen[bytes]) -> int:
     """Worker processes: those whose parent is a scaler_cluster (fixed, or a manager's unit)."""
     count = 0
@@ -65,10 +73,7 @@ def test_scaler_cluster_toml_serves_a_client_and_sigint_ends_everything_within_1
         _gone, alive = psutil.wait_procs(seen, timeout=max(0.1, 10 - (time.monotonic() - start)))
         assert alive == [], f"still running 10 s after SIGINT: {alive}"
     finally:
-        left = everything_under(stack)
-        stack.kill()
-        stack.wait(5)
-        kill_tree(left + seen)
+        kill_stack(stack, seen)
 
 
 def test_a_stack_with_fixed_workers_and_a_dashboard(tmp_path: Path) -> None:
@@ -98,10 +103,7 @@ def test_a_stack_with_fixed_workers_and_a_dashboard(tmp_path: Path) -> None:
         stack.send_signal(signal.SIGTERM)
         assert stack.wait(10) == 0
     finally:
-        left = everything_under(stack)
-        stack.kill()
-        stack.wait(5)
-        kill_tree(left)
+        kill_stack(stack, [])
 
 
 def test_a_file_it_cannot_use_starts_nothing(tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ class Part:
     section: str  # the table: scheduler, cluster, worker_manager.2, ui
     module: str
     words: list[str]  # before --config (a worker manager's TYPE)
+    listens_on: str | None = None  # the scheduler: its address, which the others wait for
     process: subprocess.Popen[bytes] | None = None
 
     def command(self, path: str) -> list[str]:
@@ -84,10 +85,11 @@ def parts_of(document: dict[str, Any], path: str) -> list[Part]:
         )
     parts: list[Part] = []
     if "scheduler" in document:
-        parts.append(Part("scheduler", "scaler.entry_points.scheduler", [], None))
         _check(scheduler.parser(), document, "scheduler", path)
+        address = table_of(document, "scheduler", path)["address"]
+        parts.append(Part("scheduler", "scaler.entry_points.scheduler", [], address))
     if "cluster" in document:
-        parts.append(Part("cluster", "scaler.entry_points.cluster", [], None))
+        parts.append(Part("cluster", "scaler.entry_points.cluster", []))
         _check(cluster.parser(), document, "cluster", path)
     managers = document.get("worker_manager", [])
     for number, table in enumerate(managers if isinstance(managers, list) else [managers], start=1):
@@ -100,9 +102,9 @@ def parts_of(document: dict[str, Any], path: str) -> list[Part]:
         fields = table_of(document, section, path)
         fields.pop("type")
         checked(subs[kind], fields, f"{path}: {section}")
-        parts.append(Part(section, "scaler.entry_points.worker_manager", [kind], None))
+        parts.append(Part(section, "scaler.entry_points.worker_manager", [kind]))
     if "ui" in document:
-        parts.append(Part("ui", "scaler.monitor.ui", [], None))
+        parts.append(Part("ui", "scaler.monitor.ui", []))
         _check(ui.parser(), document, "ui", path)
     return parts
 
@@ -161,15 +163,12 @@ class Stack:
         self.stopping = signal.Signals(signum).name
 
     def _run(self) -> int:
-        document = read_document(self.path)
         for part in self.parts:
             if self.stopping:
                 break
             self._start(part)
-            if part.section == "scheduler":
-                address = table_of(document, "scheduler", self.path)["address"]
-                if not self._wait_for_scheduler(part, address):
-                    return 1
+            if part.listens_on is not None and not self._wait_for_scheduler(part, part.listens_on):
+                return 1
         while not self.stopping:
             for part in self.parts:
                 process = part.process
