@@ -20,11 +20,13 @@ from scaler.protocol.messages import (
     ClientStatus,
     DepartedWorker,
     FunctionStatus,
+    ManagerStatus,
     OutputRecord,
     Status,
     TaskEvents,
     TaskFailure,
     TaskStatus,
+    WaitingTasks,
     WorkerStatus,
 )
 from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router
@@ -108,6 +110,8 @@ class FakeCluster:
         self.clock0 = 0
         self.steps = 0
         self.extra_clients: list[ClientStatus] = []  # listed after the two clients of every status
+        self.managers: list[ManagerStatus] = []  # as they are, in every status
+        self.waiting: list[WaitingTasks] = []
 
     def _start(self, slot: Slot, worker: FakeWorker, now_us: int, pending: Pending) -> None:
         f = self.random.randrange(len(FUNCTIONS))
@@ -232,6 +236,9 @@ class FakeCluster:
                 for (name, *_), c in zip(FUNCTIONS, self.counts)
             ],
             events=pending.events,
+            managers=self.managers,
+            waiting=self.waiting,
+            units_started=len(self.managers) * 3,
             failures=pending.failures,
             outputs=pending.outputs,
             departed=list(self.departed),

@@ -48,6 +48,7 @@ from scaler.protocol.records import (
     DispatchTasks,
     Error,
     ErrorCode,
+    ExplainTasks,
     FreeObjects,
     FunctionStatus,
     Heartbeat,
@@ -55,6 +56,7 @@ from scaler.protocol.records import (
     Hello,
     IdMessage,
     ManagerReport,
+    ManagerStatus,
     Message,
     OutputRecord,
     Payload,
@@ -69,11 +71,13 @@ from scaler.protocol.records import (
     SubmitTasks,
     TaskBatch,
     TaskEvents,
+    TaskExplanations,
     TaskFailure,
     TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
+    WaitingTasks,
     Welcome,
     WorkerStatus,
 )
@@ -274,6 +278,9 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     b.refusedPeers = m.refused_peers
     b.handlerErrors = m.handler_errors
     b.withheld = m.withheld
+    b.unitsStarted = m.units_started
+    b.unitsStopped = m.units_stopped
+    b.unitsFailed = m.units_failed
     for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
         out = b.init(column, len(counters))
         for i, (key, value) in enumerate(counters.items()):
@@ -291,6 +298,8 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
         ("failures", m.failures, fieldnames.TASK_FAILURE),
         ("outputs", m.outputs, fieldnames.OUTPUT_RECORD),
         ("departed", m.departed, fieldnames.DEPARTED_WORKER),
+        ("managers", m.managers, fieldnames.MANAGER_STATUS),
+        ("waiting", m.waiting, fieldnames.WAITING_TASKS),
     ):
         out = b.init(column, len(items))
         for i, item in enumerate(items):
@@ -349,6 +358,12 @@ def _dec_fields(cls: Any, fields: dict[str, str]) -> Callable[[Any, Sequence[Pay
     return decoder
 
 
+def _enc_explanations(b: Any, m: TaskExplanations) -> list[Payload]:
+    b.taskIds = pack_u64(m.task_ids)
+    b.texts = m.texts
+    return []
+
+
 def _enc_output(b: Any, m: TaskOutput) -> list[Payload]:
     b.taskIds = pack_u64(m.task_ids)
     b.streams = bytes(m.streams)
@@ -387,6 +402,8 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
     "taskOutput": _enc_output,
     "managerReport": _enc_fields(_MANAGER_REPORT),
     "scaleUnits": _enc_fields(_SCALE_UNITS),
+    "explainTasks": _enc_ids,
+    "taskExplanations": _enc_explanations,
 }
 
 
@@ -686,6 +703,11 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         outputs=records(OutputRecord, b.outputs, fieldnames.OUTPUT_RECORD),
         departed=records(DepartedWorker, b.departed, fieldnames.DEPARTED_WORKER),
         withheld=b.withheld,
+        managers=records(ManagerStatus, b.managers, fieldnames.MANAGER_STATUS),
+        waiting=records(WaitingTasks, b.waiting, fieldnames.WAITING_TASKS),
+        units_started=b.unitsStarted,
+        units_stopped=b.unitsStopped,
+        units_failed=b.unitsFailed,
     )
 
 
@@ -715,6 +737,15 @@ def _dec_events(e: Any) -> TaskEvents:
         sample_every=e.sampleEvery,
         dropped=e.dropped,
     )
+
+
+def _dec_explanations(b: Any, p: Sequence[Payload]) -> TaskExplanations:
+    _no_payloads(p, "taskExplanations")
+    ids = unpack_u64(b.taskIds, None, "taskIds")
+    texts = list(b.texts)
+    if len(texts) != len(ids):
+        raise ProtocolError(f"texts: {len(texts)} values for {len(ids)} tasks")
+    return TaskExplanations(ids, texts)
 
 
 def _dec_output(b: Any, p: Sequence[Payload]) -> TaskOutput:
@@ -755,4 +786,6 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "taskOutput": _dec_output,
     "managerReport": _dec_fields(ManagerReport, _MANAGER_REPORT),
     "scaleUnits": _dec_fields(ScaleUnits, _SCALE_UNITS),
+    "explainTasks": _dec_ids(ExplainTasks),
+    "taskExplanations": _dec_explanations,
 }

@@ -138,12 +138,25 @@ def golden_messages() -> dict[str, m.Message]:
             failures=[m.TaskFailure(P | 11, "inc", "worker-1", int(m.TaskStatus.ERROR), "ValueError: x", 4_950_000)],
             outputs=[m.OutputRecord(P | 10, "inc", "worker-1", m.OUTPUT_STDOUT, "hello\n", 4_920_000)],
             departed=[m.DepartedWorker("worker-2", "timed out", True, 4_000_000)],
+            managers=[m.ManagerStatus("slurm-gpu", 1, ["gpu"], 0, 8, 1, 0, 2, 12_000, 0, "", 0)],
+            waiting=[m.WaitingTasks(["gpu"], 12, "worker manager slurm-gpu requested 2 units 12s ago, 0 connected")],
+            units_started=3,
+            units_stopped=1,
+            units_failed=0,
         ),
         m.TasksStarted([P | 10, P | 11]),
         m.TaskOutput([P | 10, P | 11], bytes([m.OUTPUT_STDOUT, m.OUTPUT_ERROR]), ["hello\n", "Traceback ..."]),
         # a Slurm manager: up to 8 units of 4 workers (2 tasks each) offering gpu, one unit ended since its last report
         m.ManagerReport(0, 8, 4, 2, 1, 60_000, 600_000, ["slurm-gpu-3", "slurm-gpu-4"], ["slurm-gpu-2"], "exit 0"),
         m.ScaleUnits(["slurm-gpu-5"], ["slurm-gpu-3"], "12 tasks requiring gpu wait for room"),
+        m.ExplainTasks([P | 10, P | 11]),
+        m.TaskExplanations(
+            [P | 10, P | 11],
+            [
+                f"task {P | 10:#x} was sent to worker worker-1 (attempt 1)",
+                f"task {P | 11:#x} is queued: no connected worker offers gpu",
+            ],
+        ),
     ]
     return {m.MESSAGE_NAMES[type(message)]: message for message in messages}
 

@@ -237,9 +237,9 @@ def _imports(path: Path) -> set[str]:
 def test_a_list_of_primitives_where_structs_are_expected_reads_as_pycapnp_reads_it(element_size: int) -> None:
     """Cap'n Proto reads a List(T) where a list of structs is expected (a schema may upgrade one to the other): each
     element is a struct whose data section is the element (a pointer: its one pointer; bits: refused). Found by the
-    fuzz test above: a status whose first struct list pointer (word 13, tasksByState) says 4 elements of another
+    fuzz test above: a status whose first struct list pointer (word 16, tasksByState) says 4 elements of another
     size."""
     header = bytearray(golden_frames("status")[0])
-    assert header[116] == (4 << 3) | 7  # 4 words of Counter structs
-    header[116] = (4 << 3) | element_size
+    assert header[140] == (4 << 3) | 7  # 4 words of Counter structs
+    header[140] = (4 << 3) | element_size
     same_outcome([bytes(header)])

@@ -154,6 +154,21 @@ EXAMPLES: dict[type, list[Any]] = {
             protected=False,
             dropped_messages=U64_MAX,
         ),
+        m.Status(
+            managers=[
+                m.ManagerStatus("slurm"),
+                m.ManagerStatus(UNICODE, U32_MAX, ["gpu", UNICODE], 1, U32_MAX, 2, 3, 4, U64_MAX, 5, UNICODE, U64_MAX),
+            ],
+            waiting=[m.WaitingTasks([], 0, ""), m.WaitingTasks(["gpu"], U64_MAX, UNICODE)],
+            units_started=U64_MAX,
+            units_stopped=1,
+            units_failed=2,
+        ),
+    ],
+    m.ExplainTasks: [m.ExplainTasks([]), m.ExplainTasks([1, U64_MAX]), m.ExplainTasks(BIG)],
+    m.TaskExplanations: [
+        m.TaskExplanations([], []),
+        m.TaskExplanations([1, U64_MAX], ["", UNICODE]),
     ],
 }
 
@@ -385,7 +400,7 @@ welcomes = st.builds(m.Welcome, u32, text, st.booleans(), u32, u32, u64, u32, u6
 errors = st.builds(m.Error, st.sampled_from(m.ErrorCode), text, st.lists(u64, max_size=5))
 id_messages = st.builds(
     lambda cls, ids: cls(ids),
-    st.sampled_from([m.CancelTasks, m.FreeObjects, m.BalanceRequest, m.BalanceResponse]),
+    st.sampled_from([m.CancelTasks, m.FreeObjects, m.BalanceRequest, m.BalanceResponse, m.ExplainTasks]),
     st.lists(u64, max_size=20),
 )
 reasons = st.builds(lambda cls, r: cls(r), st.sampled_from([m.Disconnect, m.ShutdownRequest, m.Shutdown]), text)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scaler.monitor.metrics import CONTENT_TYPE, MAX_FUNCTIONS, render_metrics
-from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+from scaler.protocol.messages import ClientStatus, FunctionStatus, ManagerStatus, Status, WaitingTasks, WorkerStatus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -254,3 +254,26 @@ def test_every_metric_is_in_the_table_of_docs_monitoring_md() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
     table = "\n".join(line for line in docs.splitlines() if line.startswith("| `scaler_"))
     assert [name for name in names if f"`{name}`" not in table] == []
+
+
+def test_worker_managers_units_by_state_scale_events_and_waiting_tasks() -> None:
+    status = a_status()
+    status.managers = [
+        ManagerStatus("slurm", 0, ["payload=python"], 0, 8, 3, 1, 2, 12_500, 0, "", 0),
+        ManagerStatus("k8s", 1, ["payload=python", "gpu"], 0, 2, 0, 0, 0, 0, 3, "k8s-4: 403", 20_000),
+    ]
+    status.waiting = [WaitingTasks(["gpu", "payload=python"], 7, "no connected worker offers gpu")]
+    status.units_started, status.units_stopped, status.units_failed = 9, 4, 3
+    m = parse(render_metrics(status, 0.0))
+    assert m.types["scaler_manager_units"] == "gauge" and m.types["scaler_units_total"] == "counter"
+    assert [
+        m.value("scaler_manager_units", manager="slurm", state=s) for s in ("connected", "draining", "pending")
+    ] == [
+        3,
+        1,
+        2,
+    ]
+    assert m.value("scaler_manager_oldest_pending_seconds", manager="slurm") == 12.5
+    assert m.value("scaler_manager_failed_starts", manager="k8s") == 3
+    assert [m.value("scaler_units_total", event=e) for e in ("started", "stopped", "failed")] == [9, 4, 3]
+    assert m.value("scaler_waiting_tasks", requires="gpu,payload=python") == 7

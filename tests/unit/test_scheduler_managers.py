@@ -6,22 +6,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scaler.core.scheduler import Command, Tick
+from scaler.core.scheduler import Command, Tick, views
+from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.messages import (
+    MAX_EXPLAINED,
     BalanceRequest,
     BalanceResponse,
     Error,
     ErrorCode,
+    ExplainTasks,
+    Heartbeat,
     Hello,
     ManagerReport,
     PeerKind,
     Refused,
     ScaleUnits,
     SubmitTasks,
+    TaskExplanations,
     TaskResults,
     TasksStarted,
     TaskStatus,
     Welcome,
+    decode,
+    encode,
 )
 from tests.unit.scheduler_driver import Driver, of_type, ok, sends, submit, tid
 
@@ -219,3 +226,57 @@ def test_a_unit_the_manager_says_ended_is_forgotten() -> None:
     assert "its last unit failed to start: local-1: exit code 1; asked again in 5s" in explained, explained
     [order] = scale(d.tick(5.5))  # the task still waits: asked again
     assert order.start == ["local-2"]
+
+
+def test_a_client_asks_why_its_tasks_wait_and_gets_one_text_each_in_order_and_only_about_its_own() -> None:
+    d = with_manager()
+    d.recv(C, tasks(1, 2))
+    d.tick(0.3)  # two units asked for
+    d.tick(2.4)
+    [(peer, answer)] = of_type(d.recv(C, ExplainTasks([t(2), t(99), t(1)])), TaskExplanations)
+    assert peer == C and answer.task_ids == [t(2), t(99), t(1)]
+    waiting = "is queued: no worker is connected; worker manager local requested 2 units 2s ago, 0 connected"
+    assert answer.texts == [
+        f"task {t(2):#x} {waiting}",
+        f"task {t(99):#x} is not in the scheduler (never submitted, or already ended)",
+        f"task {t(1):#x} {waiting}",
+    ]
+    d.client(b"c2")  # another client learns nothing of c1's tasks
+    [(_, other)] = of_type(d.recv(b"c2", ExplainTasks([t(1)])), TaskExplanations)
+    assert other.texts == [f"task {t(1):#x} is not in the scheduler (never submitted, or already ended)"]
+    [(_, error)] = of_type(d.recv(C, ExplainTasks([t(1)] * (MAX_EXPLAINED + 1))), Error)  # too many: refused
+    assert error.code == ErrorCode.BAD_REQUEST and f"at most {MAX_EXPLAINED}" in error.message
+    assert of_type(d.recv(C, ExplainTasks([])), TaskExplanations) == [(C, TaskExplanations([], []))]
+    assert d.core.tasks[t(1)].state == TaskState.QUEUED  # nothing changed by asking
+
+
+def test_the_status_shows_managers_their_units_the_waiting_tasks_and_the_scale_events() -> None:
+    d = with_manager()
+    d.recv(C, requiring(tasks(1, 2, 3), [PY]))
+    d.tick(0.3)
+    d.tick(1.8)
+    status = views.status(d.core)
+    [row] = status.managers
+    assert (row.name, row.capabilities, row.min_units, row.max_units) == ("local", [PY], 0, 4)
+    assert (row.connected, row.draining, row.pending, row.oldest_pending_ms) == (0, 0, 3, 1500)
+    assert (row.failures, row.last_failure, row.retry_in_ms) == (0, "", 0)
+    [group] = status.waiting
+    assert group.capabilities == [PY] and group.tasks == 3
+    assert group.reason == "no worker is connected; worker manager local requested 3 units 2s ago, 0 connected"
+    assert (status.units_started, status.units_stopped, status.units_failed) == (3, 0, 0)
+    unit_worker(d, W1, "local-1")  # holds 2 of the 3: one still waits
+    d.tick(2.1)
+    status = views.status(d.core)
+    assert (status.managers[0].connected, status.managers[0].pending) == (1, 2)
+    assert [(g.tasks, g.reason.split(";")[0]) for g in status.waiting] == [
+        (1, "every worker's queue is full (1 workers)")
+    ]
+    for now in range(3, 63):  # the two other units never connect: given up after start_timeout (60 s)
+        d.recv(M, Heartbeat())
+        d.recv(W1, Heartbeat())
+        d.tick(float(now))
+    status = views.status(d.core)
+    assert (status.units_started, status.units_stopped, status.units_failed) == (3, 2, 2)
+    assert status.managers[0].failures == 2 and status.managers[0].retry_in_ms > 0
+    assert "did not connect within 60s" in status.managers[0].last_failure
+    assert decode(encode(status)) == status

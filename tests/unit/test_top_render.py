@@ -21,7 +21,7 @@ from scaler.monitor.render import (
     screen,
     waiting,
 )
-from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+from scaler.protocol.messages import ClientStatus, FunctionStatus, ManagerStatus, Status, WaitingTasks, WorkerStatus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -260,3 +260,30 @@ def test_capabilities_beyond_the_python_payload_show_in_the_last_column() -> Non
     status.workers[1].capabilities = ["payload=python", *(f"feature-{i}" for i in range(20))]
     row = next(line for line in render(status, "n") if line.lstrip().startswith("w-b"))
     assert "\u2026" in row.split(" | ")[0].split()[-1] and len(row.split(" | ")[0].split()[-1]) == 30
+
+
+def test_worker_managers_their_units_and_why_tasks_wait_show_between_the_functions_and_the_workers() -> None:
+    status = _status()
+    assert not any("worker managers" in line or line.startswith("waiting:") for line in render(status))
+    status.managers = [
+        ManagerStatus(
+            "slurm-gpu", 1, ["payload=python", "gpu"], 0, 8, 1, 0, 2, 12_000, 2, "slurm-gpu-3: exit 1", 4_000
+        ),
+        ManagerStatus("local", capabilities=["payload=python"], max_units=4, connected=4),
+    ]
+    reasons = [f"every worker's queue is full (reason {i})" for i in range(6)]
+    status.waiting = [WaitingTasks(["gpu", "payload=python"], 12, "no connected worker offers gpu")]
+    status.waiting += [WaitingTasks(["payload=python"], 5, reason) for reason in reasons]
+    status.units_started, status.units_stopped, status.units_failed = 7, 3, 2
+    lines = render(status)
+    at = lines.index("worker managers (units started 7, stopped 3, failed to start 2)")
+    assert lines[at + 1] == (
+        "  slurm-gpu tier 1 [gpu]: units 1 up, 0 draining, 2 pending (oldest 12s) of 0..8; 2 failed to start "
+        "(slurm-gpu-3: exit 1, asked again in 4s)"
+    )
+    assert lines[at + 2] == "  local tier 0: units 4 up, 0 draining of 0..4"
+    assert lines[at + 3] == "waiting: 12 tasks requiring gpu: no connected worker offers gpu"
+    assert lines[at + 4] == f"waiting: 5 tasks: {reasons[0]}"
+    assert lines[at + 7] == "\u2026 and 3 more groups of waiting tasks"  # 4 groups shown of 7
+    assert lines.index(next(line for line in lines if line.startswith("Shortcuts"))) > at + 7
+    assert all(len(line) <= 80 for line in render(status, width=80))

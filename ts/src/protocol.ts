@@ -308,7 +308,13 @@ export interface HeartbeatFields {
   waitingTasks?: number;
 }
 
-export type IdListKind = "cancelTasks" | "freeObjects" | "balanceRequest" | "balanceResponse" | "tasksStarted";
+export type IdListKind =
+  | "cancelTasks"
+  | "freeObjects"
+  | "balanceRequest"
+  | "balanceResponse"
+  | "tasksStarted"
+  | "explainTasks";
 export type ReasonKind = "disconnect" | "shutdownRequest" | "shutdown";
 
 export type Msg =
@@ -334,6 +340,7 @@ export type Msg =
   | { type: "taskOutput"; taskIds: bigint[]; streams: number[]; texts: string[] }
   | ({ type: "managerReport" } & ManagerReportFields)
   | { type: "scaleUnits"; start: string[]; stop: string[]; reason: string }
+  | { type: "taskExplanations"; taskIds: bigint[]; texts: string[] }
   | { type: "status" };
 
 
@@ -492,6 +499,18 @@ export function encode(msg: Msg): Uint8Array[] {
         setData((l) => list._initIds(l), u64Column(msg.ids));
       }
       break;
+    case "explainTasks":
+      {
+        const list = root._initExplainTasks();
+        setData((l) => list._initIds(l), u64Column(msg.ids));
+      }
+      break;
+    case "taskExplanations": {
+      const answer = root._initTaskExplanations();
+      setData((l) => answer._initTaskIds(l), u64Column(msg.taskIds));
+      setTexts((l) => answer._initTexts(l), msg.texts);
+      break;
+    }
     case "disconnect":
       root._initDisconnect().reason = msg.reason;
       break;
@@ -759,6 +778,16 @@ export function decode(allFrames: readonly Uint8Array[]): Msg {
         return idList("balanceResponse", root.balanceResponse, frames);
       case S.Message.TASKS_STARTED:
         return idList("tasksStarted", root.tasksStarted, frames);
+      case S.Message.EXPLAIN_TASKS:
+        return idList("explainTasks", root.explainTasks, frames);
+      case S.Message.TASK_EXPLANATIONS: {
+        noFrames(frames, "taskExplanations");
+        const answer = root.taskExplanations;
+        const taskIds = readU64(bytesOf(answer.taskIds), "taskIds");
+        const texts = readTexts(answer.texts);
+        if (texts.length !== taskIds.length) throw new MalformedError("taskExplanations: texts and taskIds differ in length");
+        return { type: "taskExplanations", taskIds, texts };
+      }
       case S.Message.DISCONNECT:
         noFrames(frames, "disconnect");
         return { type: "disconnect", reason: root.disconnect.reason };

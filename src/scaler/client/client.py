@@ -20,7 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 from scaler.client.connection import Collector, CollectorSlot, Connection, FutureSink, ResultSink
 from scaler.client.dask_graph import DASK_GET_MOVED, as_task_tuples, dask_form
@@ -609,6 +609,42 @@ class Client:
             )
         return ClusterResources(stated.workers, stated.capacity)
 
+    @overload
+    def explain(self, futures: concurrent.futures.Future[Any], timeout: float | None = 10.0) -> str: ...
+
+    @overload
+    def explain(self, futures: Iterable[concurrent.futures.Future[Any]], timeout: float | None = 10.0) -> list[str]: ...
+
+    def explain(self, futures: Any, timeout: float | None = 10.0) -> str | list[str]:
+        """Why is my task waiting? Where each task is and why, in words, as the scheduler sees it now: waiting for
+        the results of other tasks; queued, and why (no worker connected, none offers what it requires, every worker
+        busy or draining) with what the worker managers do about it; at a worker (which attempt). One future gives
+        one text, several give a list. Asks the scheduler and waits for its answer, at most `timeout` seconds (None:
+        no limit; TimeoutError after that); a finished future is answered here.
+
+        >>> print(client.explain(future))
+        task 0x10000000004 is queued: no connected worker offers gpu; worker manager slurm-gpu requested 1 units 3s
+        ago, 0 connected
+        """
+        _check_timeout(timeout, "explain()")
+        one = isinstance(futures, concurrent.futures.Future)
+        if not one and not isinstance(futures, Iterable):
+            raise TypeError(f"explain() takes a future of this client or several, not {type(futures).__name__}")
+        items: list[ScalerFuture] = []
+        for item in [futures] if one else list(futures):
+            if not isinstance(item, ScalerFuture):
+                raise TypeError(f"explain() takes futures of this client, not {type(item).__name__}")
+            items.append(item)
+        asked = [f.task_id for f in items if f.task_id and not f.done()]
+        connection = self._live() if asked else self._connection
+        answers = connection.explain(asked, timeout) if asked else []
+        if answers is None:
+            self._live()  # the session ended meanwhile: raises saying why
+            raise TimeoutError(f"explain(): the scheduler did not answer within {timeout:g}s")
+        by_id = dict(zip(asked, answers))
+        texts = [by_id.get(f.task_id) or _ended_text(f) for f in items]
+        return texts[0] if one else texts
+
     def get_executor(self) -> ScalerExecutor:
         """A concurrent.futures.Executor whose calls run as tasks of this client (with this client's task options;
         client.options(...).get_executor() for others). Shutting it down leaves the client connected.
@@ -966,6 +1002,19 @@ def _check_unique(keys: object) -> None:
     duplicates = [key for key, count in counts.items() if count > 1]
     if duplicates:
         raise KeyError(f"duplicate key detected in argument keys: {duplicates} (get() returns a dict: ask once)")
+
+
+def _ended_text(future: ScalerFuture) -> str:
+    """explain() of a future the scheduler need not be asked about."""
+    if not future.task_id:
+        return "not a task: a value the graph held as it was"
+    name = f"task {future.task_id:#x}"
+    if not future.done():
+        return f"{name} is not in the scheduler"
+    if future.cancelled():
+        return f"{name} was cancelled"
+    exc = future.exception(timeout=0)
+    return f"{name} is done: it failed ({type(exc).__name__}: {exc})" if exc is not None else f"{name} is done"
 
 
 def _check_timeout(timeout: object, what: str) -> None:

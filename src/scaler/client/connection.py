@@ -35,6 +35,7 @@ from scaler.core.client.session import (
     CloseKind,
     Completed,
     Connected,
+    Explained,
     NewTask,
     Output,
     Rejected,
@@ -51,6 +52,7 @@ from scaler.io.sockets import context, has_input, new_dealer, recv_message, send
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import (
     ACCEPTED_BY_CLIENT,
+    MAX_EXPLAINED,
     ErrorCode,
     Message,
     Payload,
@@ -149,6 +151,14 @@ class CollectorSlot:
         self.collector.fail(concurrent.futures.CancelledError())
 
 
+class _ExplainRequest:
+    __slots__ = ("task_ids", "texts")
+
+    def __init__(self, task_ids: Sequence[int]) -> None:
+        self.task_ids = task_ids
+        self.texts: list[str] | None = None  # the answer, when it came
+
+
 class Connection:
     """Owns the socket and the I/O thread of one client."""
 
@@ -193,6 +203,8 @@ class Connection:
         self._shutdown_event = threading.Event()
         self._workers_told = threading.Condition()  # notified when the scheduler states its workers, or on close
         self._workers_statements = 0
+        self._explained = threading.Condition()  # notified when an answer to explainTasks comes, or on close
+        self._explaining: deque[_ExplainRequest] = deque()  # asked, not answered, in the order asked
         self._thread = threading.Thread(target=self._run, name=f"scaler-client-io-{name}", daemon=True)
 
     # ------------------------------------------------------------------------------------------- user side
@@ -382,6 +394,36 @@ class Connection:
             told = lambda: self._workers_statements != seen or self.closed.is_set()  # noqa: E731
             return self._workers_told.wait_for(told, timeout) and not self.closed.is_set()
 
+    def explain(self, task_ids: Sequence[int], timeout: float | None) -> list[str] | None:
+        """Ask the scheduler why these tasks are where they are and wait for its answer, at most `timeout` seconds
+        (None: no limit): one text per id, or None if it did not come in time or the session ended."""
+        requests = [_ExplainRequest(task_ids[i : i + MAX_EXPLAINED]) for i in range(0, len(task_ids), MAX_EXPLAINED)]
+        with self._explained:
+            self._explaining.extend(requests)
+        self._call(lambda now: self._explain_now(task_ids))
+        answered = lambda: all(r.texts is not None for r in requests) or self.closed.is_set()  # noqa: E731
+        with self._explained:
+            if not self._explained.wait_for(answered, timeout) or self.closed.is_set():
+                return None
+        return [text for r in requests for text in r.texts or ()]
+
+    def _explain_now(self, task_ids: Sequence[int]) -> list[ClientCommand]:
+        """(With the socket's lock held.) The tasks submitted before the question go before it."""
+        if self._sock is not None:
+            self._send_requests(self._sock)
+        return self.core.explain(task_ids)
+
+    def _on_explained(self, answer: Explained) -> None:
+        """Requests are answered in order; one whose answer never came (an old scheduler refused it) is skipped."""
+        ids = answer.message.task_ids
+        with self._explained:
+            while self._explaining:
+                request = self._explaining.popleft()
+                if list(request.task_ids) == ids:
+                    request.texts = answer.message.texts
+                    break
+            self._explained.notify_all()
+
     def close(self, reason: str = "", wait: bool = True) -> None:
         if self._thread.is_alive():
             self._call(lambda now: self.core.disconnect(reason))
@@ -562,6 +604,8 @@ class Connection:
                 self._on_closed(command)
             elif isinstance(command, Output):
                 self.output.write(command.message)
+            elif isinstance(command, Explained):
+                self._on_explained(command)
             elif isinstance(command, WorkersStated):
                 with self._workers_told:
                     self._workers_statements += 1
@@ -618,5 +662,7 @@ class Connection:
         self.closed.set()
         with self._workers_told:
             self._workers_told.notify_all()
+        with self._explained:
+            self._explained.notify_all()
         wake_blocked_waits()
         self._wake()  # read by a reader, the close must wake the I/O thread, which ends

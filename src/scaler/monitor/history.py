@@ -11,6 +11,7 @@ Pure: statuses in, plain data out; no I/O, no clock, not thread-safe (scaler.mon
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from scaler.monitor.fleet import Fleet
@@ -116,6 +117,9 @@ class History:
                 for c in s.clients
             ],
             "functions": [function_row(f) for f in s.functions],
+            "managers": [dataclasses.asdict(m) for m in s.managers],
+            "waiting": [dataclasses.asdict(g) for g in s.waiting],
+            "units": {"started": s.units_started, "stopped": s.units_stopped, "failed": s.units_failed},
             "sample_every": tasks.sample_every,
             "dropped_events": tasks.dropped,
             "ends_not_seen": tasks.ends_not_seen,

@@ -121,6 +121,7 @@ def families(status: Status | None, age_seconds: float | None) -> list[Family]:
         + worker_families(status.workers)
         + client_families(status.clients)
         + function_families(status.functions)
+        + manager_families(status)
     )
 
 
@@ -206,6 +207,47 @@ def client_families(clients: list[ClientStatus]) -> list[Family]:
         by_label("scaler_client_completed_tasks_total", "counter", "The client's tasks that finished.", "client", done)
     )
     return result
+
+
+def manager_families(status: Status) -> list[Family]:
+    """The worker managers' units by state, how long the oldest pending one has waited, and the scale events."""
+    units = tuple(
+        ((("manager", m.name), ("state", state)), count)
+        for m in status.managers
+        for state, count in (("connected", m.connected), ("draining", m.draining), ("pending", m.pending))
+    )
+    events = (("started", status.units_started), ("stopped", status.units_stopped), ("failed", status.units_failed))
+    return [
+        Family("scaler_manager_units", "gauge", "Units of each worker manager, by state.", units),
+        by_label(
+            "scaler_manager_oldest_pending_seconds",
+            "gauge",
+            "How long the manager's oldest unit asked for and not connected has waited (0: none).",
+            "manager",
+            ((m.name, m.oldest_pending_ms / 1e3) for m in status.managers),
+        ),
+        by_label(
+            "scaler_manager_failed_starts",
+            "gauge",
+            "Units of the manager in a row that failed to start (0: its last one started).",
+            "manager",
+            ((m.name, m.failures) for m in status.managers),
+        ),
+        by_label(
+            "scaler_units_total",
+            "counter",
+            "Units the scheduler asked managers to start, stopped, and units that failed to start, since it started.",
+            "event",
+            events,
+        ),
+        by_label(
+            "scaler_waiting_tasks",
+            "gauge",
+            "Queued tasks no worker holds, by the capabilities they require (the largest groups).",
+            "requires",
+            ((",".join(g.capabilities), g.tasks) for g in status.waiting),
+        ),
+    ]
 
 
 def merged_functions(functions: list[FunctionStatus]) -> list[FunctionStatus]:

@@ -1,4 +1,5 @@
-"""Text rendering of a scheduler Status for scaler_top: sections side by side, the functions, then the worker table;
+"""Text rendering of a scheduler Status for scaler_top: sections side by side, the functions, the worker managers and
+why tasks wait, then the worker table;
 the waiting screen before the first status, and the banner over a status that stopped coming.
 
 Pure: a Status, the time and the status's age in, lines out; curses and clocks live in scaler.monitor.top.
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scaler.core.capabilities import PYTHON_PAYLOAD
-from scaler.protocol.messages import ClientStatus, FunctionStatus, Status, WorkerStatus
+from scaler.protocol.messages import ClientStatus, FunctionStatus, ManagerStatus, Status, WaitingTasks, WorkerStatus
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,10 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
     if status.functions:
         lines.append("")
         lines += function_table(status.functions, width, max_functions)
+    scaling = scaling_lines(status)
+    if scaling:
+        lines.append("")
+        lines += scaling
     rule_width = min(width, max(len(line) for line in lines))
     lines.append("-" * rule_width)
     shortcuts = " ".join(f"{c.title}[{c.key}]" for c in COLUMNS if c.key)
@@ -200,6 +205,44 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
         lines.append(f"Total {len(status.workers)} worker(s)")
         lines += workers
     return [line[:width] for line in lines]
+
+
+MAX_WAITING_LINES = 4  # groups of waiting tasks shown (the status carries at most 16)
+
+
+def scaling_lines(status: Status) -> list[str]:
+    """The worker managers, with their units by state, and why queued tasks wait (scaler.capnp's ManagerStatus and
+    WaitingTasks): nothing if there is neither."""
+    lines = []
+    if status.managers:
+        events = f"units started {status.units_started:,}, stopped {status.units_stopped:,}"
+        lines.append(f"worker managers ({events}, failed to start {status.units_failed:,})")
+        lines += [manager_line(m) for m in status.managers]
+    for group in status.waiting[:MAX_WAITING_LINES]:
+        lines.append(f"waiting: {waiting_line(group)}")
+    if len(status.waiting) > MAX_WAITING_LINES:
+        lines.append(f"\u2026 and {len(status.waiting) - MAX_WAITING_LINES} more groups of waiting tasks")
+    return lines
+
+
+def manager_line(m: ManagerStatus) -> str:
+    """One worker manager: '  slurm-gpu tier 0 [gpu] units 1 up, 0 draining, 2 pending (oldest 12s) of 0..8'."""
+    offers = [c for c in m.capabilities if not c.startswith("payload=")]
+    caps = f" [{', '.join(printable(c) for c in offers)}]" if offers else ""
+    pending = f", {m.pending} pending (oldest {fmt_age(m.oldest_pending_ms)})" if m.pending else ""
+    line = f"  {printable(m.name)} tier {m.tier}{caps}: units {m.connected} up, {m.draining} draining{pending}"
+    line += f" of {m.min_units}..{m.max_units}"
+    if m.failures:
+        retry = f", asked again in {fmt_age(m.retry_in_ms)}" if m.retry_in_ms else ""
+        line += f"; {m.failures} failed to start ({printable(m.last_failure)}{retry})"
+    return line
+
+
+def waiting_line(group: WaitingTasks) -> str:
+    """'12 tasks requiring gpu: no connected worker offers gpu; ...'"""
+    needs = [c for c in group.capabilities if not c.startswith("payload=")]
+    requiring = f" requiring {', '.join(printable(c) for c in needs)}" if needs else ""
+    return f"{group.tasks:,} tasks{requiring}: {printable(group.reason)}"
 
 
 MAX_CLIENT_LINES = 5  # clients listed above the workers when they do not fit beside them

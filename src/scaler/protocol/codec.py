@@ -43,6 +43,7 @@ from scaler.protocol.records import (
     DispatchTasks,
     Error,
     ErrorCode,
+    ExplainTasks,
     FreeObjects,
     FunctionStatus,
     Heartbeat,
@@ -50,6 +51,7 @@ from scaler.protocol.records import (
     Hello,
     IdMessage,
     ManagerReport,
+    ManagerStatus,
     Message,
     OutputRecord,
     Payload,
@@ -64,11 +66,13 @@ from scaler.protocol.records import (
     SubmitTasks,
     TaskBatch,
     TaskEvents,
+    TaskExplanations,
     TaskFailure,
     TaskOutput,
     TaskResults,
     TasksStarted,
     TaskStatus,
+    WaitingTasks,
     Welcome,
     WorkerStatus,
 )
@@ -357,6 +361,9 @@ _STATUS_HEAD = {
     "refused_peers": "refusedPeers",
     "handler_errors": "handlerErrors",
     "withheld": "withheld",
+    "units_started": "unitsStarted",
+    "units_stopped": "unitsStopped",
+    "units_failed": "unitsFailed",
 }
 
 
@@ -433,6 +440,8 @@ def _enc_status(b: Builder, at: int, name: str, m: Status) -> list[Payload]:
         ("failures", "TaskFailure", m.failures, fieldnames.TASK_FAILURE),
         ("outputs", "OutputRecord", m.outputs, fieldnames.OUTPUT_RECORD),
         ("departed", "DepartedWorker", m.departed, fieldnames.DEPARTED_WORKER),
+        ("managers", "ManagerStatus", m.managers, fieldnames.MANAGER_STATUS),
+        ("waiting", "WaitingTasks", m.waiting, fieldnames.WAITING_TASKS),
     ):
         for item, source in zip(b.structs(at + data + fields[column][1], struct_name, len(items)), items):
             _set_all(b, item, struct_name, source, names)
@@ -451,6 +460,12 @@ def _enc_status(b: Builder, at: int, name: str, m: Status) -> list[Payload]:
         b.set(e, "TaskEvents", "names", events.names)
     b.set(e, "TaskEvents", "sampleEvery", events.sample_every)
     b.set(e, "TaskEvents", "dropped", events.dropped)
+    return []
+
+
+def _enc_explanations(b: Builder, at: int, name: str, m: TaskExplanations) -> list[Payload]:
+    b.set(at, name, "taskIds", pack_u64(m.task_ids))
+    b.set(at, name, "texts", m.texts)
     return []
 
 
@@ -483,6 +498,8 @@ _ENCODERS: dict[str, Callable[[Builder, int, str, Any], list[Payload]]] = {
     "taskOutput": _enc_output,
     "managerReport": _fields_of(_MANAGER_REPORT),
     "scaleUnits": _fields_of(_SCALE_UNITS),
+    "explainTasks": _enc_ids,
+    "taskExplanations": _enc_explanations,
 }
 
 
@@ -816,6 +833,8 @@ def _dec_status(r: Reader, v: View, name: str, p: Sequence[Payload]) -> Status:
         failures=records("failures", "TaskFailure", TaskFailure, fieldnames.TASK_FAILURE),
         outputs=records("outputs", "OutputRecord", OutputRecord, fieldnames.OUTPUT_RECORD),
         departed=records("departed", "DepartedWorker", DepartedWorker, fieldnames.DEPARTED_WORKER),
+        managers=records("managers", "ManagerStatus", ManagerStatus, fieldnames.MANAGER_STATUS),
+        waiting=records("waiting", "WaitingTasks", WaitingTasks, fieldnames.WAITING_TASKS),
         **head,
     )
 
@@ -844,6 +863,15 @@ def _dec_events(r: Reader, e: View) -> TaskEvents:
         sample_every=get("sampleEvery"),
         dropped=get("dropped"),
     )
+
+
+def _dec_explanations(r: Reader, v: View, name: str, p: Sequence[Payload]) -> TaskExplanations:
+    _no_payloads(p, "taskExplanations")
+    ids = unpack_u64(r.get(v, name, "taskIds"), None, "taskIds")
+    texts = r.get(v, name, "texts")
+    if len(texts) != len(ids):
+        raise ProtocolError(f"texts: {len(texts)} values for {len(ids)} tasks")
+    return TaskExplanations(ids, texts)
 
 
 def _dec_output(r: Reader, v: View, name: str, p: Sequence[Payload]) -> TaskOutput:
@@ -881,4 +909,6 @@ _DECODERS: dict[str, Callable[[Reader, View, str, Sequence[Payload]], Any]] = {
     "taskOutput": _dec_output,
     "managerReport": _dec_fields(ManagerReport, _MANAGER_REPORT),
     "scaleUnits": _dec_fields(ScaleUnits, _SCALE_UNITS),
+    "explainTasks": _dec_ids(ExplainTasks),
+    "taskExplanations": _dec_explanations,
 }

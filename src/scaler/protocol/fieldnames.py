@@ -62,3 +62,20 @@ OUTPUT_RECORD = {
 }
 
 DEPARTED_WORKER = {"name": "name", "reason": "reason", "lost": "lost", "time_us": "timeUs"}
+
+MANAGER_STATUS = {
+    "name": "name",
+    "tier": "tier",
+    "capabilities": "capabilities",
+    "min_units": "minUnits",
+    "max_units": "maxUnits",
+    "connected": "connected",
+    "draining": "draining",
+    "pending": "pending",
+    "oldest_pending_ms": "oldestPendingMs",
+    "failures": "failures",
+    "last_failure": "lastFailure",
+    "retry_in_ms": "retryInMs",
+}
+
+WAITING_TASKS = {"capabilities": "capabilities", "tasks": "tasks", "reason": "reason"}

@@ -32,6 +32,8 @@ MESSAGE_UNION: dict[str, tuple[int, str]] = {
     "taskOutput": (19, "TaskOutput"),
     "managerReport": (20, "ManagerReport"),
     "scaleUnits": (21, "ScaleUnits"),
+    "explainTasks": (22, "IdList"),
+    "taskExplanations": (23, "TaskExplanations"),
 }
 
 STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
@@ -128,6 +130,24 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("reason", "text", 2),
         ),
     ),
+    "ManagerStatus": (
+        6,
+        3,
+        (
+            ("name", "text", 0),
+            ("tier", "u32", 0),
+            ("capabilities", "list:text", 1),
+            ("minUnits", "u32", 1),
+            ("maxUnits", "u32", 2),
+            ("connected", "u32", 3),
+            ("draining", "u32", 4),
+            ("pending", "u32", 5),
+            ("oldestPendingMs", "u64", 3),
+            ("failures", "u32", 8),
+            ("lastFailure", "text", 2),
+            ("retryInMs", "u64", 5),
+        ),
+    ),
     "ObjectBatch": (0, 3, (("objectIds", "data", 0), ("names", "list:text", 1), ("payloadSizes", "data", 2))),
     "OutputRecord": (
         3,
@@ -159,8 +179,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     "Shutdown": (0, 1, (("reason", "text", 0),)),
     "ShutdownRequest": (0, 1, (("reason", "text", 0),)),
     "Status": (
-        7,
-        12,
+        10,
+        14,
         (
             ("schedulerName", "text", 0),
             ("timeUs", "u64", 0),
@@ -182,6 +202,11 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("outputs", "list:struct:OutputRecord", 9),
             ("departed", "list:struct:DepartedWorker", 10),
             ("withheld", "text", 11),
+            ("managers", "list:struct:ManagerStatus", 12),
+            ("waiting", "list:struct:WaitingTasks", 13),
+            ("unitsStarted", "u64", 7),
+            ("unitsStopped", "u64", 8),
+            ("unitsFailed", "u64", 9),
         ),
     ),
     "TaskBatch": (
@@ -219,6 +244,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("dropped", "u64", 1),
         ),
     ),
+    "TaskExplanations": (0, 2, (("taskIds", "data", 0), ("texts", "list:text", 1))),
     "TaskFailure": (
         3,
         3,
@@ -232,6 +258,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
         ),
     ),
     "TaskOutput": (0, 3, (("taskIds", "data", 0), ("streams", "data", 1), ("texts", "list:text", 2))),
+    "WaitingTasks": (1, 2, (("capabilities", "list:text", 0), ("tasks", "u64", 0), ("reason", "text", 1))),
     "Welcome": (
         5,
         1,

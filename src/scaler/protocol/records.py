@@ -45,6 +45,7 @@ ACCEPTED_BY_SCHEDULER = frozenset(
         "tasksStarted",
         "taskOutput",
         "managerReport",
+        "explainTasks",
     }
 )
 ACCEPTED_BY_WORKER = frozenset(
@@ -62,7 +63,7 @@ ACCEPTED_BY_WORKER = frozenset(
     }
 )
 ACCEPTED_BY_CLIENT = frozenset(
-    {"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error", "taskOutput"}
+    {"welcome", "refused", "heartbeatEcho", "taskResults", "shutdown", "error", "taskOutput", "taskExplanations"}
 )
 ACCEPTED_BY_MONITOR = frozenset({"welcome", "refused", "status"})
 ACCEPTED_BY_MANAGER = frozenset({"welcome", "refused", "heartbeatEcho", "scaleUnits", "shutdown", "error"})
@@ -300,6 +301,12 @@ class BalanceResponse(IdMessage):
     __slots__ = ()
 
 
+class ExplainTasks(IdMessage):
+    """Client -> scheduler: why are these tasks of mine where they are? (at most MAX_EXPLAINED ids)"""
+
+    __slots__ = ()
+
+
 class TasksStarted(IdMessage):
     """Worker -> scheduler: these tasks were handed to a processor and may have started. Only such tasks are
     charged an attempt when their worker is lost."""
@@ -407,6 +414,17 @@ class ScaleUnits:
     reason: str = ""
 
 
+MAX_EXPLAINED = 1024  # ids in one explainTasks
+
+
+@slotted
+class TaskExplanations:
+    """Scheduler -> client: the answer to ExplainTasks, one text per id, in order."""
+
+    task_ids: list[int]
+    texts: list[str]
+
+
 # The upper bounds of FunctionStatus.duration_buckets, in µs (a last bucket counts the longer ones).
 DURATION_BOUNDS_US = (
     1_000,
@@ -489,6 +507,33 @@ class DepartedWorker:
 
 
 @slotted
+class ManagerStatus:
+    """A worker manager as the scheduler's scaling policy sees it (see scaler.capnp's ManagerStatus)."""
+
+    name: str
+    tier: int = 0
+    capabilities: list[str] = field(default_factory=list)
+    min_units: int = 0
+    max_units: int = 0
+    connected: int = 0
+    draining: int = 0
+    pending: int = 0
+    oldest_pending_ms: int = 0
+    failures: int = 0
+    last_failure: str = ""
+    retry_in_ms: int = 0
+
+
+@slotted
+class WaitingTasks:
+    """Queued tasks of one requirement that no worker holds, and why."""
+
+    capabilities: list[str]
+    tasks: int
+    reason: str
+
+
+@slotted
 class Status:
     scheduler_name: str = ""
     time_us: int = 0
@@ -510,6 +555,11 @@ class Status:
     outputs: list[OutputRecord] = field(default_factory=list)
     departed: list[DepartedWorker] = field(default_factory=list)
     withheld: str = ""  # why failures and outputs are empty for this monitor ("" if they are not withheld)
+    managers: list[ManagerStatus] = field(default_factory=list)
+    waiting: list[WaitingTasks] = field(default_factory=list)
+    units_started: int = 0
+    units_stopped: int = 0
+    units_failed: int = 0
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)
@@ -536,6 +586,8 @@ Message = Union[
     TaskOutput,
     ManagerReport,
     ScaleUnits,
+    ExplainTasks,
+    TaskExplanations,
 ]
 
 # The union member name of each message class, as in scaler.capnp; also the name counters use.
@@ -562,4 +614,6 @@ MESSAGE_NAMES: dict[type, str] = {
     TaskOutput: "taskOutput",
     ManagerReport: "managerReport",
     ScaleUnits: "scaleUnits",
+    ExplainTasks: "explainTasks",
+    TaskExplanations: "taskExplanations",
 }

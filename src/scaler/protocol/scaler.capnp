@@ -54,6 +54,9 @@ struct Message {
     managerReport @20 :ManagerReport; # manager -> scheduler: what it is and which units it runs (after Welcome,
                                       # and whenever a unit ends); docs/protocol.md section 8
     scaleUnits @21 :ScaleUnits;       # scheduler -> manager: units to start and units to stop
+    explainTasks @22 :IdList;         # client -> scheduler: why are these tasks of mine where they are? (at most
+                                      # 1024 ids; answered with taskExplanations, in order)
+    taskExplanations @23 :TaskExplanations;  # scheduler -> client: the answer to explainTasks
   }
 }
 
@@ -247,6 +250,43 @@ struct Status {
   withheld @19 :Text;           # "" when failures and outputs carry everything they recorded; otherwise why this
                                 # monitor gets none of them (task data reaches only the monitors the operator allows:
                                 # scaler_scheduler --monitor-task-data)
+  managers @20 :List(ManagerStatus);    # the worker managers connected (docs/protocol.md section 8)
+  waiting @21 :List(WaitingTasks);      # queued tasks no worker holds, by what they require, with why (at most 16)
+  unitsStarted @22 :UInt64;     # units the scheduler asked managers to start (scaleUnits.start), since it started
+  unitsStopped @23 :UInt64;     # units it asked them to stop (drained, or given up)
+  unitsFailed @24 :UInt64;      # units that failed to start: ended before a worker of them connected, or did not
+                                # connect within the manager's startTimeoutMs
+}
+
+struct ManagerStatus {
+  # A worker manager as the scheduler's scaling policy sees it.
+  name @0 :Text;
+  tier @1 :UInt32;
+  capabilities @2 :List(Text);  # what its workers offer (as in its Hello)
+  minUnits @3 :UInt32;
+  maxUnits @4 :UInt32;
+  connected @5 :UInt32;         # units with a worker connected, not draining
+  draining @6 :UInt32;          # units being drained before they are stopped
+  pending @7 :UInt32;           # units asked for whose workers have not connected yet
+  oldestPendingMs @8 :UInt64;   # since the oldest pending unit was asked for (0: none pending)
+  failures @9 :UInt32;          # units in a row that failed to start (0: the last one started)
+  lastFailure @10 :Text;        # "<unit>: why" of the last unit that failed to start
+  retryInMs @11 :UInt64;        # no unit is asked of it before this much longer (back-off after a failure)
+}
+
+struct WaitingTasks {
+  # Queued tasks that require the same capabilities and that no worker holds, and why they wait.
+  capabilities @0 :List(Text);  # what they require ([] : nothing beyond the payload convention)
+  tasks @1 :UInt64;
+  reason @2 :Text;              # e.g. "no connected worker offers gpu; worker manager slurm-gpu requested 2 units 12s
+                                # ago, 0 connected"
+}
+
+struct TaskExplanations {
+  # The answer to explainTasks: one text per id asked, in order. A task that is not the asking client's, or that
+  # the scheduler no longer has, is "not in the scheduler".
+  taskIds @0 :Data;             # u64 column
+  texts @1 :List(Text);
 }
 
 struct TaskOutput {

@@ -225,7 +225,11 @@ test("every golden message decodes to its manifest's fields", () => {
       case "balanceRequest":
       case "balanceResponse":
       case "tasksStarted":
+      case "explainTasks":
         assert.deepEqual(msg.ids, big(f.ids));
+        break;
+      case "taskExplanations":
+        assert.deepEqual([msg.taskIds, msg.texts], [big(f.taskIds), f.texts]);
         break;
       case "error":
         assert.deepEqual([msg.code, msg.message, msg.ids], [f.code, f.message, [0xffffffffffffffffn]]);
@@ -285,6 +289,8 @@ test("messages this peer sends decode back to themselves", () => {
       startTimeoutMs: 0n, units: [], ended: [], reason: "" },
     { type: "scaleUnits", start: ["slurm-gpu-5", "slurm-gpu-6"], stop: ["slurm-gpu-3"], reason: "12 tasks wait" },
     { type: "scaleUnits", start: [], stop: [], reason: "" },
+    { type: "explainTasks", ids: [1n, 0xffffffffffffffffn] },
+    { type: "taskExplanations", taskIds: [7n], texts: ["task 0x7 is queued: no worker is connected"] },
   ] as Msg[]) {
     const plain = (v: unknown): unknown =>
       typeof v === "bigint"

@@ -22,10 +22,12 @@ from scaler.protocol.records import (
     DEFAULT_OPTIONS,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
+    MAX_EXPLAINED,
     CancelTasks,
     Disconnect,
     Error,
     ErrorCode,
+    ExplainTasks,
     FreeObjects,
     Heartbeat,
     HeartbeatEcho,
@@ -38,6 +40,7 @@ from scaler.protocol.records import (
     Shutdown,
     ShutdownRequest,
     SubmitTasks,
+    TaskExplanations,
     TaskOptions,
     TaskOutput,
     TaskResults,
@@ -147,7 +150,14 @@ class WorkersStated:
     capacity: int
 
 
-ClientCommand = Send | Connected | Completed | Rejected | Closed | Output | WorkersStated
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """The scheduler's answer to explain(): one text per task id, in the order asked."""
+
+    message: TaskExplanations
+
+
+ClientCommand = Send | Connected | Completed | Rejected | Closed | Output | WorkersStated | Explained
 
 
 class ClientCore:
@@ -201,11 +211,10 @@ class ClientCore:
             return [Output(message)]
         if isinstance(message, Welcome):
             return self._on_welcome(message)
+        if isinstance(message, TaskExplanations):
+            return [Explained(message)]
         if isinstance(message, Refused):
-            if message.key_problem:
-                text = f"authentication failed: the scheduler refused this client's key: {message.reason}"
-                return self._close(CloseKind.UNAUTHENTICATED, text)
-            return self._close(CloseKind.REFUSED, f"the scheduler refused this client: {message.reason}")
+            return self._on_refused(message)
         if isinstance(message, Shutdown):
             return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
         if isinstance(message, Error):
@@ -213,6 +222,12 @@ class ClientCore:
                 return self._close(CloseKind.UNREACHABLE, _not_connected_text(message.message))
             return [Rejected(message.code, message.message, message.ids)]
         return []
+
+    def _on_refused(self, message: Refused) -> list[ClientCommand]:
+        if message.key_problem:
+            text = f"authentication failed: the scheduler refused this client's key: {message.reason}"
+            return self._close(CloseKind.UNAUTHENTICATED, text)
+        return self._close(CloseKind.REFUSED, f"the scheduler refused this client: {message.reason}")
 
     def _on_welcome(self, welcome: Welcome) -> list[ClientCommand]:
         self.state = SessionState.CONNECTED
@@ -233,6 +248,14 @@ class ClientCore:
             return []
         self._last_heartbeat = now
         return [Send(Heartbeat())]
+
+    def explain(self, task_ids: Sequence[int]) -> list[ClientCommand]:
+        """The user asks why these tasks are where they are: explainTasks, MAX_EXPLAINED ids a message, each
+        answered by one taskExplanations (Explained) in order."""
+        if self.state != SessionState.CONNECTED:
+            return []
+        ids = list(task_ids)
+        return [Send(ExplainTasks(ids[i : i + MAX_EXPLAINED])) for i in range(0, len(ids), MAX_EXPLAINED)]
 
     def _on_echo(self, echo: HeartbeatEcho) -> list[ClientCommand]:
         """The answer to a heartbeat: says how many workers there are now, or (resumed) answers the one sent on a

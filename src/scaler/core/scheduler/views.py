@@ -9,19 +9,31 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from scaler.core.common import InvariantError
+from scaler.core.scheduler import notices
 from scaler.core.scheduler.monitoring import ENDED_NAMES, FunctionStats
 from scaler.core.scheduler.tasks import STATE_NAMES, Task, TaskState
 from scaler.protocol.capabilities import missing_text
-from scaler.protocol.records import ID_PREFIX_SHIFT, ClientStatus, Status, WorkerStatus
+from scaler.protocol.records import (
+    ID_PREFIX_SHIFT,
+    MAX_EXPLAINED,
+    ClientStatus,
+    ManagerStatus,
+    Status,
+    TaskExplanations,
+    WaitingTasks,
+    WorkerStatus,
+)
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.core import SchedulerCore
     from scaler.core.scheduler.needs import Need
+    from scaler.core.scheduler.sessions import ClientSession
 
 _MAX_U32 = 2**32 - 1
+WAITING_GROUPS = 16  # Status.waiting: at most this many requirement groups, most tasks first
 
 
 def status(core: SchedulerCore) -> Status:
@@ -65,6 +77,7 @@ def status(core: SchedulerCore) -> Status:
         for c in core.clients.values()
     ]
     running = running_by_function(core)
+    policy = core.managers.policy
     events, failures, outputs, departed = core.end_period()
     return Status(
         scheduler_name=core.config.name,
@@ -83,7 +96,51 @@ def status(core: SchedulerCore) -> Status:
         failures=failures,
         outputs=outputs,
         departed=departed,
+        managers=manager_rows(core),
+        waiting=waiting_groups(core),
+        units_started=policy.started,
+        units_stopped=policy.stopped,
+        units_failed=policy.given_up,
     )
+
+
+def manager_rows(core: SchedulerCore) -> list[ManagerStatus]:
+    """The worker managers as the scaling policy sees them (Status.managers)."""
+    rows = []
+    for row in core.managers.policy.status(core.now):
+        age = row["oldest_pending_seconds"]
+        retry = row["retry_in_seconds"]
+        rows.append(
+            ManagerStatus(
+                name=str(row["manager"]),
+                tier=_int(row["tier"]),
+                capabilities=list(cast("list[str]", row["capabilities"])),
+                min_units=_int(row["min_units"]),
+                max_units=_int(row["max_units"]),
+                connected=_int(row["connected"]),
+                draining=_int(row["draining"]),
+                pending=_int(row["pending"]),
+                oldest_pending_ms=int(age * 1000) if isinstance(age, float) else 0,
+                failures=_int(row["failures"]),
+                last_failure=str(row["last_failure"]),
+                retry_in_ms=int(retry * 1000) if isinstance(retry, float) else 0,
+            )
+        )
+    return rows
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)
+    return min(value, _MAX_U32)
+
+
+def waiting_groups(core: SchedulerCore) -> list[WaitingTasks]:
+    """Queued tasks no worker holds, per requirement, with why (Status.waiting): the WAITING_GROUPS largest."""
+    needs = sorted((n for n in core.needs.by_caps.values() if n.queued), key=lambda n: -n.queued)
+    return [
+        WaitingTasks(sorted(need.caps), need.queued, _why_queued(core, need) + _managers_text(core, need.caps))
+        for need in needs[:WAITING_GROUPS]
+    ]
 
 
 def running_by_function(core: SchedulerCore) -> dict[FunctionStats, int]:
@@ -95,10 +152,21 @@ def running_by_function(core: SchedulerCore) -> dict[FunctionStats, int]:
     return running
 
 
-def explain(core: SchedulerCore, task_id: int) -> str:
-    """Why a task is where it is, in words."""
+def answer_explain(core: SchedulerCore, client: ClientSession, task_ids: list[int]) -> None:
+    """A client asks why its tasks are where they are (explainTasks): one text each, in order; another client's
+    task reads as one the scheduler does not have."""
+    if len(task_ids) > MAX_EXPLAINED:
+        text = f"explainTasks names {len(task_ids)} tasks; at most {MAX_EXPLAINED} at once"
+        notices.bad_request(core, client.identity, text)
+        return
+    texts = [explain(core, task_id, client) for task_id in task_ids]
+    core._send(client.identity, TaskExplanations(list(task_ids), texts))
+
+
+def explain(core: SchedulerCore, task_id: int, client: ClientSession | None = None) -> str:
+    """Why a task is where it is, in words (only if it is `client`'s, when given)."""
     task = core.tasks.get(task_id)
-    if task is None:
+    if task is None or (client is not None and task.client is not client):
         return f"task {task_id:#x} is not in the scheduler (never submitted, or already ended)"
     if task.state == TaskState.WAITING:
         waiting = [f"{r:#x}" for r in task.arg_refs if r in core.tasks]

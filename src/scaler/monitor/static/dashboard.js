@@ -667,6 +667,27 @@ const clients = {
       el("td", {class: "bar-col"}, progressBar([["done", c.completed], ["assigned", c.assigned]], c.completed + c.tasks)),
       el("td", {class: "queued", text: num(c.queued)}), el("td", {class: "assigned", text: num(c.assigned)}),
       el("td", {text: num(c.completed)}), el("td", {text: num(c.objects)}))));
+    this.scaling(summary.status);
+  },
+  scaling(s) {
+    const offered = caps => caps.filter(c => !c.startsWith("payload=")).join(", ");
+    const waiting = s ? s.waiting : [];
+    $("waiting").tBodies[0].replaceChildren(...waiting.map(g => el("tr", {"data-requires": g.capabilities.join(",")},
+      el("td", {text: offered(g.capabilities) || "(nothing special)"}), el("td", {text: num(g.tasks)}),
+      el("td", {class: "why", text: g.reason}))));
+    if (!waiting.length) $("waiting").tBodies[0].append(el("tr", {}, el("td", {colspan: 3, class: "muted", text: "no queued task waits"})));
+    const managers = s ? s.managers : [];
+    $("managers-title").textContent = "Worker managers (" + managers.length + ")";
+    $("units-events").textContent = s && managers.length ? "units started " + num(s.units.started) + ", stopped " +
+      num(s.units.stopped) + ", failed to start " + num(s.units.failed) : "";
+    $("managers").tBodies[0].replaceChildren(...managers.map(m => el("tr", {"data-manager": m.name},
+      el("td", {class: "name", text: m.name}), el("td", {text: num(m.tier)}), el("td", {text: offered(m.capabilities)}),
+      el("td", {text: num(m.connected)}), el("td", {text: num(m.draining)}),
+      el("td", {text: m.pending ? num(m.pending) + " (oldest " + Math.round(m.oldest_pending_ms / 1000) + " s)" : "0"}),
+      el("td", {text: m.min_units + ".." + m.max_units}),
+      el("td", {class: m.failures ? "bad" : "", text: m.failures ? m.failures + ": " + m.last_failure +
+        (m.retry_in_ms ? " (asked again in " + Math.round(m.retry_in_ms / 1000) + " s)" : "") : "0"}))));
+    if (!managers.length) $("managers").tBodies[0].append(el("tr", {}, el("td", {colspan: 8, class: "muted", text: "no worker manager connected (scaler_worker_manager)"})));
   },
 };
 
