@@ -117,6 +117,7 @@ def test_python_and_typescript_peers_share_a_scheduler(programs: list[Program]) 
     assert report["kwargs"] == {"a": 1, "b": "two"}  # keyword arguments: one last JSON object
     assert report["remoteError"] == "RemoteError: Error: boom"  # the error payload's text
     assert report["canceled"] == "CanceledError"  # a running JSON task, cancelled by its client
+    assert re.fullmatch(r"task 0x[0-9a-f]+ was sent to worker ts-e2e \(attempt 1\)", report["explained"]), report
 
     ts_worker.process.terminate()  # SIGTERM: the worker says disconnect and exits 0
     assert ts_worker.wait(TIMEOUT) == 0, ts_worker.output

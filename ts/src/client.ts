@@ -59,6 +59,7 @@ export { KeysError } from "./keys.js";
 export { FrameLimitError } from "./protocol.js";
 
 const BATCH_LIMIT = 4096; // tasks per submitTasks message, as the Python client
+const EXPLAIN_LIMIT = 1024; // ids per explainTasks message (protocol.md)
 
 export interface ClientOptions {
   name?: string;
@@ -98,6 +99,8 @@ export class Client {
   private counter = 0n;
   private functions = new Map<string, bigint>();
   private pending = new Map<bigint, Pending>();
+  // explainTasks asked and not answered, in the order asked (the scheduler answers each, in order)
+  private explaining: { ids: bigint[]; resolve: (texts: string[]) => void; reject: (error: Error) => void }[] = [];
   private timer: NodeJS.Timeout | undefined;
   private lastHeard = 0;
   private lastBeat = 0;
@@ -269,8 +272,39 @@ export class Client {
     if (ids.length && this.link) void this.link.send({ type: "cancelTasks", ids });
   }
 
+  /** Why is my task waiting? One text per task, as the scheduler sees it now: waiting for other tasks' results, queued
+   * and why (no worker connected, none offers what it requires, all busy or draining, what the worker managers do),
+   * or at which worker (protocol.md, explainTasks). Another client's task, or one that ended, is "not in the
+   * scheduler". Rejects if the session ends first. */
+  async explain(...handles: (TaskHandle | bigint)[]): Promise<string[]> {
+    if (this.closed) throw this.closed;
+    if (!this.link || this.idPrefix === 0n) throw new Error("not connected: await connect() first");
+    const ids = handles.map((h) => (typeof h === "bigint" ? h : h.taskId));
+    const parts: Promise<string[]>[] = [];
+    for (let at = 0; at < ids.length; at += EXPLAIN_LIMIT) {
+      const chunk = ids.slice(at, at + EXPLAIN_LIMIT);
+      parts.push(new Promise<string[]>((resolve, reject) => this.explaining.push({ ids: chunk, resolve, reject })));
+      void this.link.send({ type: "explainTasks", ids: chunk });
+    }
+    return (await Promise.all(parts)).flat();
+  }
+
+  private explained(taskIds: bigint[], texts: string[]): void {
+    while (this.explaining.length) {
+      const asked = this.explaining.shift()!;
+      if (asked.ids.length === taskIds.length && asked.ids.every((id, k) => id === taskIds[k])) {
+        asked.resolve(texts);
+        return;
+      }
+      asked.reject(new Error("the scheduler did not answer this explainTasks"));
+    }
+  }
+
   private handle(msg: Msg): void {
     switch (msg.type) {
+      case "taskExplanations":
+        this.explained(msg.taskIds, msg.texts);
+        return;
       case "taskResults":
         for (const result of msg.results) {
           const pending = this.pending.get(result.taskId);
@@ -330,6 +364,7 @@ export class Client {
     this.closed ??= error;
     for (const pending of this.pending.values()) pending.reject(error);
     this.pending.clear();
+    for (const asked of this.explaining.splice(0)) asked.reject(error);
   }
 
   /** Say disconnect (the scheduler cancels what is unfinished) and close. */

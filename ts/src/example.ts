@@ -55,6 +55,7 @@ async function main(argv: string[]): Promise<number> {
       report.kwargs = await client.call("echo", [], { kwargs: { a: 1, b: "two" } });
       const long = client.submit("sleep", [60_000]);
       await new Promise((resolve) => setTimeout(resolve, 200));
+      report.explained = (await client.explain(long))[0];
       client.cancel(long);
       report.canceled = await Promise.race([long.result, deadline]).then(
         () => null,
