@@ -6,6 +6,7 @@
   the TypeScript worker follows), correct and then broken on purpose: the kit must notice each fault;
 - scheduler mode against a stub that welcomes everyone and answers nothing else: the kit must FAIL, not hang;
 - scheduler mode against a stub that reads frames of any size and no payload spanning frames: the frame checks FAIL.
+The worker-manager checks (scheduler mode's manager_* checks, and manager mode): test_conformance_managers.py.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def test_the_kit_imports_without_side_effects() -> None:
         import sys, threading
         import scaler.conformance, scaler.conformance.cli, scaler.conformance.wire
         import scaler.conformance.scheduler_checks, scaler.conformance.worker_checks
+        import scaler.conformance.scheduler_manager_checks, scaler.conformance.manager_checks
         from scaler.conformance import wire
         assert wire._schema is None, "the schema was loaded at import"
         assert threading.active_count() == 1, threading.enumerate()
@@ -95,10 +97,12 @@ def test_scheduler_mode_passes_against_the_python_scheduler(scheduler_address: s
     table = outcomes(lines)
     assert code == 0, "\n".join(lines) + err
     assert table.pop("refused_key_role") == "SKIP"  # needs --keys (test_scheduler_mode_with_keys)
+    assert table.pop("manager_key_role") == "SKIP"  # needs --keys (test_conformance_managers.py)
     assert set(table.values()) == {"PASS"}, "\n".join(lines)
     assert len(table) >= 37
     assert "capability_placement" in table and "too_large" in table and "shutdown_protected" in table
     assert "spanning_payloads" in table and "frame_limit" in table
+    assert "manager_scale_down" in table and "manager_stopped_unit_gets_no_task" in table
 
 
 def test_only_runs_the_named_checks(scheduler_address: str) -> None:

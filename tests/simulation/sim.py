@@ -581,14 +581,19 @@ class SimWorker:
         self.deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.losses = 0
         self.name = peer.split(b"~")[0].decode()  # a crash-looping worker's incarnations share its name
+        self.unit = ""  # the worker manager's unit it belongs to (test_scaling_simulation), said in its hello
         sim.peers[peer] = self
 
     def send(self, message: Message) -> None:
         self.sim.send_to_scheduler(self.peer, message)
 
+    def _hello(self) -> Hello:
+        caps = ["payload=python"]
+        return Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity, capabilities=caps, unit=self.unit)
+
     def start(self) -> None:
         self.state = "connecting"
-        self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity, capabilities=["payload=python"]))
+        self.send(self._hello())
         self.sim.after(1 + self.sim.rng.randrange(1000), self.heartbeat)
 
     def heartbeat(self) -> None:
@@ -634,7 +639,7 @@ class SimWorker:
         elif isinstance(message, Error) and message.code == ErrorCode.NOT_CONNECTED:
             self._reset()
             self.state = "connecting"
-            self.send(Hello(PeerKind.WORKER, self.name, queue_capacity=self.capacity, capabilities=["payload=python"]))
+            self.send(self._hello())
         elif isinstance(message, Error):
             self.sim.fail(f"worker {self.peer!r} got an error: {message}")
         self._run_next()

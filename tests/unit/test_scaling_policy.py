@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scaler.core.scheduler.scaling import (
+    TARGET_SECONDS,
     Drain,
     ManagerJoined,
     ManagerSpec,
@@ -197,3 +198,33 @@ def test_room_a_new_unit_has_beyond_one_need_serves_the_others() -> None:
     policy.feed(ManagerJoined(0, ManagerSpec("gpu", max_units=10, slots_per_worker=8, capabilities=GPU | {"fast"})))
     decisions = policy.handle(Tick(0, {GPU | {"fast"}: 3, GPU: 5}, {}))
     assert len(starts(decisions)) == 1
+
+
+def test_tasks_of_known_run_time_ask_for_the_slots_that_end_them_within_the_target() -> None:
+    """10,000 tasks of 1 ms are 10 s of work: one slot ends them within TARGET_SECONDS, not max_units slots."""
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("local", max_units=8)))
+    assert TARGET_SECONDS == 10.0
+    assert len(starts(policy.handle(Tick(0, {NONE: 10_000}, {}, {NONE: (10_000, 10.0)})))) == 1
+    assert policy.handle(Tick(1, {NONE: 10_000}, {}, {NONE: (10_000, 10.0)})) == []  # one on its way: enough
+    assert len(starts(policy.handle(Tick(2, {NONE: 10_000}, {}, {NONE: (10_000, 35.0)})))) == 3  # 35 s: 4 slots
+
+
+def test_tasks_of_unknown_run_time_count_a_slot_each_and_long_ones_at_most_a_slot_each() -> None:
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("local", max_units=20)))
+    # 6 tasks of unknown run time, 4 known of 0.5 s together: 6 + 1 slots
+    assert len(starts(policy.handle(Tick(0, {NONE: 10}, {}, {NONE: (4, 0.5)})))) == 7
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("local", max_units=20)))
+    # 3 tasks of 100 s: 30 s of work each slot could share, but a task runs on one slot: 3, not ceil(300 / 10)
+    assert len(starts(policy.handle(Tick(0, {NONE: 3}, {}, {NONE: (3, 300.0)})))) == 3
+
+
+def test_known_run_times_are_per_need() -> None:
+    """Short gpu tasks ask the gpu manager for one unit; the plain tasks, of unknown run time, for a unit each."""
+    policy = ScalingPolicy()
+    policy.feed(ManagerJoined(0, ManagerSpec("cpu", max_units=8)))
+    policy.feed(ManagerJoined(0, ManagerSpec("gpu", max_units=8, capabilities=GPU)))
+    decisions = policy.handle(Tick(0, {GPU: 500, NONE: 3}, {}, {GPU: (500, 2.0)}))
+    assert sorted(d.manager for d in starts(decisions)) == ["cpu", "cpu", "cpu", "gpu"]

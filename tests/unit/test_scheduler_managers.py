@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from scaler.core.scheduler import Command, Tick, views
 from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.messages import (
@@ -280,3 +282,20 @@ def test_the_status_shows_managers_their_units_the_waiting_tasks_and_the_scale_e
     assert status.managers[0].failures == 2 and status.managers[0].retry_in_ms > 0
     assert "did not connect within 60s" in status.managers[0].last_failure
     assert decode(encode(status)) == status
+
+
+def test_a_backlog_of_a_function_whose_tasks_are_short_asks_for_no_unit_beyond_the_one_it_has() -> None:
+    """Its first task took 1 ms on its worker: 1,000 more are a second of work, which local-1 ends alone (the scaling
+    policy's TARGET_SECONDS), not 3 more units (of max 4)."""
+    d = with_manager()
+    d.recv(C, tasks(1))
+    d.tick(0.3)
+    unit_worker(d, W1, "local-1")
+    d.now = 0.301
+    d.recv(W1, ok(t(1)))
+    assert d.core.function_stats(F).expected_us == pytest.approx(1_000)
+    d.recv(C, tasks(*range(2, 1_002)))
+    assert scale(d.tick(0.6)) == []
+    d.recv(C, tasks(*range(1_002, 32_002)))  # 31 s of work: 4 slots
+    [order] = scale(d.tick(0.9))
+    assert order.start == ["local-2", "local-3", "local-4"]

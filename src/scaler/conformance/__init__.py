@@ -2,6 +2,7 @@
 
     python -m scaler.conformance scheduler ADDRESS   # plays raw clients and raw workers against a running scheduler
     python -m scaler.conformance worker ADDRESS      # binds ADDRESS as a fake scheduler and checks one worker
+    python -m scaler.conformance manager ADDRESS     # binds ADDRESS as a fake scheduler and checks one worker manager
     python -m scaler.conformance client ADDRESS      # binds ADDRESS as a fake scheduler, serves and checks one client
 
 It uses nothing of scaler's own codec, client or worker: pyzmq, pycapnp loading the shipped `scaler.capnp`, and

@@ -50,7 +50,9 @@ CLIENT_MAY_SEND = (
     "freeObjects",
     "disconnect",
     "shutdownRequest",
+    "explainTasks",
 )
+MAX_EXPLAINED = 1024  # ids one explainTasks may name (docs/protocol.md section 6)
 CONVENTIONS = ("payload=python", "payload=json")
 SERVE_TIMEOUTS = 30  # serving ends after this many --timeout in all, however busy the client is
 RESULTS_A_MESSAGE = 10_000  # taskResults to the client carry at most this many results: headers far below 1 MiB
@@ -132,6 +134,21 @@ class ClientFake(FakeScheduler):
             served.disconnected = True
         elif message.name == "shutdownRequest":
             self.send("error", code="protected", message="conformance kit: a protected fake scheduler")
+        elif message.name == "explainTasks":
+            self._explain(message.ids())
+
+    def _explain(self, ids: list[int]) -> None:
+        """One text per id, in order: the kit runs every task it holds at once, so that is all it can say."""
+        if len(ids) > MAX_EXPLAINED:
+            self.served.malformed.append(f"an explainTasks of {len(ids)} ids (at most {MAX_EXPLAINED})")
+            self.send("error", code="badRequest", message=f"explainTasks names at most {MAX_EXPLAINED} ids")
+            return
+        texts = []
+        for task_id in ids:
+            job = self.jobs.get(task_id)
+            held = job is not None and job.result is None
+            texts.append("running in the conformance kit (a fake scheduler)" if held else "not in the scheduler")
+        self.send("taskExplanations", taskIds=u64(ids), texts=texts)
 
     def _cancel(self, ids: list[int]) -> None:
         for task_id in ids:

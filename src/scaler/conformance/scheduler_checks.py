@@ -59,6 +59,8 @@ BIG = 3 * MAX_FRAME + 5  # a payload that spans four frames
 class Peer:
     """A DEALER socket with a random routing id; frames are [header, payload...] both ways."""
 
+    rank = 9  # the order in which the kit's cleanup ends sessions (clients first); a plain Peer is only closed
+
     def __init__(self, kit: SchedulerKit, label: str, role: str) -> None:
         self.kit = kit
         self.identity = random_id(label)
@@ -156,8 +158,15 @@ class Peer:
 
 
 class RawWorker(Peer):
+    rank = 1
+
     def __init__(
-        self, kit: SchedulerKit, capacity: int = 10, name: str = "conformance-worker", capabilities: Sequence[str] = ()
+        self,
+        kit: SchedulerKit,
+        capacity: int = 10,
+        name: str = "conformance-worker",
+        capabilities: Sequence[str] = (),
+        unit: str = "",
     ) -> None:
         super().__init__(kit, "W", "worker")
         self.name = name
@@ -172,6 +181,7 @@ class RawWorker(Peer):
             heartbeatIntervalMs=2000,
             queueCapacity=capacity,
             capabilities=list(capabilities),
+            unit=unit,
         )
         self.welcome = self.expect("welcome", ignore=()).fields
 
@@ -216,6 +226,8 @@ class RawWorker(Peer):
 
 
 class RawClient(Peer):
+    rank = 0
+
     def __init__(self, kit: SchedulerKit, name: str = "conformance-client") -> None:
         super().__init__(kit, "C", "client")
         self.counter = 0
@@ -323,25 +335,26 @@ class SchedulerKit:
     def client(self, name: str = "conformance-client") -> RawClient:
         return RawClient(self, name)
 
-    def worker(self, capacity: int = 10, name: str = "", capabilities: Sequence[str] = ()) -> RawWorker:
-        return RawWorker(self, capacity, name or f"conformance-worker-{self.tag}-{len(self.peers)}", capabilities)
+    def worker(self, capacity: int = 10, name: str = "", capabilities: Sequence[str] = (), unit: str = "") -> RawWorker:
+        return RawWorker(self, capacity, name or f"conformance-worker-{self.tag}-{len(self.peers)}", capabilities, unit)
 
     def stranger(self, label: str = "X", role: str = "client") -> Peer:
         return Peer(self, label, role)
 
     def cleanup(self) -> None:
-        """End every peer of the last check: clients first (their tasks are cancelled), then workers."""
+        """End every peer of the last check: clients first (their tasks are cancelled), then workers, then managers;
+        peers without a session are closed."""
         peers, self.peers = self.peers, []
-        for kind in (RawClient, RawWorker, Peer):
-            for peer in peers:
-                if type(peer) is kind and not peer.closed:
-                    try:
-                        if kind is Peer:
-                            peer.close()
-                        else:
-                            peer.leave()
-                    except CheckFailed:
-                        peer.close()
+        for peer in sorted(peers, key=lambda p: p.rank):
+            if peer.closed:
+                continue
+            try:
+                if peer.rank == Peer.rank:
+                    peer.close()
+                else:
+                    peer.leave()
+            except CheckFailed:
+                peer.close()
 
     def checks(self) -> list[Check]:
         names = [
@@ -390,9 +403,12 @@ class SchedulerKit:
             "stream_output",
             "shutdown_protected",
         ]
-        return [
+        from scaler.conformance.scheduler_manager_checks import ManagerChecks  # (it imports this module)
+
+        checks = [
             Check(n, getattr(self, "check_" + n), (getattr(self, "check_" + n).__doc__ or "").strip()) for n in names
         ]
+        return [*checks[:-1], *ManagerChecks(self).checks(), checks[-1]]  # shutdown_protected stays last
 
     def run_one(self, check: Check) -> None:
         try:

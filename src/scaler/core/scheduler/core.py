@@ -77,6 +77,7 @@ from scaler.protocol.records import (
     DispatchTasks,
     Error,
     ErrorCode,
+    ExplainTasks,
     FreeObjects,
     Heartbeat,
     HeartbeatEcho,
@@ -276,6 +277,8 @@ class SchedulerCore:
             self.lifecycle.client_gone(client, f"disconnected{': ' + message.reason if message.reason else ''}")
         elif isinstance(message, ShutdownRequest):
             self.lifecycle.on_shutdown_request(client, message)
+        elif isinstance(message, ExplainTasks):
+            views.answer_explain(self, client, message.ids)
         else:
             notices.bad_request(self, client.identity, f"a client may not send {MESSAGE_NAMES[type(message)]}")
 
@@ -405,7 +408,7 @@ class SchedulerCore:
                 if dependencies.link(self, task):
                     ready.append(task)
         self.needs.extend_ready(ready)
-        self._count_submitted(batch.function_ids, refused)
+        self._count_submitted(batch.function_ids, refused, needs, index)
         if refused:
             notices.refuse_tasks(self, client, bad_ids, too_large, invalid, problems)
 
@@ -416,17 +419,36 @@ class SchedulerCore:
             need = needs[index] = self.needs.of(need)
         return need
 
-    def _count_submitted(self, function_ids: list[int], refused: list[int]) -> None:
-        """Count a batch's tasks by function: one pass in C over its column, not a lookup per task."""
+    def _count_submitted(
+        self,
+        function_ids: list[int],
+        refused: list[int],
+        needs: list[Need | frozenset[str] | None],
+        index: list[int] | None,
+    ) -> None:
+        """Count a batch's tasks by function: one pass in C over its column, not a lookup per task. And note each
+        function on the need of its tasks (Need.functions: the scaling policy's estimate of the work of a need)."""
         n = len(function_ids)
+        only = needs[0] if index is None else None  # the one need of the batch's tasks
         if n and not refused and function_ids.count(function_ids[0]) == n:  # one function (a map, a lone task)
-            self.function_stats(function_ids[0]).submitted += n
-            return
-        counts = Counter(function_ids)
-        counts.subtract(refused)
-        for function_id, count in counts.items():
-            if count:
-                self.function_stats(function_id).submitted += count
+            stats = self.function_stats(function_ids[0])
+            stats.submitted += n
+            if isinstance(only, Need):
+                only.functions[stats] = None
+        else:
+            counts = Counter(function_ids)
+            counts.subtract(refused)
+            for function_id, count in counts.items():
+                if count:
+                    stats = self.function_stats(function_id)
+                    stats.submitted += count
+                    if isinstance(only, Need):
+                        only.functions[stats] = None
+        if index is not None:
+            for function_id, k in set(zip(function_ids, index)):
+                need = needs[k]
+                if isinstance(need, Need):
+                    need.functions[self.function_stats(function_id)] = None
 
     def _on_cancel(self, client: ClientSession, message: CancelTasks) -> None:
         for task_id in message.ids:
@@ -449,6 +471,7 @@ class SchedulerCore:
         assigned = worker.assigned
         span = self._span(worker, len(message.task_ids))
         measured: ClientSession | None = None  # the client last charged `span`: a batch is mostly one client's
+        measured_function = 0  # and the function (0 is never an id)
         completed = 0
         profiled = durations is not None or peaks is not None or cpu_times is not None
         for k, task_id in enumerate(message.task_ids):
@@ -480,9 +503,9 @@ class SchedulerCore:
                     f"task {task.task_id:#x} ended {what} on {worker.name}: {retry}",
                 )
             else:
-                if task.client is not measured:
-                    measured = task.client
-                    self._measure(measured, span)
+                if task.client is not measured or task.function_id != measured_function:
+                    self._measure(task, span, measured, measured_function)
+                    measured, measured_function = task.client, task.function_id
                 payload = payloads[k]
                 if len(payload) > limit:
                     status, payload = TaskStatus.FAILED, notices.result_too_large(self, task, worker, len(payload))
@@ -504,11 +527,17 @@ class SchedulerCore:
         worker.mark = self.now
         return span
 
-    @staticmethod
-    def _measure(client: ClientSession, span_us: float) -> None:
-        """Count one measured run of `client`'s tasks in its moving average (ClientSession.task_us)."""
-        estimate = client.task_us
-        client.task_us = span_us if estimate < 0 else estimate + (span_us - estimate) * _SMOOTHING
+    def _measure(self, task: Task, span_us: float, client: ClientSession | None, function_id: int) -> None:
+        """Count one measured run of a task in the moving averages of its client (ClientSession.task_us), unless it is
+        `client`, and of its function (FunctionStats.span_us), unless it is `function_id`: those `span_us` counted
+        already."""
+        if task.client is not client:
+            estimate = task.client.task_us
+            task.client.task_us = span_us if estimate < 0 else estimate + (span_us - estimate) * _SMOOTHING
+        if task.function_id != function_id:
+            stats = self.functions.by_id.get(task.function_id) or self.function_stats(task.function_id)
+            estimate = stats.span_us
+            stats.span_us = span_us if estimate < 0 else estimate + (span_us - estimate) * _SMOOTHING
 
     def _task_cost(self, task: Task) -> float:
         """What a task is charged in the ready queue and counts for in a worker's fair share, in µs: its client's

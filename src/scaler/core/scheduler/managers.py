@@ -2,11 +2,13 @@
 core's state and carried out on it (docs/protocol.md section 8, "Worker managers").
 
 A manager says hello (kind manager), then reports what it is and which units it runs (managerReport). At each
-scaling tick this component gives the policy the backlog (tasks queued or assigned, per required capability set) and
-what each worker holds, and carries out its decisions: StartUnit and StopUnit go to the manager as scaleUnits; Drain
-holds the unit's workers back (no new task: placement, balancing and the fleet size skip a worker held back) and asks
-them for the queued tasks they have not started; Undrain lets them take tasks again. Workers say in their hello which
-unit they belong to.
+scaling tick this component gives the policy the backlog (tasks queued or assigned, per required capability set), the
+expected work of those whose functions' run times are known (FunctionStats.expected_us, from the functions each need's
+tasks were submitted with: a walk over functions, not tasks) and what each worker holds, and carries out its
+decisions: StartUnit and StopUnit go to the manager as scaleUnits; Drain holds the unit's workers back (no new task:
+placement, balancing and the fleet size skip a worker held back) and asks them for the queued tasks they have not
+started; Undrain lets them take tasks again. Workers say in their hello which unit they belong to; one naming a unit
+already stopped gets no task.
 
 WorkerManagers is a component of a SchedulerCore that reads and changes the core's state as the core's own methods
 would. Pure, like the core: no I/O, no clock. Python 3.9 (the scheduler runs on PyPy).
@@ -49,6 +51,7 @@ from scaler.protocol.records import (
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.core import SchedulerCore
+    from scaler.core.scheduler.needs import Need
     from scaler.core.scheduler.sessions import WorkerSession
 
 # How often the policy looks at the backlog: often enough that waiting work asks for units within about a second,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 SCALING_TICK_SECONDS = 0.25
 MAX_UNITS = 100_000  # a report asking for more is refused (a typo, not a cluster)
 MAX_UNIT_NAMES = 100_000  # units and ended names in one report
+STOPPED_REMEMBERED = 10_000  # the names of the last units stopped, whose workers get no task if they say hello
 
 
 class ManagerSession:
@@ -73,7 +77,7 @@ class ManagerSession:
 
 
 class WorkerManagers:
-    __slots__ = ("_completed", "_last_tick", "by_name", "core", "draining", "policy", "sessions")
+    __slots__ = ("_completed", "_last_tick", "by_name", "core", "draining", "policy", "sessions", "stopped")
 
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
@@ -83,6 +87,7 @@ class WorkerManagers:
         self.draining: dict[bytes, str] = {}  # workers drained for scaling -> their unit
         self._last_tick = -math.inf
         self._completed: dict[bytes, int] = {}  # each worker's tasks ended, at the last scaling tick
+        self.stopped: dict[str, None] = {}  # units scaleUnits.stop named, oldest first (at most STOPPED_REMEMBERED)
 
     # ------------------------------------------------------------------------------------------- sessions
     def on_hello(self, peer: bytes, hello: Hello, key: PeerKey | None) -> None:
@@ -180,6 +185,13 @@ class WorkerManagers:
 
     # ------------------------------------------------------------------------------------------- workers
     def worker_joined(self, worker: WorkerSession, unit: str) -> None:
+        if unit in self.stopped:
+            # Its unit was stopped (given up while it started after all, or drained and stopped while this worker said
+            # hello again): its manager is stopping it, so a task started there would be lost or run twice. Held back
+            # and unknown to the policy (no room counted) until it leaves.
+            worker.held_until = math.inf
+            self.core._out.append(Log.info(f"worker {worker.name} of stopped unit {unit} gets no task"))
+            return
         policy = self.policy
         known = policy.units.get(unit) if unit else None
         slots = known.manager.spec.slots_per_worker if known is not None else 1
@@ -215,7 +227,9 @@ class WorkerManagers:
             for task in worker.assigned.values():
                 caps = task.need.caps
                 backlog[caps] = backlog.get(caps, 0) + 1
-        self.policy.feed(Tick(now, backlog, held))
+        needs = core.needs.by_caps
+        work = {caps: _work(needs[caps], count) for caps, count in backlog.items() if caps in needs}
+        self.policy.feed(Tick(now, backlog, held, work))
         self._carry_out()
         for identity in self.draining:
             drained = core.workers.get(identity)
@@ -234,6 +248,7 @@ class WorkerManagers:
                 _, stop, why = orders.setdefault(decision.manager, ([], [], []))
                 stop.append(decision.unit)
                 why.append(f"stop {decision.unit}: {decision.why}")
+                self._remember_stopped(decision.unit)
                 for retired in [w for w, unit in self.draining.items() if unit == decision.unit]:
                     del self.draining[retired]  # held back still (retired) until it leaves
             elif isinstance(decision, Drain):
@@ -253,6 +268,11 @@ class WorkerManagers:
             if manager is not None:
                 core._send(manager.identity, ScaleUnits(start, stop, "; ".join(why)))
                 core._out.append(Log.info(f"worker manager {name}: {'; '.join(why)}"))
+
+    def _remember_stopped(self, unit: str) -> None:
+        self.stopped[unit] = None
+        if len(self.stopped) > STOPPED_REMEMBERED:
+            del self.stopped[next(iter(self.stopped))]
 
     def _undrain(self, identity: bytes) -> None:
         self.draining.pop(identity, None)
@@ -274,6 +294,32 @@ class WorkerManagers:
     def serves(self, caps: frozenset[str]) -> bool:
         """Whether a connected manager could bring a worker that runs tasks requiring `caps`."""
         return self.policy.serves(caps)
+
+
+def _work(need: Need, count: int) -> tuple[int, float]:
+    """Of a need's `count` tasks queued or assigned, how many have a known expected run time and their seconds (the
+    policy's Tick.work), from the counters of the functions its tasks were submitted with (Need.functions; those with
+    nothing in flight are forgotten here): a walk over its functions, not its tasks. A function's tasks in flight may
+    be of other needs too, or wait on other tasks: the tasks of unknown run time are counted first (a slot each), the
+    rest at the known functions' mean, weighted by their tasks in flight."""
+    unknown = known = 0
+    known_us = 0.0
+    functions = need.functions
+    for stats in list(functions):
+        in_flight = stats.in_flight
+        if in_flight <= 0:
+            del functions[stats]
+            continue
+        expected = stats.expected_us
+        if expected < 0:
+            unknown += in_flight
+        else:
+            known += in_flight
+            known_us += in_flight * expected
+    if not known:
+        return 0, 0.0
+    timed = max(0, count - unknown)
+    return timed, timed * known_us / known / 1e6
 
 
 def _reason_of(unit: str, reason: str) -> str:

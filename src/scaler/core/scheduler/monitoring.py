@@ -54,7 +54,7 @@ FAILURES = frozenset(s for s in TaskStatus if s not in (TaskStatus.SUCCESS, Task
 class FunctionStats:
     """One function name's tasks since the scheduler started (or since the name was last forgotten)."""
 
-    __slots__ = ("_duration_us", "buckets", "ended", "last_active", "name", "seen", "submitted", "timed")
+    __slots__ = ("_duration_us", "buckets", "ended", "last_active", "name", "seen", "span_us", "submitted", "timed")
 
     def __init__(self, name: str, now: float) -> None:
         self.name = name
@@ -65,6 +65,7 @@ class FunctionStats:
         self.buckets = [0] * (len(DURATION_BOUNDS_US) + 1)  # those tasks by run time (DURATION_BOUNDS_US)
         self.seen = 0  # submitted + ended at the last status period's end: activity since shows as a change
         self.last_active = now  # the end of the status period in which activity was last seen
+        self.span_us = -1.0  # the scheduler's moving average of the worker time per result of it (-1: none yet)
 
     @property
     def in_flight(self) -> int:
@@ -79,6 +80,13 @@ class FunctionStats:
     @property
     def duration_us(self) -> int:
         return self._duration_us
+
+    @property
+    def expected_us(self) -> float:
+        """How long one of its tasks is expected to run, in µs, or -1 if not known: the mean of the run times its
+        workers reported (profiled tasks), else the scheduler's own measure (span_us: the time a worker spent per result
+        of it, as ClientSession.task_us; a worker running several at once shows less than each one's run time)."""
+        return self._duration_us / self.timed if self.timed else self.span_us
 
     def __repr__(self) -> str:
         return f"<Function {self.name} submitted={self.submitted} ended={self.ended}>"

@@ -18,6 +18,7 @@ from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.capabilities import MAX_REQUIRED, capabilities_problem
 
 if TYPE_CHECKING:
+    from scaler.core.scheduler.monitoring import FunctionStats
     from scaler.core.scheduler.tasks import Task
 
 Capabilities = frozenset  # of str; interned: equal sets are one object (Offers.add, NeedTable.of)
@@ -43,7 +44,7 @@ class Need:
     `queue`, its own while it is split; a queue may hold tasks that ended meanwhile, skipped), how many of them are
     queued, and what the connected workers offer them (Offers.check)."""
 
-    __slots__ = ("caps", "epoch", "everywhere", "offered", "queue", "queued", "ready", "since", "tasks")
+    __slots__ = ("caps", "epoch", "everywhere", "functions", "offered", "queue", "queued", "ready", "since", "tasks")
 
     def __init__(self, caps: frozenset[str], shared: FairQueue[Task]) -> None:
         self.caps = caps
@@ -55,6 +56,9 @@ class Need:
         self.epoch = -1  # the Offers epoch `offered` and `everywhere` were worked out at
         self.offered = False  # some connected worker offers every capability of it
         self.everywhere = False  # every connected worker does (then placement needs no filter)
+        # The counters of the functions its tasks were submitted with (an ordered set, noted once per batch), for the
+        # scaling policy's estimate of its work; the scaling tick forgets those with no task in flight.
+        self.functions: dict[FunctionStats, None] = {}
 
     def __repr__(self) -> str:
         return f"<Need {sorted(self.caps)} queued={self.queued} tasks={self.tasks}>"

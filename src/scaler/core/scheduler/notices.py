@@ -26,7 +26,10 @@ def label(core: SchedulerCore, peer: bytes) -> str:
     if client is not None:
         return peer_label(peer, f"client {client.name}")
     worker = core.workers.get(peer)
-    return peer_label(peer, f"worker {worker.name}" if worker is not None else "")
+    if worker is not None:
+        return peer_label(peer, f"worker {worker.name}")
+    manager = core.managers.sessions.get(peer)
+    return peer_label(peer, f"worker manager {manager.name}" if manager is not None else "")
 
 
 def warn(core: SchedulerCore, kind: str, peer: bytes, text: str) -> None:

@@ -6,11 +6,14 @@ which unit they belong to. This policy turns the scheduler's demand into decisio
 
 - events in: a manager joined (its ManagerSpec) or left; a unit ended on its resource manager; a worker connected
   (with its slots, capabilities and unit, if a manager started it) or left; and at each tick the backlog (tasks queued
-  or assigned, per required capability set) and what each worker holds;
+  or assigned, per required capability set), how many of those tasks have a known expected run time and their
+  expected seconds, and what each worker holds;
 - decisions out: StartUnit (the policy names the unit), Drain (the scheduler gives its workers nothing more and takes
   back what is queued on them), Undrain (work came back before the drain ended), StopUnit (its workers hold nothing).
 
-Fast up: a tick that finds tasks the connected workers and the units on their way cannot hold asks for units at once,
+Demand, in slots (demand()): one per task of unknown run time; for the tasks of known run time, the slots that would
+end them within TARGET_SECONDS, at most one per task (10,000 tasks of 1 ms want one slot, not max_units).
+Fast up: a tick that finds demand the connected workers and the units on their way cannot hold asks for units at once,
 from the managers whose workers offer what those tasks require, the lowest tier first, never past a manager's
 `max_units`, and counting units requested but not connected yet (a slow queue is not asked twice). Careful down: a unit
 retires only once all its workers have held nothing for the manager's `idle_seconds`, no waiting task could use them,
@@ -26,12 +29,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import NamedTuple, Union
 
 # After a unit was given up (never connected), its manager is asked again after this long, doubled each time, at most
 # BACKOFF_MAX_SECONDS.
 BACKOFF_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
+# Tasks whose run time is known ask for the slots that would finish them in about this long, not a slot each: 10,000
+# tasks of 1 ms are 10 s of work, one slot's. A new unit helps only with work that outlasts its start (a local process:
+# a second; a Slurm job: often longer than this), and the units a tick asks for stay at least idle_seconds: sizing
+# below this would start units that come when the work is done, or nearly.
+TARGET_SECONDS = 10.0
 CONVENTION_PREFIX = "payload="  # capabilities every worker of a convention offers (payload=python): not special
 
 
@@ -102,6 +111,9 @@ class Tick(NamedTuple):
     now: float
     backlog: Mapping[frozenset[str], int]  # tasks queued or assigned, per required capability set
     held: Mapping[bytes, int]  # per connected worker, the tasks it holds (queued there or running)
+    # Per required capability set, how many of its backlog's tasks have a known expected run time, and those tasks'
+    # expected seconds added up (a need not here: none known). See demand().
+    work: Mapping[frozenset[str], tuple[int, float]] = MappingProxyType({})
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy).
@@ -301,7 +313,7 @@ class ScalingPolicy:
             elif state.idle_since is None:
                 state.idle_since = now
         self._give_up_late_units(now)
-        shortfall = self._shortfall(tick.backlog, tick.held)
+        shortfall = self._shortfall(demand(tick.backlog, tick.work), tick.held)
         self._scale_up(shortfall, now)
         self._finish_drains(tick.held)
         self._keep_minimum(now)
@@ -326,9 +338,10 @@ class ScalingPolicy:
         manager.next_try = now + min(BACKOFF_SECONDS * 2 ** (manager.failures - 1), BACKOFF_MAX_SECONDS)
 
     def _shortfall(self, backlog: Mapping[frozenset[str], int], held: Mapping[bytes, int]) -> dict[frozenset[str], int]:
-        """Per need, the tasks that neither the connected workers nor the units on their way can hold: each slot
-        counted once, the needs that require most served first (they have the fewest places to go). A draining
-        worker holds what it holds still (those tasks are in the backlog), nothing more."""
+        """Per need, the slots its demand wants (`backlog`, see demand()) that neither the connected workers nor the
+        units on their way have: each slot counted once, the needs that require most served first (they have the
+        fewest places to go). A draining worker holds what it holds still (those tasks are in the backlog), nothing
+        more."""
         free: list[tuple[frozenset[str], list[int]]] = []  # (capabilities, [slots left]) of workers and pending units
         for worker, state in self.workers.items():
             if state.retired:
@@ -472,6 +485,19 @@ class ScalingPolicy:
     def serves(self, need: frozenset[str]) -> bool:
         """Whether some manager could bring a worker offering `need` (else tasks requiring it can never run)."""
         return any(manager.serves(need) for manager in self.managers.values())
+
+
+def demand(
+    backlog: Mapping[frozenset[str], int], work: Mapping[frozenset[str], tuple[int, float]]
+) -> dict[frozenset[str], int]:
+    """Per need, the slots its tasks want: one per task of unknown run time; for the `known` tasks with `seconds` of
+    expected work, the slots that would end them within TARGET_SECONDS, at most one per task (and one at least)."""
+    out: dict[frozenset[str], int] = {}
+    for need, count in backlog.items():
+        known, seconds = work.get(need, (0, 0.0))
+        known = min(max(known, 0), count)
+        out[need] = count - known + (min(known, max(1, math.ceil(seconds / TARGET_SECONDS))) if known else 0)
+    return out
 
 
 def _share(shortfall: dict[frozenset[str], int], manager: Manager, room: int) -> None:
