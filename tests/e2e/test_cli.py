@@ -365,11 +365,12 @@ def test_a_cluster_stopped_while_its_workers_start_leaves_no_process(programs: l
         assert not orphans
 
 
-def test_scheduler_sigterm_tells_the_cluster_and_everything_exits(programs: list[Program]) -> None:
+def test_scheduler_sigterm_tells_a_cluster_told_to_exit_with_it_and_everything_exits(programs: list[Program]) -> None:
+    """(Without --exit-with-scheduler the workers stay for a scheduler that comes back: test_scheduler_restart.py.)"""
     address = free_address()
     scheduler = start(programs, cli("scaler_scheduler"), address)
     scheduler.wait_for_output("monitor address is")
-    cluster = start(programs, cli("scaler_cluster"), "-n", "2", address)
+    cluster = start(programs, cli("scaler_cluster"), "-n", "2", "--exit-with-scheduler", address)
     wait_for_agents(cluster, 2)
     # both must have a session: a worker whose hello is still in flight is not told, and waits for its
     # scheduler up to --death-timeout-seconds

@@ -336,6 +336,7 @@ _MANAGER_REPORT = {
     "reason": "reason",
 }
 _SCALE_UNITS = {"start": "start", "stop": "stop", "reason": "reason"}
+_SHUTDOWN = {"reason": "reason", "workers_stay": "workersStay"}
 
 
 def _enc_fields(fields: dict[str, str]) -> Callable[[Any, Any], list[Payload]]:
@@ -396,7 +397,7 @@ _ENCODERS: dict[str, Callable[[Any, Any], list[Payload]]] = {
     "tasksStarted": _enc_ids,
     "disconnect": _enc_reason,
     "shutdownRequest": _enc_reason,
-    "shutdown": _enc_reason,
+    "shutdown": _enc_fields(_SHUTDOWN),
     "error": _enc_error,
     "status": _enc_status,
     "taskOutput": _enc_output,
@@ -780,7 +781,7 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Payload]], Any]] = {
     "tasksStarted": _dec_ids(TasksStarted),
     "disconnect": _dec_reason(Disconnect),
     "shutdownRequest": _dec_reason(ShutdownRequest),
-    "shutdown": _dec_reason(Shutdown),
+    "shutdown": _dec_fields(Shutdown, _SHUTDOWN),
     "error": _dec_error,
     "status": _dec_status,
     "taskOutput": _dec_output,

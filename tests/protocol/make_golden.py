@@ -100,7 +100,7 @@ def golden_messages() -> dict[str, m.Message]:
         m.BalanceResponse([P | 13, P | 14]),
         m.Disconnect("the client disconnected"),
         m.ShutdownRequest("client.shutdown()"),
-        m.Shutdown("shutdown requested by client c-1"),
+        m.Shutdown("the scheduler received SIGTERM", workers_stay=True),  # to a worker: wait for it to come back
         m.Error(m.ErrorCode.BAD_REQUEST, "1 task ids are not this session's, are 0 or are already in use", [U64_MAX]),
         m.Status(
             scheduler_name="scheduler@tcp://127.0.0.1:8516",

@@ -127,7 +127,11 @@ EXAMPLES: dict[type, list[Any]] = {
     m.ScaleUnits: [m.ScaleUnits(), m.ScaleUnits(["a-1", UNICODE], ["a-0"], UNICODE), m.ScaleUnits([], ["x"] * 1000)],
     m.Disconnect: [m.Disconnect(), m.Disconnect("bye"), m.Disconnect(UNICODE)],
     m.ShutdownRequest: [m.ShutdownRequest(), m.ShutdownRequest("client.shutdown()"), m.ShutdownRequest(UNICODE)],
-    m.Shutdown: [m.Shutdown(), m.Shutdown("the scheduler received SIGTERM"), m.Shutdown(UNICODE)],
+    m.Shutdown: [
+        m.Shutdown(),
+        m.Shutdown("the scheduler received SIGTERM", workers_stay=True),
+        m.Shutdown(UNICODE),
+    ],
     m.Error: [
         m.Error(m.ErrorCode.MALFORMED, "bad header"),
         m.Error(m.ErrorCode.NOT_CONNECTED, "no session: send hello first", []),

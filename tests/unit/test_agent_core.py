@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -343,6 +344,41 @@ def test_shutdown_from_the_scheduler_stops_cleanly() -> None:
     reason = "the scheduler is shutting down (bye)"
     assert a.sched(Shutdown("bye")) == [Log(logging.INFO, f"stopping: {reason}"), KillProcessor(0), Stop(reason, 0)]
     assert a.core.stopped and a.core.processors == {}
+
+
+def test_a_scheduler_that_stops_alone_is_waited_for_its_worker_says_hello_until_one_answers() -> None:
+    a = with_tasks(3)  # t(1) runs in processor 0
+    commands = a.sched(Shutdown("the scheduler received SIGTERM", workers_stay=True))
+    stays = (
+        "the scheduler is stopping (the scheduler received SIGTERM): this worker stays and says hello until a "
+        "scheduler answers at its address, for at most 300s (scaler_cluster --death-timeout-seconds; "
+        "--exit-with-scheduler to stop with it)"
+    )
+    assert commands[0] == Log(logging.WARNING, stays)
+    assert KillProcessor(0) in commands and commands[-1] == ToScheduler(HELLO)  # its work ran for the old session
+    assert not any(isinstance(c, Stop) for c in commands) and not a.core.stopped
+    assert a.core.tasks == {} and not a.core.connected
+    a.now = 5.0
+    assert a.sched(Welcome(9, "sched")) == [Log(logging.INFO, "connected to scheduler sched, offering payload=python")]
+    assert a.core.connected  # a new session with the scheduler that came back
+    a.now = 400.0
+    assert a.sched(Shutdown("again", workers_stay=True))[-1] == ToScheduler(HELLO)
+    commands = a(Tick(700.5))  # nobody answered for longer than its death timeout: it gives up
+    assert commands[-1] == Stop("the scheduler has been silent for 300s", 1), commands
+
+
+def test_a_worker_told_to_exit_with_the_scheduler_stops_when_it_stops() -> None:
+    a = connected(dataclasses.replace(CONFIG, exit_with_scheduler=True))
+    reason = "the scheduler is shutting down (SIGTERM)"
+    assert a.sched(Shutdown("SIGTERM", workers_stay=True))[-1] == Stop(reason, 0)
+    assert a.core.stopped
+
+
+def test_a_shutdown_that_reaches_a_worker_still_greeting_leaves_it_greeting() -> None:
+    a = Agent()
+    a(Started(0.0))
+    assert a.sched(Shutdown("SIGTERM", workers_stay=True)) == []
+    assert not a.core.stopped
 
 
 def test_refused_hello_stops_with_an_error_code() -> None:

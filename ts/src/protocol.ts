@@ -315,7 +315,7 @@ export type IdListKind =
   | "balanceResponse"
   | "tasksStarted"
   | "explainTasks";
-export type ReasonKind = "disconnect" | "shutdownRequest" | "shutdown";
+export type ReasonKind = "disconnect" | "shutdownRequest";
 
 export type Msg =
   | ({ type: "hello" } & HelloFields)
@@ -336,6 +336,7 @@ export type Msg =
   | { type: IdListKind; ids: bigint[] }
   | { type: "putObjects"; objects: StoredObject[] }
   | { type: ReasonKind; reason: string }
+  | { type: "shutdown"; reason: string; workersStay?: boolean }
   | { type: "error"; code: ErrorCodeName; message: string; ids: bigint[] }
   | { type: "taskOutput"; taskIds: bigint[]; streams: number[]; texts: string[] }
   | ({ type: "managerReport" } & ManagerReportFields)
@@ -517,9 +518,12 @@ export function encode(msg: Msg): Uint8Array[] {
     case "shutdownRequest":
       root._initShutdownRequest().reason = msg.reason;
       break;
-    case "shutdown":
-      root._initShutdown().reason = msg.reason;
+    case "shutdown": {
+      const shutdown = root._initShutdown();
+      shutdown.reason = msg.reason;
+      shutdown.workersStay = msg.workersStay ?? false;
       break;
+    }
     case "taskOutput": {
       const output = root._initTaskOutput();
       setData((l) => output._initTaskIds(l), u64Column(msg.taskIds));
@@ -796,7 +800,7 @@ export function decode(allFrames: readonly Uint8Array[]): Msg {
         return { type: "shutdownRequest", reason: root.shutdownRequest.reason };
       case S.Message.SHUTDOWN:
         noFrames(frames, "shutdown");
-        return { type: "shutdown", reason: root.shutdown.reason };
+        return { type: "shutdown", reason: root.shutdown.reason, workersStay: root.shutdown.workersStay };
       case S.Message.ERROR: {
         noFrames(frames, "error");
         const e = root.error;

@@ -317,6 +317,7 @@ _MANAGER_REPORT = {
     "reason": "reason",
 }
 _SCALE_UNITS = {"start": "start", "stop": "stop", "reason": "reason"}
+_SHUTDOWN = {"reason": "reason", "workers_stay": "workersStay"}
 _WELCOME = {
     "protocol_version": "protocolVersion",
     "id_prefix": "idPrefix",
@@ -492,7 +493,7 @@ _ENCODERS: dict[str, Callable[[Builder, int, str, Any], list[Payload]]] = {
     "tasksStarted": _enc_ids,
     "disconnect": _fields_of({"reason": "reason"}),
     "shutdownRequest": _fields_of({"reason": "reason"}),
-    "shutdown": _fields_of({"reason": "reason"}),
+    "shutdown": _fields_of(_SHUTDOWN),
     "error": _enc_error,
     "status": _enc_status,
     "taskOutput": _enc_output,
@@ -903,7 +904,7 @@ _DECODERS: dict[str, Callable[[Reader, View, str, Sequence[Payload]], Any]] = {
     "tasksStarted": _dec_ids(TasksStarted),
     "disconnect": _dec_reason(Disconnect),
     "shutdownRequest": _dec_reason(ShutdownRequest),
-    "shutdown": _dec_reason(Shutdown),
+    "shutdown": _dec_fields(Shutdown, _SHUTDOWN),
     "error": _dec_error,
     "status": _dec_status,
     "taskOutput": _dec_output,

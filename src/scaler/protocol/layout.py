@@ -176,7 +176,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
         ),
     ),
     "ScaleUnits": (0, 3, (("start", "list:text", 0), ("stop", "list:text", 1), ("reason", "text", 2))),
-    "Shutdown": (0, 1, (("reason", "text", 0),)),
+    "Shutdown": (1, 1, (("reason", "text", 0), ("workersStay", "bool", 0))),
     "ShutdownRequest": (0, 1, (("reason", "text", 0),)),
     "Status": (
         10,

@@ -334,8 +334,12 @@ class ShutdownRequest(ReasonMessage):
     __slots__ = ()
 
 
+@slotted
 class Shutdown(ReasonMessage):
-    __slots__ = ()
+    """Scheduler -> client or worker: the scheduler is stopping. workers_stay: only the scheduler stops (a signal), and
+    workers keep running, saying hello until a scheduler answers; False: the whole cluster ends (shutdownRequest)."""
+
+    workers_stay: bool = False
 
 
 @slotted

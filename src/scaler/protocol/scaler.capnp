@@ -208,6 +208,9 @@ struct ShutdownRequest {
 
 struct Shutdown {
   reason @0 :Text;
+  workersStay @1 :Bool;         # to workers: true when only the scheduler stops (a signal): keep running and say hello
+                                # until a scheduler answers at the same address (a restart); false when the cluster
+                                # ends (a client's shutdownRequest; a scheduler older than this field): stop
 }
 
 enum ErrorCode {

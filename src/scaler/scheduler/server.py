@@ -203,7 +203,7 @@ class SchedulerServer:
         if self.router is None:  # not serving yet: nobody to tell
             self.driver.stop(f"received {signal.Signals(sig).name} while starting")
             return
-        self.core.stop(f"the scheduler received {signal.Signals(sig).name}")
+        self.core.stop(f"the scheduler received {signal.Signals(sig).name}", workers_stay=True)
         self._execute(self._flush())
 
     def _on_readable(self) -> None:

@@ -17,7 +17,7 @@ from scaler.core.worker.agent import AgentConfig
 from scaler.io.addresses import hostname
 from scaler.io.sizes import parse_size
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
-from scaler.settings.model import Rule, any_text, number, setting, text, whole
+from scaler.settings.model import Rule, any_text, flag, number, setting, text, whole
 
 _AGENT = AgentConfig()
 
@@ -71,8 +71,15 @@ class ClusterSettings(ProcessSettings):
     death_timeout_seconds: float = setting(
         _AGENT.scheduler_timeout_seconds,
         flags=("--death-timeout-seconds", "-dt"),
-        help="a worker exits when the scheduler has been silent this long",
+        help="a worker exits when no scheduler has answered for this long; meanwhile it says hello until one does "
+        "(a scheduler that restarts at the address gets its workers back)",
         rule=number(above=0),
+    )
+    exit_with_scheduler: bool = setting(
+        _AGENT.exit_with_scheduler,
+        help="stop the workers when the scheduler stops cleanly (a signal); off by default: they wait for a scheduler "
+        "to come back at the address (up to --death-timeout-seconds). A client's shutdown() stops them either way",
+        rule=flag(),
     )
     max_processors_per_worker: int = setting(
         _AGENT.max_processors,
@@ -122,4 +129,5 @@ class ClusterSettings(ProcessSettings):
             memory_limit_bytes=self.memory_limit_bytes,
             capabilities=self.capabilities,
             unit=self.unit,
+            exit_with_scheduler=self.exit_with_scheduler,
         )

@@ -238,9 +238,11 @@ test("every golden message decodes to its manifest's fields", () => {
         assert.deepEqual([msg.reason, msg.keyProblem], [f.reason, f.keyProblem]);
         break;
       case "disconnect":
-      case "shutdown":
       case "shutdownRequest":
         assert.equal(msg.reason, f.reason);
+        break;
+      case "shutdown":
+        assert.deepEqual([msg.reason, msg.workersStay], [f.reason, f.workersStay]);
         break;
       case "taskOutput":
         assert.deepEqual([msg.taskIds, msg.streams, msg.texts], [big(f.taskIds), u8s(f.streams), f.texts]);

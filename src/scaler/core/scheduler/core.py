@@ -336,10 +336,14 @@ class SchedulerCore:
         for line in self._limiter.summary(now, partial(notices.label, self)):
             self._out.append(Log.warning(line))
 
-    def stop(self, reason: str) -> None:
-        """Tell every peer the scheduler stops, then emit Stop. Later events are ignored."""
+    def stop(self, reason: str, workers_stay: bool = False) -> None:
+        """Tell every peer the scheduler stops, then emit Stop. Later events are ignored. workers_stay: only the
+        scheduler stops (a signal), and its workers keep running and say hello until a scheduler answers again;
+        else (a client's shutdown request) the cluster ends with it."""
         self._flush_outboxes()
-        for peer in [*self.workers, *self.clients]:
+        for peer in self.workers:
+            self._send(peer, Shutdown(reason, workers_stay))
+        for peer in self.clients:
             self._send(peer, Shutdown(reason))
         self._out.append(Stop(reason))
         self._stopped = True

@@ -76,6 +76,9 @@ class AgentConfig:
     capabilities: tuple[str, ...] = ()
     # The unit a worker manager started it in (scaler_cluster --unit), said in its hello; "" when started by hand.
     unit: str = ""
+    # Stop when the scheduler stops cleanly (scaler_cluster --exit-with-scheduler), instead of waiting for it to come
+    # back (saying hello until one answers, at most scheduler_timeout_seconds). A client's shutdown always stops it.
+    exit_with_scheduler: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", worker_capabilities(self.capabilities)[1:])  # checked, no repeats
@@ -350,7 +353,7 @@ class AgentCore:
         elif isinstance(message, Welcome):
             self._on_welcome(message)
         elif isinstance(message, Shutdown):  # it is going: nothing more for it (the shell does not wait to send)
-            self._stop(f"the scheduler is shutting down ({message.reason})", step=SessionStep.BYE)
+            self._on_shutdown(now, message)
         elif isinstance(message, Refused):
             self._stop(f"the scheduler refused this worker: {message.reason}", exit_code=1)
         elif isinstance(message, Error):
@@ -397,6 +400,22 @@ class AgentCore:
         self.session = after
         self.connected = after in IN_SESSION
         self.stopped = after in ENDED
+
+    def _on_shutdown(self, now: float, message: Shutdown) -> None:
+        """The scheduler stops. Only it (a signal: workers_stay): wait for it to come back, saying hello until one
+        answers, at most scheduler_timeout_seconds; the cluster (a client's shutdown request), or told to: stop."""
+        if not message.workers_stay or self.config.exit_with_scheduler:
+            self._stop(f"the scheduler is shutting down ({message.reason})", step=SessionStep.BYE)
+            return
+        if not self.connected:  # no session to lose: its hello is on its way already
+            return
+        timeout = self.config.scheduler_timeout_seconds
+        self._lose_session(
+            now,
+            f"the scheduler is stopping ({message.reason}): this worker stays and says hello until a scheduler "
+            f"answers at its address, for at most {timeout:g}s (scaler_cluster --death-timeout-seconds; "
+            "--exit-with-scheduler to stop with it)",
+        )
 
     def _lose_session(self, now: float, why: str) -> None:
         """The session is surely gone: say why, drop what it held, and say hello for a new one."""
