@@ -228,11 +228,11 @@ def test_a_killed_worker_is_restarted_with_a_growing_back_off_and_serves(
 def test_a_worker_the_scheduler_stopped_is_not_restarted(
     clusters: list[CliCluster], scheduler: SchedulerClusterCombo, tmp_path: Path
 ) -> None:
-    cluster = CliCluster(tmp_path, scheduler.address, "-n", "2")
+    cluster = CliCluster(tmp_path, scheduler.address, "-n", "2", "--exit-with-scheduler")
     clusters.append(cluster)
     serving_agents(cluster.pid, 2)
     wait_until(lambda: cluster.output.count("connected to scheduler") == 2, timeout=TIMEOUT, what="2 sessions")
-    scheduler.shutdown()  # tells its workers to shut down: they exit 0
+    scheduler.shutdown()  # tells its workers it stops; told to stop with it, they exit 0 (else they would wait)
     assert cluster.process.wait(TIMEOUT) == 0, cluster.output
     assert cluster.output.count("ended (exit code 0)") == 2, cluster.output
     assert "restart" not in cluster.output, cluster.output

@@ -1,0 +1,273 @@
+"""The scheduler's journal file (issue 28; ADR 0023): an append-only file of records, written in groups, read back
+at start, compacted by writing a new file and renaming it over the old one.
+
+File layout (little-endian):
+    header   MAGIC (8 bytes) | format version (u32) | identity length (u32) | identity (UTF-8: the scheduler's
+             address) | CRC32 of all of the above (u32)
+    record   body length (u32) | CRC32 of kind and body (u32) | kind (u8) | body
+
+Each group (one flush of the scheduler) ends with a COMMIT record, whose body is its own offset in the file (u64).
+Reading applies only whole groups: records after the last COMMIT are the torn tail of a write a crash interrupted, and
+are cut off (the file is truncated there before anything is appended). A record that does not check out and is
+followed by a COMMIT that does (at the offset it names) is corruption, not a tail: an error, as are a file of another
+format version or of another scheduler. A second scheduler given the same file is refused (an exclusive lock on it).
+
+Shell code: files and bytes, no decisions about tasks. Python 3.9 (the scheduler runs on PyPy).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Union
+
+MAGIC = b"SCALERJ\x00"
+FORMAT_VERSION = 1
+_HEAD = struct.Struct("<8sII")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_RECORD = struct.Struct("<IIB")  # body length, CRC32 (of kind + body), kind
+MAX_RECORD = 1 << 31  # a length past this is not a record (a torn or corrupt length)
+
+# Record kinds. COMMIT ends a group; the others are ADR 0023's.
+COMMIT = 0
+SESSION = 1
+MESSAGE = 2
+ENDED = 3
+RESULT = 4
+CLOSED = 5
+KINDS = frozenset({COMMIT, SESSION, MESSAGE, ENDED, RESULT, CLOSED})
+
+Bytes = Union[bytes, bytearray, memoryview]  # noqa: UP007 (runs on Python 3.9)
+
+
+class JournalError(Exception):
+    """The journal cannot be used: says why and what to do."""
+
+
+class Record(NamedTuple):
+    kind: int
+    body: bytes
+    offset: int  # where the record starts in the file
+
+
+def header_bytes(identity: str) -> bytes:
+    raw = identity.encode()
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw
+    return head + _U32.pack(zlib.crc32(head))
+
+
+def record_bytes(kind: int, *parts: Bytes) -> list[Bytes]:
+    """The pieces of one record (for writev): its head, then the body's parts as they are (not copied)."""
+    length = sum(len(p) for p in parts)
+    crc = zlib.crc32(bytes((kind,)))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [_RECORD.pack(length, crc, kind), *parts]
+
+
+def read_records(data: memoryview, identity: str, path: str) -> tuple[list[Record], int]:
+    """The whole groups in `data` (a journal file's bytes) and where the last one ends (the file is cut there)."""
+    end = _check_header(data, identity, path)
+    records: list[Record] = []
+    group: list[Record] = []
+    at = committed = end
+    size = len(data)
+    while at + _RECORD.size <= size:
+        length, crc, kind = _RECORD.unpack_from(data, at)
+        stop = at + _RECORD.size + length
+        if length >= MAX_RECORD or stop > size or kind not in KINDS:
+            break
+        body = data[at + _RECORD.size : stop]
+        if zlib.crc32(body, zlib.crc32(bytes((kind,)))) != crc:
+            break
+        if kind == COMMIT:
+            if length != _U64.size or _U64.unpack_from(body)[0] != at:
+                break
+            records.extend(group)
+            group = []
+            committed = stop
+        else:
+            group.append(Record(kind, bytes(body), at))
+        at = stop
+    if at < size and _a_commit_after(data, at + 1):
+        raise JournalError(
+            f"the journal {path} is damaged at byte {at:,} (a record that does not check out, with whole records "
+            "after it): it was changed by something other than this scheduler, or its disk failed. Move it aside "
+            "to start without it (the work it held is lost), or restore it from a copy"
+        )
+    return records, committed
+
+
+def _check_header(data: memoryview, identity: str, path: str) -> int:
+    if len(data) < _HEAD.size + _U32.size or bytes(data[:8]) != MAGIC:
+        raise JournalError(f"{path} is not a Scaler journal (it does not start with one's header)")
+    _, version, length = _HEAD.unpack_from(data, 0)
+    end = _HEAD.size + length
+    if end + _U32.size > len(data) or _U32.unpack_from(data, end)[0] != zlib.crc32(data[:end]):
+        raise JournalError(f"the journal {path} has a damaged header")
+    if version != FORMAT_VERSION:
+        raise JournalError(
+            f"the journal {path} is of format version {version}; this scheduler reads version {FORMAT_VERSION}. "
+            "Start the version of Scaler that wrote it to finish its work, or move the journal aside"
+        )
+    written_by = bytes(data[_HEAD.size : end]).decode(errors="replace")
+    if written_by != identity:
+        raise JournalError(
+            f"the journal {path} belongs to the scheduler at {written_by}, not {identity}: give each scheduler its own "
+            "journal (or start this one at the address the journal names)"
+        )
+    return int(end + _U32.size)
+
+
+def _a_commit_after(data: memoryview, start: int) -> bool:
+    """Whether a whole, checked COMMIT record lies anywhere past `start` (then a bad record before it is no torn
+    tail): a record head of length 8 and kind COMMIT whose body is its own offset, with the right CRC32. (Bytes of a
+    payload that look like one would have to name the offset they are written at.)"""
+    raw = bytes(data)
+    length = _U32.pack(_U64.size)
+    at = raw.find(length, start)
+    while at >= 0:
+        stop = at + _RECORD.size + _U64.size
+        if stop <= len(raw) and raw[at + 8] == COMMIT and _U64.unpack_from(raw, at + _RECORD.size)[0] == at:
+            body = raw[at + _RECORD.size : stop]
+            if zlib.crc32(body, zlib.crc32(bytes((COMMIT,)))) == _U32.unpack_from(raw, at + 4)[0]:
+                return True
+        at = raw.find(length, at + 1)
+    return False
+
+
+class Journal:
+    """One scheduler's journal, open for appending: append() records, commit() writes them as one group."""
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.size = size  # bytes in the file
+        self._pending: list[Bytes] = []
+        self.live_bytes = 0  # set by whoever compacts: the size of the last compacted file
+        self.cut = 0  # bytes of a torn tail cut off when it was opened (the shell says so)
+
+    @classmethod
+    def open(cls, path: str, identity: str) -> tuple[Journal, list[Record]]:
+        """Open (or create) the journal at `path` for the scheduler `identity`; its records, whole groups only."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise JournalError(f"cannot open the journal {path}: {exc.strerror}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise JournalError(f"the journal {path} is in use by another scheduler") from exc
+                raise
+            size = os.fstat(fd).st_size
+            if size == 0:
+                _write_all(fd, [header_bytes(identity)], path)
+                os.fsync(fd)
+                return cls(path, fd, len(header_bytes(identity))), []
+            with open(fd, "rb", closefd=False) as file:
+                records, end = read_records(memoryview(file.read()), identity, path)
+            if end < size:  # a torn tail: cut it off before appending after it
+                os.ftruncate(fd, end)
+            os.lseek(fd, end, os.SEEK_SET)
+            journal = cls(path, fd, end)
+            journal.cut = size - end
+            return journal, records
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def append(self, kind: int, *parts: Bytes) -> None:
+        self._pending.extend(record_bytes(kind, *parts))
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def commit(self, sync: bool = False) -> int:
+        """Write what was appended since the last commit as one group (one writev); fdatasync too if `sync`. The
+        bytes written. Raises JournalError (the disk is full, say): the group is then not in the journal."""
+        if not self._pending:
+            return 0
+        pieces, self._pending = self._pending, []
+        pieces.extend(record_bytes(COMMIT, _U64.pack(self.size + sum(len(p) for p in pieces))))
+        written = _write_all(self._fd, pieces, self.path)
+        self.size += written
+        if sync:
+            os.fdatasync(self._fd)
+        return written
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def compact(self, identity: str, groups: Iterator[Sequence[tuple[int, Sequence[Bytes]]]]) -> None:
+        """Replace the file with one holding only `groups` (the live state): written beside it, synced, renamed over
+        it, and its folder synced. A crash at any point leaves the old file or the new one, whole."""
+        temporary = f"{self.path}.new"
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            size = _write_all(fd, [header_bytes(identity)], temporary)
+            for group in groups:
+                pieces: list[Bytes] = []
+                for kind, parts in group:
+                    pieces.extend(record_bytes(kind, *parts))
+                pieces.extend(record_bytes(COMMIT, _U64.pack(size + sum(len(p) for p in pieces))))
+                size += _write_all(fd, pieces, temporary)
+            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temporary)
+            raise
+        os.rename(temporary, self.path)
+        _sync_folder(self.path)
+        os.close(self._fd)
+        self._fd = fd
+        os.lseek(fd, size, os.SEEK_SET)
+        self.size = self.live_bytes = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _write_all(fd: int, pieces: Sequence[Bytes], path: str) -> int:
+    """writev every piece (again for what a short write left); JournalError on a full disk or another failure."""
+    total = sum(len(p) for p in pieces)
+    done = 0
+    views = [memoryview(p).cast("B") for p in pieces if len(p)]
+    try:
+        while views:
+            written = os.writev(fd, views[:1024])
+            done += written
+            while views and written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            if written:
+                views[0] = views[0][written:]
+    except OSError as exc:
+        if done:  # a partial group is a torn tail: cut it, so that the next group follows whole ones
+            try:
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - done)
+                os.lseek(fd, -done, os.SEEK_CUR)
+            except OSError:
+                pass
+        what = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror
+        raise JournalError(f"cannot write the journal {path}: {what}") from exc
+    assert done == total
+    return done
+
+
+def _sync_folder(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
