@@ -153,6 +153,7 @@ def _enc_welcome(b: Any, m: Welcome) -> list[Payload]:
     b.peerTimeoutMs = m.peer_timeout_ms
     b.maxPayloadBytes = m.max_payload_bytes
     _set_workers(b, m)
+    b.journaled = m.journaled
     return []
 
 
@@ -191,6 +192,7 @@ def _enc_echo(b: Any, m: HeartbeatEcho) -> list[Payload]:
     if m.resumed:
         b.resumed = True
         b.sent = m.sent
+    b.recovered = m.recovered
     _set_workers(b, m)
     return []
 
@@ -475,6 +477,7 @@ def _dec_welcome(b: Any, p: Sequence[Payload]) -> Welcome:
         workers=b.workers,
         worker_capacity=b.workerCapacity,
         workers_stated=b.workersStated,
+        journaled=b.journaled,
     )
 
 
@@ -510,6 +513,7 @@ def _dec_echo(b: Any, p: Sequence[Payload]) -> HeartbeatEcho:
         workers=b.workers,
         worker_capacity=b.workerCapacity,
         workers_stated=b.workersStated,
+        recovered=b.recovered,
     )
 
 

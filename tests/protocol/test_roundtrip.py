@@ -45,6 +45,7 @@ EXAMPLES: dict[type, list[Any]] = {
         m.Welcome(7, "s", True, 0, protocol_version=2),
         m.Welcome(8, "s", workers=3, worker_capacity=U64_MAX, workers_stated=True),
         m.Welcome(9, "s", workers=U32_MAX, worker_capacity=5),  # not stated: the numbers travel as they are
+        m.Welcome(10, "s", journaled=True),
     ],
     m.Refused: [m.Refused("protocol version 9 is not supported"), m.Refused(UNICODE, U32_MAX), m.Refused("")],
     m.Heartbeat: [
@@ -56,6 +57,7 @@ EXAMPLES: dict[type, list[Any]] = {
         m.HeartbeatEcho(),
         m.HeartbeatEcho(U64_MAX),
         m.HeartbeatEcho(workers=0, worker_capacity=0, workers_stated=True),  # stated: no worker may take tasks
+        m.HeartbeatEcho(resumed=True, sent=3, recovered=True),
         m.HeartbeatEcho(resumed=True, sent=4, workers=U32_MAX, worker_capacity=U64_MAX, workers_stated=True),
     ],
     m.SubmitTasks: [
@@ -400,7 +402,7 @@ def put_objects(draw: Any) -> m.PutObjects:
 
 heartbeats = st.builds(m.Heartbeat, f32, u64, u64, u32, u32, f32, u64, u32, u32)
 hellos = st.builds(m.Hello, st.sampled_from(m.PeerKind), text, text, u32, u32, u32, u32)
-welcomes = st.builds(m.Welcome, u32, text, st.booleans(), u32, u32, u64, u32, u64, st.booleans())
+welcomes = st.builds(m.Welcome, u32, text, st.booleans(), u32, u32, u64, u32, u64, st.booleans(), st.booleans())
 errors = st.builds(m.Error, st.sampled_from(m.ErrorCode), text, st.lists(u64, max_size=5))
 id_messages = st.builds(
     lambda cls, ids: cls(ids),

@@ -328,6 +328,7 @@ _WELCOME = {
     "workers": "workers",
     "worker_capacity": "workerCapacity",
     "workers_stated": "workersStated",
+    "journaled": "journaled",
 }
 _REFUSED = {"reason": "reason", "scheduler_protocol_version": "schedulerProtocolVersion", "key_problem": "keyProblem"}
 _HEARTBEAT = {
@@ -351,6 +352,7 @@ _ECHO = {
     "workers": "workers",
     "worker_capacity": "workerCapacity",
     "workers_stated": "workersStated",
+    "recovered": "recovered",
 }
 _STATUS_HEAD = {
     "scheduler_name": "schedulerName",

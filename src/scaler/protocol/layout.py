@@ -96,6 +96,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("workers", "u32", 3),
             ("workerCapacity", "u64", 3),
             ("workersStated", "bool", 65),
+            ("recovered", "bool", 66),
         ),
     ),
     "Hello": (
@@ -272,6 +273,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("workers", "u32", 6),
             ("workerCapacity", "u64", 4),
             ("workersStated", "bool", 65),
+            ("journaled", "bool", 66),
         ),
     ),
     "WorkerStatus": (

@@ -129,6 +129,7 @@ class Welcome:
     workers: int = 0
     worker_capacity: int = 0
     workers_stated: bool = False  # False: the two above say nothing (to workers and monitors; older schedulers)
+    journaled: bool = False  # to clients: the scheduler keeps a journal and resumes this session after a restart
 
 
 @slotted
@@ -163,6 +164,7 @@ class HeartbeatEcho:
     workers: int = 0
     worker_capacity: int = 0
     workers_stated: bool = False
+    recovered: bool = False  # with resumed: the scheduler restarted from its journal; send unfinished work again
 
 
 @slotted

@@ -97,6 +97,9 @@ struct Welcome {
   workers @6 :UInt32;
   workerCapacity @7 :UInt64;
   workersStated @8 :Bool;
+  journaled @9 :Bool;           # to clients: this scheduler keeps a journal (scaler_scheduler --journal) and comes
+                                # back with this session after a restart: keep what you would send again (docs/protocol.md
+                                # section 5, "A scheduler that restarts")
 }
 
 struct Refused {
@@ -135,6 +138,9 @@ struct HeartbeatEcho {
   workers @3 :UInt32;
   workerCapacity @4 :UInt64;
   workersStated @5 :Bool;
+  recovered @6 :Bool;           # with resumed: the scheduler restarted from its journal since this session's last
+                                # message; it may have lost what came last: send again every unfinished task and every
+                                # object not freed (ids it holds are ignored), and do not compare `sent`
 }
 
 struct TaskBatch {

@@ -37,3 +37,6 @@ class SchedulerConfig:
     # While workers are connected but none offers every capability a queued task requires, the task waits this long
     # for one to join, then fails ("missing capabilities: ..."). With no worker connected at all, tasks just wait.
     capability_grace_seconds: float = 0.0
+    # The shell keeps a journal (scaler_scheduler --journal): clients are told so in their welcome (they keep what they
+    # would send again), and their sessions opening and ending go to SchedulerCore.journal (ADR 0023).
+    journaled: bool = False

@@ -26,6 +26,7 @@ from scaler.core.scheduler.events import (
     Command,
     Event,
     Forbidden,
+    JournalSession,
     Log,
     Malformed,
     PeerKey,
@@ -138,6 +139,9 @@ class SchedulerCore:
         self.prefixes = Prefixes()  # the sessions' id prefixes: fresh, or free again
         self._limiter = LogLimiter()  # repeated warnings per peer: a few per window, then a summary
         self._out: list[Command] = []
+        # With a journal (config.journaled): client sessions opened and ended since the shell last took them; the shell
+        # writes them before it sends the flush's messages (ADR 0023).
+        self.journal: list[JournalSession] = []
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
         self._dirty_workers: dict[WorkerSession, None] = {}
         self._dirty_clients: dict[ClientSession, None] = {}
@@ -336,6 +340,16 @@ class SchedulerCore:
         for line in self._limiter.summary(now, partial(notices.label, self)):
             self._out.append(Log.warning(line))
 
+    def restore_client(self, identity: bytes, name: str, prefix: int, key: bytes | None = None) -> ClientSession:
+        """A client session the journal holds, before anything is served (the shell's recovery, ADR 0023): the client
+        resumes it when it comes back (a resumed heartbeat from `identity`); meanwhile what is for it waits, and it is
+        let go after client_timeout_seconds like any silent client."""
+        self.prefixes.claim(prefix)
+        client = self.clients[identity] = ClientSession(identity, name, prefix, self.now, key)
+        client.recovered = client.awaiting = True
+        self.oldest_seen = (self.oldest_seen[0], min(self.oldest_seen[1], self.now))
+        return client
+
     def stop(self, reason: str, workers_stay: bool = False) -> None:
         """Tell every peer the scheduler stops, then emit Stop. Later events are ignored. workers_stay: only the
         scheduler stops (a signal), and its workers keep running and say hello until a scheduler answers again;
@@ -380,7 +394,9 @@ class SchedulerCore:
                 or task_id in tasks
                 or task_id in objects
             ):
-                bad_ids.append(task_id)
+                if not (client.recovered and task_id >> ID_PREFIX_SHIFT == prefix and task_id & ID_COUNTER_MASK):
+                    bad_ids.append(task_id)
+                # (else sent again after the scheduler's restart, and held already: ignored)
                 refused.append(function_id)
                 continue
             function_id = shared_ids.setdefault(function_id, function_id)  # one int object per function
@@ -857,8 +873,8 @@ class SchedulerCore:
                 self._send(worker.identity, FreeObjects(worker.free_outbox))
                 worker.free_outbox = []
         for client in clients:
-            if self.clients.get(client.identity) is not client:
-                continue  # gone meanwhile
+            if self.clients.get(client.identity) is not client or client.awaiting:
+                continue  # gone meanwhile, or not back after a restart yet (resumed: sent then)
             output = client.output.take()
             if output is not None:  # before the results: a task's output arrives before its result
                 self._send(client.identity, output)

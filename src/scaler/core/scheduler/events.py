@@ -93,4 +93,15 @@ class Send:
     message: Message
 
 
+@slotted(frozen=True)
+class JournalSession:
+    """(A scheduler with a journal.) A client session opened (`prefix` > 0: its name, prefix and key) or ended for
+    good (`prefix` 0). The shell writes it to the journal before it sends anything of the same flush (ADR 0023)."""
+
+    peer: bytes
+    name: str = ""
+    prefix: int = 0
+    key: bytes | None = None
+
+
 Command = Union[Send, Log, Stop]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scaler.core.scheduler import notices
-from scaler.core.scheduler.events import Log, PeerKey
+from scaler.core.scheduler.events import JournalSession, Log, PeerKey
 from scaler.core.scheduler.fleet_size import with_workers
 from scaler.core.scheduler.hello import PEER_KIND_NAMES, refusal
 from scaler.core.scheduler.sessions import ClientSession, WorkerSession
@@ -73,6 +73,8 @@ class SessionLifecycle:
             core.clients[peer] = ClientSession(peer, name, prefix, core.now, public)
             notices.info(core, "session", peer, f"{who} connected")
             timeout = core.config.client_timeout_seconds
+            if core.config.journaled:
+                core.journal.append(JournalSession(peer, name, prefix, public))
         else:
             caps = core.needs.offer(frozenset(hello.capabilities))
             worker = core.workers[peer] = WorkerSession(
@@ -92,6 +94,7 @@ class SessionLifecycle:
         welcome = Welcome(prefix, core.config.name, core.config.protected, int(timeout * 1000), max_payload_bytes=limit)
         if hello.kind == PeerKind.CLIENT:  # the workers that may take its tasks (fleet_size.py)
             welcome = with_workers(welcome, core.workers.values(), core.now)
+            welcome.journaled = core.config.journaled
         core._send(peer, welcome)
 
     def _refuse_hello(
@@ -130,6 +133,12 @@ class SessionLifecycle:
         lost, so the session must end at once (the caller ends it; the peer is told here) instead of leaving a
         future, or a task, waiting for ever on it."""
         core = self.core
+        if isinstance(session, ClientSession) and session.awaiting:  # back after the scheduler's restart
+            session.awaiting = False
+            core._send(session.identity, HeartbeatEcho(resumed=True, sent=session.messages_sent, recovered=True))
+            core._dirty_clients[session] = None  # what waited for it goes out now
+            notices.info(core, "session", session.identity, f"client {session.name} resumed its session")
+            return True
         if message.sent == session.messages_received:
             core._send(session.identity, HeartbeatEcho(resumed=True, sent=session.messages_sent))
             return True
@@ -240,6 +249,8 @@ class SessionLifecycle:
         core = self.core
         del core.clients[client.identity]
         client.gone = True
+        if core.config.journaled:
+            core.journal.append(JournalSession(client.identity))
         client.output.take()  # printed output nobody will read
         mine = [t for t in core.tasks.values() if t.client is client]
         for task in mine:

@@ -82,7 +82,10 @@ class ObjectStore:
                 or object_id in self.objects
                 or object_id in tasks
             ):
-                bad.append(object_id)
+                if not (
+                    client.recovered and object_id >> ID_PREFIX_SHIFT == client.prefix and object_id & ID_COUNTER_MASK
+                ):
+                    bad.append(object_id)  # (else sent again after the scheduler's restart, and held already)
                 continue
             name = message.names[k] if message.names else ""
             self.objects[object_id] = StoredObject(object_id, client, message.payloads[k], name, released=False)

@@ -38,6 +38,13 @@ class Prefixes:
         self.next += 1
         return prefix
 
+    def claim(self, prefix: int) -> None:
+        """`prefix` is a restored session's (the journal's): never handed out while it is. (Fresh prefixes below it
+        that no session holds are skipped, not reused.)"""
+        self.next = max(self.next, prefix + 1)
+        if prefix in self.free:
+            self.free.remove(prefix)
+
     def release(self, prefix: int) -> None:
         """Nothing remains of the session that had `prefix`: it may be reused."""
         self.free.append(prefix)

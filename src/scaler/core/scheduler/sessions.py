@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 class ClientSession:
     __slots__ = (
+        "awaiting",
         "completed",
         "gone",
         "identity",
@@ -26,6 +27,7 @@ class ClientSession:
         "outbox",
         "output",
         "prefix",
+        "recovered",
         "started_at",
         "task_count",
         "task_us",
@@ -51,9 +53,15 @@ class ClientSession:
         # made again after a reset, so a message lost in it ends the session (docs/protocol.md "Connection resets").
         self.messages_received = 0
         self.messages_sent = 0  # the welcome included
+        # Restored from the journal after a restart (SchedulerCore.restore_client): ids it sends again that the
+        # scheduler holds are ignored, not refused. `awaiting`: its client has not come back yet; what is for it
+        # (results, output) waits in its outboxes until it does.
+        self.recovered = False
+        self.awaiting = False
 
     def __repr__(self) -> str:
-        return f"<Client {self.name} prefix={self.prefix} tasks={self.task_count}>"
+        state = " awaiting its client" if self.awaiting else ""
+        return f"<Client {self.name} prefix={self.prefix} tasks={self.task_count}{state}>"
 
 
 class WorkerSession:
