@@ -18,7 +18,7 @@ from scaler.protocol.messages import (
     TaskResults,
     Welcome,
 )
-from tests.unit.scheduler_driver import Driver, of_type, ok, sends, submit, tid
+from tests.unit.scheduler_driver import Driver, of_type, ok, submit, tid
 
 C, W = b"C|host|1|secret", b"w1"
 P = 7  # the restored session's prefix
@@ -97,7 +97,7 @@ def test_a_journaled_scheduler_tells_clients_so_and_lists_sessions_opened_and_en
     d.core.journal.clear()  # (the shell takes them)
     d.worker(W)
     assert d.core.journal == []  # workers are not journaled: they come back by themselves
-    [(_, worker_welcome)] = [m for m in sends(d.worker(b"w2")) if isinstance(m[1], Welcome)]
+    [(_, worker_welcome)] = of_type(d.worker(b"w2"), Welcome)
     assert not worker_welcome.journaled
     d.gone(b"c1")
     assert d.core.journal == [JournalSession(b"c1")]
