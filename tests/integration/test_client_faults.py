@@ -1,6 +1,7 @@
 """What a client's futures do when things go wrong: the scheduler killed with -9 (over tcp and ipc, with and without
-keys), restarted on its address, a connection reset towards a scheduler that is still there, clear() and
-disconnect() with tasks pending; and the docs' example of a task that is safe to run twice.
+keys), restarted on its address (with a journal: played by the stand-in), a connection reset towards a scheduler
+that is still there, clear() and disconnect() with tasks pending; and the docs' example of a task that is safe to
+run twice.
 
 Real sockets throughout. The schedulers are real processes (SchedulerClusterCombo), except the stand-in scheduler
 of this module, a thread of the test process speaking the protocol, for what the real one cannot be made to do on
@@ -11,6 +12,7 @@ descendant of this test process (checked before each kill).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import re
 import shutil
@@ -34,9 +36,12 @@ from scaler.core.client.session import RECONNECT_GRACE_SECONDS
 from scaler.errors import ClientClosedError, ConnectionFailedError
 from scaler.protocol.messages import (
     CancelTasks,
+    Error,
+    ErrorCode,
     Heartbeat,
     HeartbeatEcho,
     Hello,
+    PutObjects,
     SubmitTasks,
     TaskResults,
     TaskStatus,
@@ -214,15 +219,22 @@ class StandIn:
     heartbeats, notes the tasks they submit and cancel, sends a result when told to, and can close its connections
     and listen again on its address a moment later, as the same scheduler (sessions kept): a connection reset. It
     counts messages as docs/protocol.md "Connection resets" says and answers a resumed heartbeat with its count plus
-    `lost` (a test sets it to play a scheduler whose messages were lost in the reset)."""
+    `lost` (a test sets it to play a scheduler whose messages were lost in the reset). `journaled`: it says in its
+    welcome that it keeps a journal, and restart() plays a scheduler restarted from its journal (it answers the resumed
+    heartbeat `recovered`, its counts started again) or, with `forgot`, one that lost the session (notConnected)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, journaled: bool = False) -> None:
         self.address = address
+        self.journaled = journaled
+        self.restarted = False  # until the next resumed heartbeat
+        self.forgot = False
         self.lost = 0
         self.sent = 0  # messages sent to the (one) client, echoes excluded
         self.received = 0  # messages from it, heartbeats excluded
         self.resumes: list[tuple[int, int]] = []  # (what a resumed heartbeat said it sent, what came)
         self.submitted: list[int] = []
+        self.put: list[int] = []  # object ids, as they came
+        self.arrivals: list[tuple[str, list[int]]] = []  # ("put" or "submit", ids), in the order they came
         self.cancelled: list[int] = []
         self.heartbeats: list[float] = []  # when each came (monotonic)
         self.peers: list[bytes] = []
@@ -260,16 +272,29 @@ class StandIn:
             self.received += 1
         if isinstance(message, Hello):
             self.peers.append(peer)
-            self._send(peer, Welcome(len(self.peers), "stand-in", protected=True, peer_timeout_ms=600_000))
+            welcome = Welcome(len(self.peers), "stand-in", protected=True, peer_timeout_ms=600_000)
+            welcome.journaled = self.journaled
+            self._send(peer, welcome)
         elif isinstance(message, Heartbeat):
             self.heartbeats.append(time.monotonic())
-            if message.resumed:
+            if message.resumed and self.restarted:
+                self.restarted = False
+                self.resumes.append((message.sent, self.received))
+                if self.forgot:
+                    self._send(peer, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
+                else:
+                    self._send(peer, HeartbeatEcho(resumed=True, sent=self.sent, recovered=True))
+            elif message.resumed:
                 self.resumes.append((message.sent, self.received))
                 self._send(peer, HeartbeatEcho(resumed=True, sent=self.sent + self.lost))
             else:
                 self._send(peer, HeartbeatEcho())
         elif isinstance(message, SubmitTasks):
             self.submitted.extend(message.task_ids)
+            self.arrivals.append(("submit", list(message.task_ids)))
+        elif isinstance(message, PutObjects):
+            self.put.extend(message.object_ids)
+            self.arrivals.append(("put", list(message.object_ids)))
         elif isinstance(message, CancelTasks):
             self.cancelled.extend(message.ids)
 
@@ -291,6 +316,19 @@ class StandIn:
             self._sock = self._listen()
 
         self._do(reset)
+
+    def restart(self, down_seconds: float) -> None:
+        """Die (every connection closed) and come back `down_seconds` later from a journal: the session is known,
+        the counts start again, and what came last may be lost (the client sends it again)."""
+
+        def restart() -> None:
+            self._sock.close(linger=0)
+            self.sent = self.received = 0
+            self.restarted = True
+            time.sleep(down_seconds)
+            self._sock = self._listen()
+
+        self._do(restart)
 
     def complete(self, task_id: int, value: object, peer: int = 0) -> None:
         payload = DEFAULT_SERIALIZER.serialize(value)
@@ -432,6 +470,80 @@ def test_a_connection_reset_to_a_live_scheduler_never_leaves_a_future_waiting(
     finally:
         client.disconnect()
         proxy.close()
+
+
+# ----------------------------------------------------------------------------------------------- a journaled scheduler
+@pytest.mark.timeout(60)
+def test_a_client_of_a_journaled_scheduler_waits_for_its_restart_and_sends_unfinished_work_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ADR 0023: the connection closes for longer than the 5 s reconnect grace; the session waits (the scheduler
+    keeps a journal), holding what is submitted meanwhile. The scheduler comes back restarted: the client sends again
+    the objects it has not freed, then its unfinished tasks, then what it held, and the futures get their results."""
+    stand_in = StandIn(free_address(), journaled=True)
+    client = Client(
+        stand_in.address, timeout_seconds=3, heartbeat_interval_seconds=1, scheduler_restart_grace_seconds=30
+    )
+    try:
+        with caplog.at_level(logging.INFO, logger="scaler.client.connection"):
+            done = client.submit(pow, 2, 3)
+            wait_until(lambda: done.task_id in stand_in.submitted, timeout=TIMEOUT, what="the first task")
+            stand_in.complete(done.task_id, 8)
+            assert done.result(timeout=TIMEOUT) == 8
+            future = client.submit(pow, 2, 5)
+            wait_until(lambda: future.task_id in stand_in.submitted, timeout=TIMEOUT, what="the task to reach it")
+            function_id = stand_in.put[0]
+            before = len(stand_in.arrivals)
+            stand_in.restart(down_seconds=RECONNECT_GRACE_SECONDS + 1.5)  # past the reconnect grace and the timeout
+            wait_until(lambda: "waiting up to 30s" in caplog.text, timeout=TIMEOUT, what="the warning")
+            later = client.submit(pow, 3, 3)  # held while the scheduler is away
+            wait_until(lambda: later.task_id in stand_in.submitted, timeout=TIMEOUT, what="the held task")
+            assert not future.done() and not later.done()
+            assert stand_in.arrivals[before:] == [
+                ("put", [function_id]),  # the function, not freed
+                ("submit", [future.task_id]),  # the unfinished task (the finished one is not sent again)
+                ("submit", [later.task_id]),  # then what was held
+            ]
+            stand_in.complete(future.task_id, 32)
+            stand_in.complete(future.task_id, 32)  # a task that ran again: its second result is dropped
+            stand_in.complete(later.task_id, 27)
+            assert future.result(timeout=TIMEOUT) == 32
+            assert later.result(timeout=TIMEOUT) == 27
+        assert len(stand_in.peers) == 1, "the client said hello again"
+        assert client.__reduce__()[1][-1] == 30.0  # a client passed to a task keeps its grace
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [
+            f"the connection to the scheduler at {stand_in.address} closed; it keeps a journal: waiting up to 30s "
+            "for it to come back, unfinished tasks are kept (1)"
+        ]
+        assert f"resumed the session with the scheduler at {stand_in.address}: it restarted" in caplog.text
+    finally:
+        client.disconnect()
+        stand_in.close()
+
+
+@pytest.mark.parametrize("grace", [0, -1.0, float("nan")])
+def test_the_restart_grace_must_be_positive(grace: float) -> None:
+    with pytest.raises(ValueError, match="scheduler_restart_grace_seconds must be positive"):
+        Client(free_address(), scheduler_restart_grace_seconds=grace)
+
+
+@pytest.mark.timeout(60)
+def test_a_journaled_scheduler_that_lost_the_session_fails_the_pending_futures_clearly() -> None:
+    stand_in = StandIn(free_address(), journaled=True)
+    client = Client(stand_in.address, timeout_seconds=30, scheduler_restart_grace_seconds=30)
+    try:
+        future = client.submit(pow, 2, 5)
+        wait_until(lambda: future.task_id in stand_in.submitted, timeout=TIMEOUT, what="the task to reach it")
+        stand_in.forgot = True
+        stand_in.restart(down_seconds=0.5)
+        with pytest.raises(
+            ConnectionFailedError, match=r"no longer knows this client \(it restarted without the journal"
+        ):
+            future.result(timeout=TIMEOUT)
+    finally:
+        client.disconnect()
+        stand_in.close()
 
 
 # ----------------------------------------------------------------------------------------------- clear, disconnect

@@ -897,6 +897,19 @@ def test_an_idle_processor_over_the_memory_limit_is_replaced_and_no_task_fails()
 
 
 # ----------------------------------------------------------------------------------------------- a lost scheduler
+def test_no_queued_task_starts_while_the_connection_to_the_scheduler_is_closed() -> None:
+    """Its result could not be delivered, and a scheduler that died takes the session with it: the task would run
+    again after the restart (issue 28's bar counts tasks run twice). The running one finishes."""
+    a = with_tasks(3)  # t(1) runs in processor 0; t(2), t(3) wait
+    a(SchedulerLink(1.0, up=False))
+    commands = a.done(0, t(1))
+    assert not any(isinstance(c, ToProcessor) for c in commands)  # t(2) waits for the connection
+    assert a.core.queued == 2
+    commands = a(SchedulerLink(1.5, up=True))  # back within the grace (a reset): work goes on
+    [handed] = [c.message for c in commands if isinstance(c, ToProcessor)]
+    assert isinstance(handed, pm.RunTasks) and [task[0] for task in handed.tasks] == [t(2), t(3)]
+
+
 def test_a_connection_closed_past_the_grace_ends_the_session_stops_its_work_and_says_hello() -> None:
     a = warmed(3)  # t(2), t(3) in processor 0
     assert beatless(a, Tick(0.5)) == []

@@ -1,4 +1,5 @@
-"""ClientCore (a client's session state machine): opening, heartbeats, closing, id minting and batching."""
+"""ClientCore (a client's session state machine): opening, heartbeats, closing, id minting and batching; with a
+journaled scheduler, what it keeps and sends again after the scheduler's restart (ADR 0023)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from scaler.core.client.session import (
     Output,
     Rejected,
     Request,
+    Resumed,
     Send,
     SessionState,
+    Waiting,
 )
 from scaler.protocol.messages import (
     ID_COUNTER_MASK,
@@ -353,3 +356,142 @@ def test_output_of_tasks_is_handed_to_the_shell_while_the_session_lasts() -> Non
     assert core.received(1.0, output) == [Output(output)]
     core.disconnect()
     assert core.received(2.0, output) == []
+
+
+# ----------------------------------------------------------------------------------------------- a journaled scheduler
+def journaled(prefix: int = 3, restart_grace: float = 60.0) -> ClientCore:
+    """A session with a scheduler that keeps a journal (ADR 0023): it comes back after a restart with this session."""
+    core = ClientCore("me", heartbeat_interval_seconds=1.0, timeout_seconds=10.0, restart_grace_seconds=restart_grace)
+    core.start(0.0)
+    core.received(0.1, Welcome(prefix, "sched", protected=False, journaled=True))
+    return core
+
+
+def task(task_id: int, payload: bytes = b"a") -> NewTask:
+    return NewTask(task_id, 1, 0, (0,), None, (payload,))
+
+
+def test_without_a_journal_nothing_is_kept() -> None:
+    core = connected()
+    assert not core.journaled
+    requests: list[Request] = [NewObject(1, b"fn"), task(2), CancelRequest(2)]
+    assert core.sending(requests) == ClientCore.batch(requests)
+    assert (core.kept_tasks, core.kept_objects, core.kept_cancels) == ({}, {}, {})
+
+
+def test_a_journaled_session_keeps_unfinished_tasks_and_objects_not_freed_until_done_with() -> None:
+    core = journaled()
+    assert core.journaled
+    payload = memoryview(b"big argument")
+    requests: list[Request] = [NewObject(1, b"fn", "f"), NewObject(2, b"x"), task(3, b"a"), task(4, b"b")]
+    assert core.sending(requests) == ClientCore.batch(requests)
+    assert core.sending([task(5), NewTask(6, 1, 0, (0,), None, (payload,))]) != []  # a map's batch: tasks only
+    assert list(core.kept_tasks) == [3, 4, 5, 6] and list(core.kept_objects) == [1, 2]
+    assert core.kept_tasks[6].payloads[0] is payload  # kept as handed over, not copied
+    core.sending([FreeRequest(2), CancelRequest(4), CancelRequest(99)])  # 99: no such task kept
+    assert list(core.kept_objects) == [1] and list(core.kept_cancels) == [4]
+    core.received(1.0, TaskResults([3, 4], bytes([0, 2]), [b"r", b""]))  # 4: the answer to its cancel
+    assert list(core.kept_tasks) == [5, 6] and core.kept_cancels == {}
+    core.received(1.1, Error(ErrorCode.BAD_REQUEST, "refused", [5, 1]))  # never results, never an object
+    assert list(core.kept_tasks) == [6] and core.kept_objects == {}
+    core.received(1.2, TaskResults([3], bytes([0]), [b"r"]))  # a result that came twice: nothing to forget
+    assert list(core.kept_tasks) == [6]
+    core.disconnect()
+    assert (core.kept_tasks, core.kept_objects, core.kept_cancels) == ({}, {}, {})
+
+
+def test_a_journaled_session_waits_the_restart_grace_without_silence_or_heartbeats() -> None:
+    core = journaled(restart_grace=60.0)
+    core.sending([task(7)])
+    assert core.link_down(2.0) == [Waiting(60.0, 1)]
+    assert core.resuming
+    assert core.link_down(2.5) == []  # (every try that failed is reported: one warning)
+    assert core.tick(30.0) == []  # 28 s of silence past timeout_seconds=10: suspended; no heartbeats pile up
+    assert core.tick(62.0) == [] and core.state == SessionState.CONNECTED
+    [closed] = core.tick(62.1)
+    assert closed == Closed(
+        CloseKind.UNREACHABLE,
+        "the connection to the scheduler closed and was not made again within 60s: the scheduler stopped, or cannot "
+        "be reached",
+    )
+    assert core.kept_tasks == {} and not core.resuming
+
+
+def test_the_silence_counts_again_from_the_connection_made_again() -> None:
+    core = journaled()
+    core.link_down(1.0)
+    assert core.link_up(40.0) == [Send(Heartbeat(resumed=True, sent=0))]
+    assert core.tick(49.9) != [] and core.state == SessionState.CONNECTED  # heartbeats again; 9.9 s of silence
+    [closed] = core.tick(50.1)
+    assert isinstance(closed, Closed) and "has not answered for 10s" in closed.reason
+
+
+def test_a_recovered_echo_sends_objects_then_tasks_then_their_cancels_again_without_comparing_counts() -> None:
+    core = journaled()
+    sent = core.sending([NewObject(1, b"fn", "f"), task(2, b"a"), NewObject(3, b"x"), task(4, b"b"), task(5)])
+    sent += core.sending([CancelRequest(5), FreeRequest(3)])
+    for message in sent:
+        core.count_sent(message)
+    core.received(0.5, TaskResults([2], bytes([0]), [b"r"]))
+    assert (core.messages_sent, core.messages_received) == (6, 2)
+    core.link_down(1.0)
+    assert core.link_up(20.0) == [Send(Heartbeat(resumed=True, sent=6))]
+    assert core.resuming  # requests wait in the shell until the echo
+    # The scheduler restarted from its journal: its counts started again (it sent 0), ours are not compared.
+    commands = core.received(20.1, HeartbeatEcho(resumed=True, sent=0, recovered=True))
+    assert commands == [
+        Send(PutObjects([1], [b"fn"], ["f"])),
+        Send(SubmitTasks([4, 5], [1, 1], bytes(2), [1, 1], [0, 0], None, [b"b", b"a"], requirements=PYTHON_ONLY)),
+        Send(CancelTasks([5])),
+        Resumed(recovered=True, objects=1, tasks=2),
+    ]
+    assert not core.resuming and core.state == SessionState.CONNECTED
+    for command in commands:
+        if isinstance(command, Send):
+            core.count_sent(command.message)
+    assert (core.messages_sent, core.messages_received) == (3, 0)  # counted from the restart on
+    assert list(core.kept_tasks) == [4, 5]  # still unfinished: kept
+    core.received(20.5, TaskResults([4, 4], bytes([0, 0]), [b"r", b"r"]))  # a re-run's result twice: handed over
+    core.link_down(30.0)  # a later reset of the recovered session: counts compared again
+    core.link_up(30.5)
+    assert core.received(30.6, HeartbeatEcho(resumed=True, sent=1)) == [Resumed(recovered=False)]
+    assert list(core.kept_tasks) == [5]
+
+
+def test_a_recovered_session_sends_again_in_batches_as_usual() -> None:
+    core = journaled()
+    n = MESSAGE_ITEMS_AT_MOST + 2
+    core.sending([NewObject(i, b"x") for i in range(1, 4)])
+    core.sending([task(i) for i in range(10, 10 + n)])
+    core.link_down(1.0)
+    core.link_up(2.0)
+    *sends, resumed = core.received(2.1, HeartbeatEcho(resumed=True, recovered=True))
+    messages = [s.message for s in sends if isinstance(s, Send)]
+    assert [type(m) for m in messages] == [PutObjects, SubmitTasks, SubmitTasks]
+    submits = [m for m in messages if isinstance(m, SubmitTasks)]
+    assert [len(m.task_ids) for m in submits] == [MESSAGE_ITEMS_AT_MOST, 2]
+    assert [i for m in submits for i in m.task_ids] == list(range(10, 10 + n))
+    assert resumed == Resumed(recovered=True, objects=3, tasks=n)
+
+
+def test_a_journaled_session_reset_without_a_restart_compares_counts_as_usual() -> None:
+    core = journaled()
+    core.link_down(1.0)
+    core.link_up(1.5)
+    commands = core.received(1.6, HeartbeatEcho(resumed=True, sent=5))  # it sent 5, 1 came (the welcome)
+    assert commands[0] == Send(Disconnect("messages were lost in a connection reset"))
+    assert isinstance(commands[1], Closed) and "it sent 5, 1 came" in commands[1].reason
+
+
+def test_a_scheduler_that_lost_the_session_fails_it_clearly() -> None:
+    core = journaled()
+    core.sending([task(2)])
+    core.link_down(1.0)
+    core.link_up(3.0)
+    [closed] = core.received(3.1, Error(ErrorCode.NOT_CONNECTED, "no session: send hello first"))
+    assert closed == Closed(
+        CloseKind.UNREACHABLE,
+        "the scheduler no longer knows this client (it restarted without the journal that held this session, or "
+        "timed the client out)",
+    )
+    assert core.kept_tasks == {}

@@ -43,6 +43,7 @@ from scaler.client.resources import ClusterResources
 from scaler.client.shared import SharedSink
 from scaler.core.client.session import (
     HEADER_BUDGET,
+    SCHEDULER_RESTART_GRACE_SECONDS,
     CancelRequest,
     CloseKind,
     FreeRequest,
@@ -111,6 +112,10 @@ class Client:
             written once to shared memory (/dev/shm) and read from there by workers on this host, past the
             scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
             False: always inline.
+        scheduler_restart_grace_seconds: with a scheduler that keeps a journal (scaler_scheduler --journal), how long
+            to wait for it to come back after its connection closed (a restart) before pending futures fail; the
+            client keeps its unfinished tasks meanwhile and sends them again when it is back (docs/client.md,
+            "When the scheduler is lost").
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class Client:
         task_priority: int = 0,
         stream_output: bool = False,
         shared_memory: bool | int = True,
+        scheduler_restart_grace_seconds: float = SCHEDULER_RESTART_GRACE_SECONDS,
     ) -> None:
         parse_address(address)
         threshold = _shared_memory_threshold(shared_memory)
@@ -134,6 +140,10 @@ class Client:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         if not heartbeat_interval_seconds > 0:
             raise ValueError(f"heartbeat_interval_seconds must be positive, not {heartbeat_interval_seconds!r}")
+        if not scheduler_restart_grace_seconds > 0:
+            raise ValueError(
+                f"scheduler_restart_grace_seconds must be positive, not {scheduler_restart_grace_seconds!r}"
+            )
         if not (
             callable(getattr(serializer, "serialize", None)) and callable(getattr(serializer, "deserialize", None))
         ):
@@ -142,6 +152,7 @@ class Client:
         self._profiling = bool(profiling)
         self._timeout = float(timeout_seconds)
         self._heartbeat = float(heartbeat_interval_seconds)
+        self._restart_grace = float(scheduler_restart_grace_seconds)
         self._serializer: Serializer = serializer  # type: ignore[assignment]
         if isinstance(keys, PeerKeys):  # a client unpickled in a task: the keys it was given
             self._keys: PeerKeys | None = keys
@@ -164,7 +175,9 @@ class Client:
             _clients_made[0] += 1
             kind = "nested" if in_task() else "client"  # nested: made in a worker's processor, in a task
             name = f"{kind}-{os.getpid()}-{_clients_made[0]}"
-        self._connection = Connection(address, name, self._heartbeat, self._timeout, self._keys)
+        self._connection = Connection(
+            address, name, self._heartbeat, self._timeout, self._keys, restart_grace=self._restart_grace
+        )
         self._connection.start()
         self._connection.wait_connected(self._timeout)
         self._prefix = self._connection.core.id_prefix
@@ -193,7 +206,7 @@ class Client:
         runs the task may act as this client (docs/security.md). They travel inside the task's arguments, which
         are encrypted on every connection when keys are used."""
         settings = (self._address, self._profiling, self._timeout, self._heartbeat, self._serializer)
-        return _reconnect, (*settings, self._keys, self._options, self._shared_memory)
+        return _reconnect, (*settings, self._keys, self._options, self._shared_memory, self._restart_grace)
 
     def __repr__(self) -> str:
         state = "disconnected" if self._connection.closed.is_set() else "connected"
@@ -1141,6 +1154,7 @@ def _reconnect(
     keys: PeerKeys | None = None,
     options: Options = Options(),  # noqa: B008 (a NamedTuple: immutable)
     shared_memory: bool | int = True,
+    restart_grace: float = SCHEDULER_RESTART_GRACE_SECONDS,
 ) -> Client:
     """Unpickling a Client (inside a task) gives one shared, live client per address, settings, key pair and options
     (in a processor: shared by the tasks running at once, closed when the last of them ends)."""
@@ -1155,13 +1169,14 @@ def _reconnect(
             serializer,
             keys=keys if keys is not None else False,
             shared_memory=shared_memory,
+            scheduler_restart_grace_seconds=restart_grace,
         )
         client._options = options
         return client
 
     pair = (keys.server_public, keys.pair.public, keys.pair.secret) if keys is not None else None
     name = type(serializer).__qualname__
-    key = (address, profiling, timeout, heartbeat, name, pair, options, os.getpid(), shared_memory)
+    key = (address, profiling, timeout, heartbeat, name, pair, options, os.getpid(), shared_memory, restart_grace)
     task = current_task_id()
     if task is None and in_task():  # in a processor, between tasks (a thread a task left running)
         own = connect()

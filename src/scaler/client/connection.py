@@ -28,6 +28,7 @@ import zmq
 from scaler.client.future import ProfilingInfo, ScalerFuture, callback_route, run_callback
 from scaler.client.output import OutputPrinter
 from scaler.core.client.session import (
+    SCHEDULER_RESTART_GRACE_SECONDS,
     CancelRequest,
     ClientCommand,
     ClientCore,
@@ -40,8 +41,10 @@ from scaler.core.client.session import (
     Output,
     Rejected,
     Request,
+    Resumed,
     Send,
     SessionState,
+    Waiting,
     WorkersStated,
 )
 from scaler.errors import AuthenticationError, ConnectionFailedError, ProtectedModeError, TaskFailedError
@@ -163,11 +166,17 @@ class Connection:
     """Owns the socket and the I/O thread of one client."""
 
     def __init__(
-        self, address: str, name: str, heartbeat_interval: float, timeout: float, keys: PeerKeys | None = None
+        self,
+        address: str,
+        name: str,
+        heartbeat_interval: float,
+        timeout: float,
+        keys: PeerKeys | None = None,
+        restart_grace: float = SCHEDULER_RESTART_GRACE_SECONDS,
     ) -> None:
         self.address = address
         self.keys = keys
-        self.core = ClientCore(name, heartbeat_interval, timeout)
+        self.core = ClientCore(name, heartbeat_interval, timeout, restart_grace_seconds=restart_grace)
         # The routing id: 128 random bits nobody else learns (with it, a peer could take this client's route).
         self.identity = f"C|{hostname()}|{os.getpid()}|{os.urandom(16).hex()}".encode()
         self.sinks: dict[int, ResultSink] = {}
@@ -551,12 +560,14 @@ class Connection:
 
     def _send_requests(self, sock: zmq.Socket[Any]) -> None:
         """Send what user threads handed over, in one batch, with the socket's lock held (I/O thread or
-        submit_task)."""
-        if not self._requests or self.core.state != SessionState.CONNECTED:
+        submit_task). Held while a session with a journaled scheduler waits for it to come back (core.resuming):
+        what it sends again goes first (Resumed)."""
+        core = self.core
+        if not self._requests or core.state != SessionState.CONNECTED or core.resuming:
             return
         requests = self._requests
         batch = [requests.popleft() for _ in range(len(requests))]
-        for message in self.core.batch(batch):
+        for message in core.sending(batch):
             self._send(sock, message)
 
     def _send(self, sock: zmq.Socket[Any], message: Message) -> None:
@@ -610,6 +621,31 @@ class Connection:
                 with self._workers_told:
                     self._workers_statements += 1
                     self._workers_told.notify_all()
+            elif isinstance(command, Waiting):
+                logger.warning(
+                    "the connection to the scheduler at %s closed; it keeps a journal: waiting up to %gs for it to "
+                    "come back, unfinished tasks are kept (%d)",
+                    self.address,
+                    command.grace_seconds,
+                    command.tasks,
+                )
+            elif isinstance(command, Resumed):
+                self._on_resumed(sock, command)
+
+    def _on_resumed(self, sock: zmq.Socket[Any], command: Resumed) -> None:
+        """The session with the journaled scheduler goes on (what it needed sent again went just before): the
+        requests held meanwhile go now."""
+        if command.recovered:
+            logger.info(
+                "resumed the session with the scheduler at %s: it restarted from its journal; sent again %d objects "
+                "and %d unfinished tasks",
+                self.address,
+                command.objects,
+                command.tasks,
+            )
+        else:
+            logger.info("resumed the session with the scheduler at %s over a new connection", self.address)
+        self._send_requests(sock)
 
     def _on_results(self, results: TaskResults) -> None:
         if self.output.labels:  # the last line a task printed, if it did not end it, comes before its result

@@ -57,6 +57,8 @@ def _scheduler_main(
                 max_connections=settings.max_connections,
                 max_silent_connections=settings.max_silent_connections,
                 monitor_task_data=settings.monitor_task_data,
+                journal=settings.journal,
+                journal_sync=settings.journal_sync,
             )
     except Exception as exc:
         ready.send(f"{type(exc).__name__}: {exc}")
@@ -97,6 +99,8 @@ class SchedulerClusterCombo:
     that none of the workers can run fails with MissingCapabilityError (docs/capabilities.md), at once or, with
     capability_grace_seconds, once no worker that can run it joined for that long (scaler_scheduler
     --capability-grace-seconds).
+    journal, journal_sync: the scheduler keeps a journal in that file (scaler_scheduler --journal, --journal-sync):
+    a scheduler started again on it resumes its clients' sessions (docs/adr/0023).
 
     scaler 1.9.9's other settings: load_balance_seconds is the least time between two balancing passes (0 or None,
     1.9.9's "off", keep the default: balancing is always on); death_timeout_seconds is how long a worker waits for a
@@ -133,6 +137,8 @@ class SchedulerClusterCombo:
         *,
         capabilities: Iterable[str] = WORKERS.capabilities,
         capability_grace_seconds: float = SCHEDULER.capability_grace_seconds,
+        journal: str | os.PathLike[str] | None = SCHEDULER.journal,
+        journal_sync: str = SCHEDULER.journal_sync,
         load_balance_seconds: float | None = None,
         death_timeout_seconds: float = WORKERS.death_timeout_seconds,
         worker_io_threads: int = IGNORED.worker_io_threads,
@@ -170,6 +176,8 @@ class SchedulerClusterCombo:
                 "cpu": scheduler_cpu,
                 "max_payload_bytes": max_payload_bytes,
                 "capability_grace_seconds": capability_grace_seconds,
+                "journal": journal,
+                "journal_sync": journal_sync,
                 "balance_interval_seconds": load_balance_seconds or SCHEDULER.balance_interval_seconds,
             },
             {"cpu": "scheduler_cpu", "balance_interval_seconds": "load_balance_seconds"},

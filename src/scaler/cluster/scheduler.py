@@ -110,4 +110,6 @@ class Scheduler(multiprocessing.get_context("fork").Process):  # type: ignore[mi
                 max_connections=self.settings.max_connections,
                 max_silent_connections=self.settings.max_silent_connections,
                 monitor_task_data=self.settings.monitor_task_data,
+                journal=self.settings.journal,
+                journal_sync=self.settings.journal_sync,
             )

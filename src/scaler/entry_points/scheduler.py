@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     paths = start_logging(p, settings)
     logging.info("logging to %s", paths)
     from scaler.protocol.messages import CODEC
-    from scaler.scheduler.server import run_scheduler
+    from scaler.scheduler.server import SchedulerFailed, run_scheduler
 
     logging.info("Scheduler: %s %s, %s codec", platform.python_implementation(), platform.python_version(), CODEC)
     monitor = settings.monitor_address or default_monitor_address(settings.address)
@@ -63,7 +63,11 @@ def main(argv: list[str] | None = None) -> None:
                 max_connections=settings.max_connections,
                 max_silent_connections=settings.max_silent_connections,
                 monitor_task_data=settings.monitor_task_data,
+                journal=settings.journal,
+                journal_sync=settings.journal_sync,
             )
+    except SchedulerFailed:  # logged as it happened
+        sys.exit(1)
     except Exception as exc:  # bind failures and the like: say it plainly
         logging.error("Scheduler: cannot run: %s", exc)
         sys.exit(1)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -31,7 +32,9 @@ class Driver(Generic[T]):
     - `reader(fd, what, handler)` calls `handler()` whenever `fd` is readable;
     - `every(seconds, what, handler)` calls `handler()` that often, from a task the driver owns;
     - `later(delay, what, handler, *args)` calls `handler(*args)` once, after `delay` seconds;
-    - `guard(what, handler, *args)` calls `handler(*args)` now, under the rule above.
+    - `guard(what, handler, *args)` calls `handler(*args)` now, under the rule above;
+    - `thread(what, work, stop, on_error)` runs `work()` in a thread it owns (told to `stop()` and joined when
+      serve() ends); an exception from `work` is logged and handed to `on_error` in the loop.
     Every handler runs under that rule; `errors` counts what was survived."""
 
     def __init__(self, name: str, clock: Callable[[], float] = time.monotonic, debug: bool = DEBUG) -> None:
@@ -44,6 +47,7 @@ class Driver(Generic[T]):
         self._tasks: set[asyncio.Task[None]] = set()
         self._readers: list[int] = []
         self._signals: list[int] = []
+        self._threads: list[tuple[threading.Thread, Callable[[], None]]] = []
 
     # ------------------------------------------------------------------------------------------- lifetime
     async def serve(self, setup: Callable[[], Awaitable[None] | None]) -> T:
@@ -68,6 +72,10 @@ class Driver(Generic[T]):
             for sig in self._signals:
                 self.loop.remove_signal_handler(sig)
             self._signals.clear()
+            for thread, stop in self._threads:
+                stop()
+                thread.join()
+            self._threads.clear()
 
     def stop(self, result: T) -> None:
         if self._stopped is not None and not self._stopped.done():
@@ -106,6 +114,27 @@ class Driver(Generic[T]):
     def soon(self, what: str, handler: Callable[..., None], *args: Any) -> None:
         assert self.loop is not None
         self.loop.call_soon(self.guard, what, handler, *args)
+
+    def thread(
+        self, what: str, work: Callable[[], None], stop: Callable[[], None], on_error: Callable[[Exception], None]
+    ) -> None:
+        """Run `work()` in a thread of its own until it returns; `stop()` must make it return soon (serve() calls it,
+        then joins the thread, on its way out). An exception from `work` is logged, and `on_error(exc)` is called in
+        the loop (under guard)."""
+        loop = self.loop
+        assert loop is not None
+
+        def run() -> None:
+            try:
+                work()
+            except Exception as exc:
+                logger.exception("%s: %s failed", self.name, what)
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(self.guard, what, on_error, exc)
+
+        thread = threading.Thread(target=run, name=f"{self.name}: {what}", daemon=True)
+        self._threads.append((thread, stop))
+        thread.start()
 
     def guard(self, what: str, handler: Callable[..., None], *args: Any) -> None:
         """Call handler(*args); an exception is logged and counted (the shell keeps serving), or, with debug, stops

@@ -22,7 +22,7 @@ import fcntl
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, Union
 
 MAGIC = b"SCALERJ\x00"
@@ -31,6 +31,8 @@ _HEAD = struct.Struct("<8sII")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _RECORD = struct.Struct("<IIB")  # body length, CRC32 (of kind + body), kind
+_SESSION = struct.Struct("<IH")  # a SESSION body's prefix and name length
+_U16 = struct.Struct("<H")
 MAX_RECORD = 1 << 31  # a length past this is not a record (a torn or corrupt length)
 
 # Record kinds. COMMIT ends a group; the others are ADR 0023's.
@@ -42,7 +44,7 @@ RESULT = 4
 CLOSED = 5
 KINDS = frozenset({COMMIT, SESSION, MESSAGE, ENDED, RESULT, CLOSED})
 
-Bytes = Union[bytes, bytearray, memoryview]  # noqa: UP007 (runs on Python 3.9)
+Bytes = Union[bytes, bytearray, memoryview]  # (runs on Python 3.9)
 
 
 class JournalError(Exception):
@@ -53,6 +55,60 @@ class Record(NamedTuple):
     kind: int
     body: bytes
     offset: int  # where the record starts in the file
+
+
+class SessionRecord(NamedTuple):
+    """A client session as the journal holds it (a SESSION record's body)."""
+
+    identity: bytes  # its routing identity
+    name: str
+    prefix: int
+    key: bytes  # the public key it authenticated with; b"" for none
+
+
+def session_body(identity: bytes, name: str, prefix: int, key: bytes | None = None) -> bytes:
+    """A SESSION record's body: prefix (u32), name (u16 length + UTF-8), key (u16 length + bytes; 0 for none), then
+    the routing identity (the rest)."""
+    raw, key = name.encode(), key or b""
+    return b"".join((_SESSION.pack(prefix, len(raw)), raw, _U16.pack(len(key)), key, identity))
+
+
+def closed_body(identity: bytes) -> bytes:
+    """A CLOSED record's body: the routing identity of the session that ended for good."""
+    return identity
+
+
+def parse_session(body: bytes) -> SessionRecord:
+    """The session a SESSION record's body holds; ValueError if it does not hold one."""
+    prefix, length = _SESSION.unpack_from(body)
+    at = _SESSION.size + length
+    if at + _U16.size > len(body):
+        raise ValueError(f"a SESSION record of {len(body)} bytes has a name of {length}")
+    name = body[_SESSION.size : at].decode()
+    (key_length,) = _U16.unpack_from(body, at)
+    at += _U16.size
+    if at + key_length > len(body) or not prefix:
+        raise ValueError("a SESSION record's key runs past its end, or its prefix is 0")
+    return SessionRecord(bytes(body[at + key_length :]), name, prefix, bytes(body[at : at + key_length]))
+
+
+def open_sessions(records: Iterable[Record], path: str) -> list[SessionRecord]:
+    """The sessions still open at the end of `records` (each SESSION record opens one, a CLOSED record of its identity
+    ends it), in the order they were opened. JournalError for a SESSION record that does not hold one."""
+    sessions: dict[bytes, SessionRecord] = {}
+    for record in records:
+        if record.kind == SESSION:
+            try:
+                session = parse_session(record.body)
+            except (ValueError, struct.error) as exc:
+                raise JournalError(
+                    f"the journal {path} has a malformed session at byte {record.offset:,}: {exc}"
+                ) from exc
+            sessions.pop(session.identity, None)
+            sessions[session.identity] = session
+        elif record.kind == CLOSED:
+            sessions.pop(record.body, None)
+    return list(sessions.values())
 
 
 def header_bytes(identity: str) -> bytes:

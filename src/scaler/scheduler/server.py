@@ -1,5 +1,7 @@
 """The scheduler's shell: a ROUTER socket for clients and workers, another for monitors (scheduler/monitors.py), an
-asyncio loop, and SchedulerCore deciding everything.
+asyncio loop, and SchedulerCore deciding everything. With --journal, the client sessions the journal holds are
+restored before anything is served, and each flush's sessions are written to it before the flush's sends
+(scheduler/journaling.py).
 
 Each wake-up drains a bounded number of messages into the core, then flushes once: one placement pass and one
 message per peer for everything decided. A peer that cannot be delivered to is reported back to the core.
@@ -72,6 +74,8 @@ from scaler.scheduler.connections import (
     socket_inode,
 )
 from scaler.scheduler.gate import KeyGate
+from scaler.scheduler.journal import JournalError
+from scaler.scheduler.journaling import DEFAULT_SYNC, Journaling
 from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router, withheld_because
 from scaler.security.keys import ServerKeys
 
@@ -95,6 +99,10 @@ _CONNECTION_EVENTS = (
 _NOT_READING = "it does not read what it is sent (too many messages wait for it)"
 
 
+class SchedulerFailed(Exception):
+    """The scheduler stopped on a failure it logged already (its journal could not be written)."""
+
+
 class SchedulerServer:
     def __init__(
         self,
@@ -106,11 +114,19 @@ class SchedulerServer:
         clock: Callable[[], float] = time.monotonic,
         limits: ConnectionLimits | None = None,
         monitor_task_data: str = "auto",
+        journal: str | None = None,
+        journal_sync: str = DEFAULT_SYNC,
     ) -> None:
         self.on_ready = on_ready
         self.address = address
         self.monitor_address = monitor_address
+        if journal is not None and not config.journaled:
+            config = dataclasses.replace(config, journaled=True)  # clients are told, and sessions go to the journal
         self.core = SchedulerCore(config)
+        self.journal_path = journal
+        self.journal_sync = journal_sync
+        self.journaling: Journaling | None = None
+        self.failure: str | None = None  # why it stopped, when it stopped on a failure (the journal's)
         self.ctx = context()
         self.keys = keys
         self.gate: KeyGate | None = None
@@ -134,11 +150,14 @@ class SchedulerServer:
         self._burst = True  # whether more messages were waiting at the last look
 
     async def run(self) -> str:
-        """Serve until told to stop; returns why it stopped."""
+        """Serve until told to stop; returns why it stopped. SchedulerFailed: it stopped on a failure (logged)."""
         try:
-            return await self.driver.serve(self._start)
+            reason = await self.driver.serve(self._start)
         finally:
             self._close()
+        if self.failure is not None:
+            raise SchedulerFailed(self.failure)
+        return reason
 
     def _start(self) -> None:
         driver = self.driver
@@ -151,6 +170,12 @@ class SchedulerServer:
             driver.soon("the key gate", self.gate.on_readable)
             driver.on_signals(lambda _: self._reload_keys(True), (signal.SIGHUP,))
             secret = self.keys.pair.secret
+        if self.journal_path is not None:  # before binding: a journal that cannot be used stops the start
+            self.core.feed(Tick(driver.clock()))  # restored sessions were last seen now
+            self.journaling = Journaling.recover(self.journal_path, self.address, self.journal_sync, self.core)
+            if self.journal_sync == "interval":
+                journaling = self.journaling
+                driver.thread("syncing the journal", journaling.run_sync, journaling.stop_sync, self._journal_failed)
         self.router = _bind(lambda a, c: bind_router(a, c, secret), self.address, self.ctx, "listen on")
         monitor = _bind(
             lambda a, c: bind_monitor_router(a, c, secret), self.monitor_address, self.ctx, "publish the monitor on"
@@ -196,6 +221,8 @@ class SchedulerServer:
             self.monitors.sock.close(linger=0)
         if self.gate is not None:
             self.gate.close()
+        if self.journaling is not None:  # (its sync thread was joined when the driver stopped)
+            self.journaling.close()
         self.ctx.destroy(linger=2000)
 
     def _on_signal(self, sig: int) -> None:
@@ -250,11 +277,33 @@ class SchedulerServer:
         self._recheck()
 
     def _flush(self) -> list[Command]:
-        """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush."""
-        commands = self.core.flush()
+        """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush. With a
+        journal, the sessions opened and ended are written first (none of the commands go out if they cannot be)."""
+        core = self.core
+        commands = core.flush()
         if self.driver.debug:
-            self.core.validate()
+            core.validate()
+        if core.journal:
+            sessions, core.journal = core.journal, []
+            if self.failure is None:
+                assert self.journaling is not None
+                try:
+                    self.journaling.write(sessions)
+                except JournalError as exc:
+                    self._journal_failed(exc)
+        if self.failure is not None:
+            return [command for command in commands if isinstance(command, Log)]
         return commands
+
+    def _journal_failed(self, exc: Exception) -> None:
+        """The journal cannot be written or synced (a full disk): stop at once, sending nothing more, as a crash
+        would (the same command recovers from what was written once the cause is fixed; ADR 0022: no retry)."""
+        if self.failure is not None:
+            return
+        assert self.journaling is not None
+        self.failure = self.journaling.failure(exc)
+        logger.error("Scheduler: stopping: %s", self.failure)
+        self.driver.stop(self.failure)
 
     def _recheck(self) -> None:
         """Sending may have taken the FD's edge: look once more, or a message could wait for the next tick."""
@@ -562,10 +611,14 @@ def run_scheduler(
     keys: ServerKeys | None = None,
     max_connections: int | None = None,
     max_silent_connections: int | None = None,
+    journal: str | None = None,
+    journal_sync: str = DEFAULT_SYNC,
 ) -> str:
     """Run a scheduler in this process until it stops. `cpu`: the CPU it keeps to, with its ZeroMQ I/O thread (see
     scaler.io.cpus.pin_to_cpu): "auto", "none" or a CPU number. `max_connections`, `max_silent_connections`:
-    see scheduler.connections.default_limits (None: from the file descriptor limit, raised to its hard limit)."""
+    see scheduler.connections.default_limits (None: from the file descriptor limit, raised to its hard limit).
+    `journal`: the journal's path (None: none), `journal_sync`: interval, always or none (scheduler/journaling.py).
+    SchedulerFailed: it stopped on a failure, logged (its journal could not be written)."""
     from scaler.io.loop import run
 
     pinned = pin_to_cpu(cpu)  # before ZeroMQ starts its I/O thread, which inherits it
@@ -587,6 +640,14 @@ def run_scheduler(
     if config.name == SchedulerConfig.name:
         config = dataclasses.replace(config, name=f"scheduler@{address}")
     server = SchedulerServer(
-        address, monitor_address, config, on_ready, keys, limits=limits, monitor_task_data=monitor_task_data
+        address,
+        monitor_address,
+        config,
+        on_ready,
+        keys,
+        limits=limits,
+        monitor_task_data=monitor_task_data,
+        journal=journal,
+        journal_sync=journal_sync,
     )
     return run(server.run(), event_loop)

@@ -9,17 +9,30 @@ Runs on Python 3.9: the scheduler (PyPy) imports it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.io.cpus import check_cpu
 from scaler.io.sizes import parse_size
+from scaler.scheduler.journaling import DEFAULT_SYNC, SYNC_CHOICES
 from scaler.scheduler.monitors import TASK_DATA_CHOICES
 from scaler.settings.common import KEYS_HELP, KEYS_RULE, OPTIONAL_ADDRESS_RULE, ProcessSettings
 from scaler.settings.model import Rule, choice, flag, labelled, number, setting, whole
 
 _CORE = SchedulerConfig()
 SIZE_RULE = Rule("a number of bytes, like 1048576, 512M or 8G", (int, str), None, labelled(parse_size))
+
+
+def _path(value: Any, label: str) -> str:
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError(f"{label or 'a path'} must be the path of a file, not {value!r}")
+    return path
+
+
+PATH_RULE = Rule("the path of a file", (str, os.PathLike), None, _path, optional=True)
 CPU_RULE = Rule("auto, none or a CPU number", (str, int), None, labelled(check_cpu), optional=True)  # None: "none"
 
 
@@ -109,6 +122,22 @@ class SchedulerSettings(ProcessSettings):
         "other scheduler of this user's on this machine holds; none free: anywhere), none (anywhere), or a CPU "
         "number; on one CPU the hand-over of each message between the two threads is cheaper",
         rule=CPU_RULE,
+    )
+
+    journal: str | None = setting(
+        None,
+        metavar="PATH",
+        help="keep a journal in this file (created if missing): started again with the same command after a crash or "
+        "a kill -9, the scheduler resumes its clients' sessions from it (docs/adr/0023). Only this scheduler (its "
+        "address) may use the file (default: none, no journal)",
+        rule=PATH_RULE,
+    )
+    journal_sync: str = setting(
+        DEFAULT_SYNC,
+        help="with --journal, when the journal reaches the disk: interval (a background fdatasync at most every 50 ms "
+        "while something was written: a kill -9 loses nothing, an OS crash at most the last 50 ms), always (before "
+        "each reply goes out: slower), none (left to the OS)",
+        rule=choice(SYNC_CHOICES),
     )
 
     def core_config(self) -> SchedulerConfig:

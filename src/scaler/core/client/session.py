@@ -1,7 +1,8 @@
 """ClientCore: a client's session with the scheduler as a state machine. It opens the session, heartbeats,
 notices a scheduler that went silent or whose connection closed and did not come back, mints ids, and turns the
-user's requests into batched messages that keep their order. Which Python future a result belongs to is the shell's
-business.
+user's requests into batched messages that keep their order. With a scheduler that keeps a journal it keeps what it
+would send again after the scheduler's restart, and sends it again when the scheduler comes back (ADR 0023). Which
+Python future a result belongs to is the shell's business.
 
 Pure: events in, commands out; no sockets, no clock, no threads.
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import enum
 import operator
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import NamedTuple, cast
 
 from scaler.core.capabilities import PYTHON_REQUIREMENT
@@ -52,6 +54,9 @@ from scaler.protocol.records import (
 # there is mended well within it; a scheduler that died is declared gone this long after its connection closed,
 # instead of after timeout_seconds of silence.
 RECONNECT_GRACE_SECONDS = 5.0
+# The same, with a scheduler that keeps a journal (Welcome.journaled): it comes back after a restart with this session,
+# so the client waits this long for it, keeping its unfinished tasks (Client(scheduler_restart_grace_seconds=...)).
+SCHEDULER_RESTART_GRACE_SECONDS = 60.0
 
 # Requests per message. A million-node graph handed over at once is then 245 messages, not one: the scheduler reads
 # each in a few tens of milliseconds, and answers other peers, signals and ticks in between.
@@ -151,13 +156,35 @@ class WorkersStated:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """(A journaled scheduler.) The connection closed: the session waits up to `grace_seconds` for the scheduler to
+    come back, keeping `tasks` unfinished tasks; the shell holds new requests until Resumed."""
+
+    grace_seconds: float
+    tasks: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """(A journaled scheduler.) The session goes on over a connection made again: the shell sends the requests it held.
+    `recovered`: the scheduler had restarted from its journal, and `objects` objects and `tasks` tasks were sent again
+    (the Sends before this command)."""
+
+    recovered: bool
+    objects: int = 0
+    tasks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Explained:
     """The scheduler's answer to explain(): one text per task id, in the order asked."""
 
     message: TaskExplanations
 
 
-ClientCommand = Send | Connected | Completed | Rejected | Closed | Output | WorkersStated | Explained
+ClientCommand = (
+    Send | Connected | Completed | Rejected | Closed | Output | WorkersStated | Explained | Waiting | Resumed
+)
 
 
 class ClientCore:
@@ -167,11 +194,13 @@ class ClientCore:
         heartbeat_interval_seconds: float,
         timeout_seconds: float,
         reconnect_grace_seconds: float = RECONNECT_GRACE_SECONDS,
+        restart_grace_seconds: float = SCHEDULER_RESTART_GRACE_SECONDS,
     ) -> None:
         self.name = name
         self.heartbeat_interval = heartbeat_interval_seconds
         self.timeout = timeout_seconds
         self.reconnect_grace = reconnect_grace_seconds
+        self.restart_grace = restart_grace_seconds  # the grace with a journaled scheduler
         self.state = SessionState.CONNECTING
         self.id_prefix = 0
         self.max_payload_bytes = 0  # the scheduler's limit per payload (0: it stated none)
@@ -185,6 +214,17 @@ class ClientCore:
         # a connection reset, both sides check that nothing was lost (docs/protocol.md "Connection resets").
         self.messages_sent = 0  # counted by the shell as it sends (count_sent), the core's and the batches alike
         self.messages_received = 0
+        # With a journaled scheduler (Welcome.journaled; else all stay empty): what the session would send again if the
+        # scheduler restarts, in the order it was first sent (dicts): each unfinished task (until its result, or
+        # rejection), the cancels of those, and each object not freed. `resuming`: the connection closed and the
+        # session has not resumed yet (its resumed heartbeat's echo): new requests wait in the shell meanwhile, so
+        # that what is sent again goes first.
+        self.journaled = False
+        self.resuming = False
+        self.kept_tasks: dict[int, NewTask] = {}
+        self.kept_objects: dict[int, NewObject] = {}
+        self.kept_cancels: dict[int, None] = {}
+        self._sent_at_link_up = 0  # messages_sent when the connection was made again
 
     # ------------------------------------------------------------------------------------------- events
     def start(self, now: float, hostname: str = "", pid: int = 0) -> list[ClientCommand]:
@@ -204,6 +244,8 @@ class ClientCore:
         if type(message) is not HeartbeatEcho:
             self.messages_received += 1
         if isinstance(message, TaskResults):
+            if self.kept_tasks:  # (a journaled scheduler: done with; else empty)
+                self._forget(message.task_ids)
             return [Completed(message)]
         if isinstance(message, HeartbeatEcho):
             return self._on_echo(message)
@@ -218,10 +260,22 @@ class ClientCore:
         if isinstance(message, Shutdown):
             return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
         if isinstance(message, Error):
-            if message.code == ErrorCode.NOT_CONNECTED:
-                return self._close(CloseKind.UNREACHABLE, _not_connected_text(message.message))
-            return [Rejected(message.code, message.message, message.ids)]
+            return self._on_error(message)
         return []
+
+    def _on_error(self, message: Error) -> list[ClientCommand]:
+        if message.code == ErrorCode.NOT_CONNECTED:
+            return self._close(CloseKind.UNREACHABLE, _not_connected_text(message.message, self.journaled))
+        if self.journaled and message.ids:  # they will never get results (objects: never exist)
+            self._forget(message.ids)
+            deque(map(self.kept_objects.pop, message.ids, repeat(None)), maxlen=0)
+        return [Rejected(message.code, message.message, message.ids)]
+
+    def _forget(self, task_ids: Iterable[int]) -> None:
+        """These tasks are finished: nothing of them is sent again. (C loops: a dict pop per task.)"""
+        deque(map(self.kept_tasks.pop, task_ids, repeat(None)), maxlen=0)
+        if self.kept_cancels:
+            deque(map(self.kept_cancels.pop, task_ids, repeat(None)), maxlen=0)
 
     def _on_refused(self, message: Refused) -> list[ClientCommand]:
         if message.key_problem:
@@ -233,6 +287,7 @@ class ClientCore:
         self.state = SessionState.CONNECTED
         self.id_prefix = welcome.id_prefix
         self.max_payload_bytes = welcome.max_payload_bytes
+        self.journaled = welcome.journaled
         if welcome.peer_timeout_ms:  # beat often enough for the scheduler's patience
             self.heartbeat_interval = min(self.heartbeat_interval, welcome.peer_timeout_ms / 4000)
         connected: list[ClientCommand] = [Connected(welcome.id_prefix, welcome.scheduler_name, welcome.protected)]
@@ -261,6 +316,12 @@ class ClientCore:
         """The answer to a heartbeat: says how many workers there are now, or (resumed) answers the one sent on a
         connection made again: did everything the scheduler sent come? (Others, the scheduler's probes: nothing.)"""
         stated = self._stated(echo) if echo.workers_stated else []
+        if echo.resumed and self.journaled:
+            if echo.recovered:
+                return stated + self._recovered(echo)
+            if echo.sent == self.messages_received and self.resuming:
+                self.resuming = False
+                return [*stated, Resumed(recovered=False)]
         if not echo.resumed or echo.sent == self.messages_received:
             return stated
         text = (
@@ -269,11 +330,31 @@ class ClientCore:
         )
         return [Send(Disconnect("messages were lost in a connection reset")), *self._close(CloseKind.UNREACHABLE, text)]
 
+    def _recovered(self, echo: HeartbeatEcho) -> list[ClientCommand]:
+        """The scheduler restarted from its journal and resumed this session: it may have lost what came last, so
+        every object not freed, then every unfinished task, then the cancels of those, are sent again (batched as
+        usual; it ignores the ids it holds). The counts are not compared: they start again from the restart (the
+        scheduler's: echo.sent; ours: what went since the connection was made again)."""
+        self.resuming = False
+        self.messages_received = echo.sent
+        self.messages_sent -= self._sent_at_link_up
+        self._sent_at_link_up = 0
+        cancels = [CancelRequest(task_id) for task_id in self.kept_cancels]
+        again = self.batch(chain(self.kept_objects.values(), self.kept_tasks.values(), cancels))
+        resumed = Resumed(recovered=True, objects=len(self.kept_objects), tasks=len(self.kept_tasks))
+        return [*map(Send, again), resumed]
+
     def link_down(self, now: float) -> list[ClientCommand]:
-        """The connection to the scheduler closed (ZeroMQ tries to make it again by itself)."""
-        if self.state != SessionState.CLOSED and self._closed_since is None:
-            self._closed_since = now
-        return []
+        """The connection to the scheduler closed (ZeroMQ tries to make it again by itself). With a journaled
+        scheduler the session waits for it (restart_grace), holding new requests until it resumes."""
+        if self.state == SessionState.CLOSED or self._closed_since is not None:
+            return []
+        self._closed_since = now
+        if not self.journaled or self.state != SessionState.CONNECTED:
+            return []
+        commands: list[ClientCommand] = [] if self.resuming else [Waiting(self.restart_grace, len(self.kept_tasks))]
+        self.resuming = True
+        return commands
 
     def link_up(self, now: float) -> list[ClientCommand]:
         """A connection to the scheduler's address was made (its handshake succeeded). After a closed one, a
@@ -286,14 +367,20 @@ class ClientCore:
         if self.state != SessionState.CONNECTED:
             return []
         self._last_heartbeat = now
+        if self.journaled:  # the silence is counted again from now (suspended while the connection was closed)
+            self._last_heard = now
+            self._sent_at_link_up = self.messages_sent
         return [Send(Heartbeat(resumed=True, sent=self.messages_sent))]
 
     def tick(self, now: float) -> list[ClientCommand]:
         if self.state == SessionState.CLOSED:
             return []
-        lost = self._connection_lost(now) or self._silence(now)
+        waiting = self.journaled and self._closed_since is not None  # for a scheduler that restarts: not silent
+        lost = self._connection_lost(now) or (None if waiting else self._silence(now))
         if lost is not None:
             return self._close(CloseKind.UNREACHABLE, lost)
+        if waiting:
+            return []  # (no heartbeats piled up for the connection: the resumed one goes when it is made)
         if self.state == SessionState.CONNECTED and now - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = now
             return [Send(Heartbeat())]
@@ -303,11 +390,12 @@ class ClientCore:
         """Why the session is over, if its connection closed more than the grace period ago and was not made again.
         Only for a session: a client still connecting waits timeout_seconds for a scheduler, as it was told to."""
         closed_since = self._closed_since
-        if self.state != SessionState.CONNECTED or closed_since is None or now - closed_since <= self.reconnect_grace:
+        grace = self.restart_grace if self.journaled else self.reconnect_grace
+        if self.state != SessionState.CONNECTED or closed_since is None or now - closed_since <= grace:
             return None
         return (
-            f"the connection to the scheduler closed and was not made again within {self.reconnect_grace:g}s: the "
-            "scheduler stopped, or cannot be reached"
+            f"the connection to the scheduler closed and was not made again within {grace:g}s: the scheduler "
+            "stopped, or cannot be reached"
         )
 
     def _silence(self, now: float) -> str | None:
@@ -335,6 +423,8 @@ class ClientCore:
 
     def _close(self, kind: CloseKind, reason: str) -> list[ClientCommand]:
         self.state = SessionState.CLOSED
+        self.resuming = False
+        self.kept_tasks, self.kept_objects, self.kept_cancels = {}, {}, {}  # nothing is sent again
         return [Closed(kind, reason)]
 
     # ------------------------------------------------------------------------------------------- ids and batches
@@ -348,6 +438,30 @@ class ClientCore:
         self._counter += count
         base = self.id_prefix << ID_PREFIX_SHIFT
         return range(base | first, base | (first + count))
+
+    def sending(self, requests: list[Request]) -> list[Message]:
+        """The shell sends `requests` now: their messages (batch). With a journaled scheduler they are kept until
+        they are done with (a task: its result; an object: its free), to be sent again after its restart."""
+        if self.journaled:
+            self._keep(requests)
+        return self.batch(requests)
+
+    def _keep(self, requests: list[Request]) -> None:
+        """A dict insert (or pop) per request; no copy of a payload. A batch of tasks only (a map): in C loops."""
+        tasks = self.kept_tasks
+        if set(map(type, requests)) == {NewTask}:
+            tasks.update(zip(map(_task_id_of, requests), cast(list[NewTask], requests)))
+            return
+        objects = self.kept_objects
+        for request in requests:
+            if isinstance(request, NewTask):
+                tasks[request.task_id] = request
+            elif isinstance(request, NewObject):
+                objects[request.object_id] = request
+            elif isinstance(request, FreeRequest):
+                objects.pop(request.object_id, None)
+            elif request.task_id in tasks:  # a cancel: sent again with its task, until the task's answer comes
+                self.kept_cancels[request.task_id] = None
 
     @staticmethod
     def batch(requests: Iterable[Request]) -> list[Message]:
@@ -469,9 +583,14 @@ def _message_for(run: list[Request]) -> Message:
     return FreeObjects([r.object_id for r in cast(list[FreeRequest], run)])
 
 
-def _not_connected_text(said: str) -> str:
+def _not_connected_text(said: str, journaled: bool = False) -> str:
     """Why the session is over, from the scheduler's notConnected error: its reason when it gives one (a loss found
     after a connection reset), else the usual causes."""
     if said.startswith("session ended: "):
         return f"the scheduler ended this client's session: {said.removeprefix('session ended: ')}"
+    if journaled:  # a scheduler that keeps a journal forgets a session only so
+        return (
+            "the scheduler no longer knows this client (it restarted without the journal that held this session, "
+            "or timed the client out)"
+        )
     return "the scheduler no longer knows this client (it restarted, or timed the client out)"

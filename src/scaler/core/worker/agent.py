@@ -289,7 +289,9 @@ class AgentCore:
             unreachable(event)
 
     def flush(self) -> list[AgentCommand]:
-        if self.queued and not self.stopped:
+        # Nothing new starts while the connection to the scheduler is closed: its results could not be delivered, and
+        # if the scheduler died (it restarts), the session is lost with them and they would run again.
+        if self.queued and not self.stopped and self._link_down_since is None:
             self._feed_processor()
         if self._started or self._started_late:
             self._tell_started()
