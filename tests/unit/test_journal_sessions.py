@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scaler.core.scheduler import SchedulerConfig, SchedulerCore, Tick
+from scaler.core.scheduler import SchedulerConfig, SchedulerCore
 from scaler.core.scheduler.events import JournalSession
 from scaler.scheduler.journal import (
     CLOSED,
@@ -59,8 +59,7 @@ def test_the_open_sessions_are_those_not_closed_since_in_the_order_opened() -> N
 
 def recovered_core(path: Path) -> tuple[SchedulerCore, Journaling]:
     core = SchedulerCore(SchedulerConfig(journaled=True))
-    core.feed(Tick(100.0))
-    return core, Journaling.recover(str(path), "tcp://127.0.0.1:1", "none", core)
+    return core, Journaling.recover(str(path), "tcp://127.0.0.1:1", "none", core, 100.0)
 
 
 def test_sessions_written_are_restored_into_the_core_and_the_journal_compacted_to_them(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def restored(**settings: object) -> Driver:
     """A core with client C restored (prefix 7) and its journaled messages replayed: function F, object X, tasks
     t(1) and t(2)."""
     d = Driver(SchedulerConfig(journaled=True, **settings))  # type: ignore[arg-type]
-    client = d.core.restore_client(C, "analytics", P)
+    client = d.core.restore_client(d.now, C, "analytics", P)
     assert client.awaiting and client.recovered
     d.recv(C, PutObjects([F, X], [b"fn", b"data"]))
     d.recv(C, submit((t(1), F, [b"a"]), (t(2), F, [b"b"])))

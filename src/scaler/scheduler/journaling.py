@@ -44,10 +44,10 @@ class Journaling:
         self._stopping = threading.Event()
 
     @classmethod
-    def recover(cls, path: str, identity: str, sync: str, core: SchedulerCore) -> Journaling:
+    def recover(cls, path: str, identity: str, sync: str, core: SchedulerCore, now: float) -> Journaling:
         """Open the journal at `path` of the scheduler at `identity`, restore the client sessions it holds into
-        `core` (which serves nobody yet), and compact the file to them. JournalError: it cannot be used (logged by
-        the caller)."""
+        `core` (which serves nobody yet) as last seen at `now`, and compact the file to them. JournalError: it
+        cannot be used (logged by the caller)."""
         journal, records = Journal.open(path, identity)
         try:
             size = journal.size
@@ -60,7 +60,7 @@ class Journaling:
                 )
             sessions = open_sessions(records, path)
             for session in sessions:
-                core.restore_client(session.identity, session.name, session.prefix, session.key or None)
+                core.restore_client(now, session.identity, session.name, session.prefix, session.key or None)
             journal.compact(identity, iter([[_session_record(s) for s in sessions]] if sessions else []))
         except BaseException:
             journal.close()

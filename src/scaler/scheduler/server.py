@@ -171,8 +171,9 @@ class SchedulerServer:
             driver.on_signals(lambda _: self._reload_keys(True), (signal.SIGHUP,))
             secret = self.keys.pair.secret
         if self.journal_path is not None:  # before binding: a journal that cannot be used stops the start
-            self.core.feed(Tick(driver.clock()))  # restored sessions were last seen now
-            self.journaling = Journaling.recover(self.journal_path, self.address, self.journal_sync, self.core)
+            self.journaling = Journaling.recover(
+                self.journal_path, self.address, self.journal_sync, self.core, driver.clock()
+            )
             if self.journal_sync == "interval":
                 journaling = self.journaling
                 driver.thread("syncing the journal", journaling.run_sync, journaling.stop_sync, self._journal_failed)

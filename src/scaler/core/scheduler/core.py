@@ -340,10 +340,13 @@ class SchedulerCore:
         for line in self._limiter.summary(now, partial(notices.label, self)):
             self._out.append(Log.warning(line))
 
-    def restore_client(self, identity: bytes, name: str, prefix: int, key: bytes | None = None) -> ClientSession:
-        """A client session the journal holds, before anything is served (the shell's recovery, ADR 0023): the client
-        resumes it when it comes back (a resumed heartbeat from `identity`); meanwhile what is for it waits, and it is
-        let go after client_timeout_seconds like any silent client."""
+    def restore_client(
+        self, now: float, identity: bytes, name: str, prefix: int, key: bytes | None = None
+    ) -> ClientSession:
+        """A client session the journal holds, restored at `now`, before anything is served (the shell's recovery,
+        ADR 0023): the client resumes it when it comes back (a resumed heartbeat from `identity`); meanwhile what is
+        for it waits, and it is let go client_timeout_seconds after `now` like any silent client."""
+        self.now = max(self.now, now)
         self.prefixes.claim(prefix)
         client = self.clients[identity] = ClientSession(identity, name, prefix, self.now, key)
         client.recovered = client.awaiting = True
