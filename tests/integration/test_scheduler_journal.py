@@ -1,7 +1,8 @@
-"""scaler_scheduler --journal (ADR 0023), client sessions: a session a client opened survives the scheduler's kill -9
-(the same command started again restores it, and the client's resumed heartbeat is answered `recovered`); a journal
-in use, of another scheduler, or with a torn tail. Real processes, real sockets; the client is a raw DEALER speaking
-scaler.protocol.messages (the Python client does not show `journaled` yet). Each process is killed by its pid."""
+"""scaler_scheduler --journal (ADR 0023): a session a client opened survives the scheduler's kill -9 (the same command
+started again restores it, and the client's resumed heartbeat is answered `recovered`), and so does its work, without
+being sent again (replayed from the journal's frames); a journal in use, of another scheduler, or with a torn tail.
+Real processes, real sockets; the client is a raw DEALER speaking scaler.protocol.messages (to see what the scheduler
+holds, not what a client sends again). Each process is killed by its pid."""
 
 from __future__ import annotations
 
@@ -20,11 +21,16 @@ import zmq
 
 from scaler.protocol.messages import (
     ACCEPTED_BY_CLIENT,
+    CancelTasks,
+    ExplainTasks,
     Heartbeat,
     HeartbeatEcho,
     Hello,
     Message,
     PeerKind,
+    PutObjects,
+    SubmitTasks,
+    TaskExplanations,
     Welcome,
     decode,
 )
@@ -125,6 +131,43 @@ def test_a_client_session_survives_kill_9_and_resumes_recovered(
     assert echo.recovered
     again.wait_for_log("client journal-test resumed its session")
     assert "Traceback" not in again.log()
+
+
+def resume(sock: zmq.Socket[Any]) -> HeartbeatEcho:
+    send(sock, Heartbeat(resumed=True, sent=0))  # its connection was made again by ZeroMQ
+    echo: HeartbeatEcho = receive(sock, HeartbeatEcho)
+    while not echo.resumed:  # (a probe's echo)
+        echo = receive(sock, HeartbeatEcho)
+    return echo
+
+
+def test_a_clients_work_survives_kill_9_twice_without_being_sent_again(
+    start: Callable[..., Scheduler], dealer: zmq.Socket[Any], tmp_path: Path
+) -> None:
+    address, journal = free_address(), tmp_path / "scheduler.journal"
+    first = start(address, journal)
+    first.wait_for_log("0 client sessions restored")
+    prefix = open_session(dealer, address).id_prefix << 40
+    function, data = prefix | 1, prefix | 2
+    send(dealer, PutObjects([function, data], [b"a function", b"x" * 100_000]))
+    ids = [prefix | (10 + n) for n in range(50)]  # no worker: they stay queued
+    refs = [data] * len(ids)
+    send(dealer, SubmitTasks(ids, [function] * len(ids), bytes(len(ids)), [1] * len(ids), refs, None, []))
+    send(dealer, CancelTasks(ids[:5]))
+    send(dealer, ExplainTasks(ids[:6]))  # (answered after the rest: all of it was taken, and journaled)
+    texts = receive(dealer, TaskExplanations).texts
+    assert all("not in the scheduler" in text or "cancel" in text for text in texts[:5]), texts
+    assert "queued" in texts[5], texts
+    for _ in range(2):  # and a crash during the first recovery's service: recovered from the compacted journal
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.wait(10)
+        first = start(address, journal)  # the same command
+        first.wait_for_log(r"1 client session restored, with 45 tasks")
+    assert resume(dealer).recovered
+    send(dealer, ExplainTasks(ids[4:7]))  # nothing was sent again: the scheduler has them from its journal
+    texts = receive(dealer, TaskExplanations).texts
+    assert "not in the scheduler" in texts[0] and "queued" in texts[1] and "queued" in texts[2], texts
+    assert "Traceback" not in first.log()
 
 
 def test_a_journal_in_use_by_a_running_scheduler_is_refused(start: Callable[..., Scheduler], tmp_path: Path) -> None:

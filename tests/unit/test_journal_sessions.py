@@ -12,14 +12,11 @@ import pytest
 from scaler.core.scheduler import SchedulerConfig, SchedulerCore
 from scaler.core.scheduler.events import JournalSession
 from scaler.scheduler.journal import (
-    CLOSED,
     SESSION,
     Journal,
     JournalError,
-    Record,
     SessionRecord,
     closed_body,
-    open_sessions,
     parse_session,
     session_body,
 )
@@ -41,20 +38,26 @@ def test_a_session_body_is_read_back_as_written() -> None:
     [b"", struct.pack("<IH", 7, 50) + b"short", struct.pack("<IH", 7, 0) + struct.pack("<H", 9) + b"k", b"\0" * 8],
     ids=["empty", "name past the end", "key past the end", "prefix 0"],
 )
-def test_a_malformed_session_body_is_a_journal_error_naming_where(body: bytes) -> None:
-    with pytest.raises(JournalError, match=r"the journal J has a malformed session at byte 1,234"):
-        open_sessions([Record(SESSION, body, 1234)], "J")
+def test_a_malformed_session_body_is_a_journal_error_naming_where(body: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal, _ = Journal.open(str(path), "tcp://127.0.0.1:1")
+    at = journal.size
+    journal.append(SESSION, body)
+    journal.commit()
+    journal.close()
+    with pytest.raises(JournalError, match=rf"the journal {path} has a malformed record \(kind 1\) at byte {at}: "):
+        recovered_core(path)
 
 
-def test_the_open_sessions_are_those_not_closed_since_in_the_order_opened() -> None:
-    records = [
-        Record(SESSION, session_body(A, "a", 1), 0),
-        Record(SESSION, session_body(B, "b", 2), 0),
-        Record(CLOSED, closed_body(A), 0),
-        Record(SESSION, session_body(A, "a again", 3), 0),
-        Record(CLOSED, closed_body(b"never opened"), 0),
-    ]
-    assert open_sessions(records, "J") == [SessionRecord(B, "b", 2, b""), SessionRecord(A, "a again", 3, b"")]
+def test_the_open_sessions_are_those_not_closed_since(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    core, journaling = recovered_core(path)
+    journaling.write([JournalSession(A, "a", 1), JournalSession(B, "b", 2), JournalSession(A)])
+    journaling.write([JournalSession(A, "a again", 3), JournalSession(b"never opened")])
+    journaling.close()
+    core, journaling = recovered_core(path)
+    journaling.close()
+    assert sorted((c.identity, c.name, c.prefix) for c in core.clients.values()) == [(A, "a again", 3), (B, "b", 2)]
 
 
 def recovered_core(path: Path) -> tuple[SchedulerCore, Journaling]:

@@ -22,8 +22,10 @@ import fcntl
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, Union
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Union, cast
+
+from scaler.protocol.records import Payload
 
 MAGIC = b"SCALERJ\x00"
 FORMAT_VERSION = 1
@@ -92,23 +94,44 @@ def parse_session(body: bytes) -> SessionRecord:
     return SessionRecord(bytes(body[at + key_length :]), name, prefix, bytes(body[at : at + key_length]))
 
 
-def open_sessions(records: Iterable[Record], path: str) -> list[SessionRecord]:
-    """The sessions still open at the end of `records` (each SESSION record opens one, a CLOSED record of its identity
-    ends it), in the order they were opened. JournalError for a SESSION record that does not hold one."""
-    sessions: dict[bytes, SessionRecord] = {}
-    for record in records:
-        if record.kind == SESSION:
-            try:
-                session = parse_session(record.body)
-            except (ValueError, struct.error) as exc:
-                raise JournalError(
-                    f"the journal {path} has a malformed session at byte {record.offset:,}: {exc}"
-                ) from exc
-            sessions.pop(session.identity, None)
-            sessions[session.identity] = session
-        elif record.kind == CLOSED:
-            sessions.pop(record.body, None)
-    return list(sessions.values())
+_MESSAGE = struct.Struct("<HI")  # a MESSAGE or RESULT body's identity length and frame count
+
+
+def message_parts(identity: bytes, frames: Sequence[Payload]) -> list[Bytes]:
+    """A MESSAGE (or RESULT) body, as pieces for writev: the session's routing identity (u16 length), the frames'
+    count (u32) and lengths (u32 each), then the frames as they are (not copied: bytes, or zmq.Frames, which are
+    buffers too)."""
+    lengths = struct.pack(f"<{len(frames)}I", *[len(frame) for frame in frames])
+    return [b"".join((_MESSAGE.pack(len(identity), len(frames)), identity, lengths)), *cast("list[Bytes]", frames)]
+
+
+def parse_message(body: bytes) -> tuple[bytes, list[bytes]]:
+    """The identity and frames a MESSAGE or RESULT body holds; ValueError if it does not hold them."""
+    length, count = _MESSAGE.unpack_from(body)
+    at = _MESSAGE.size + length
+    identity = body[_MESSAGE.size : at]
+    lengths = struct.unpack_from(f"<{count}I", body, at)
+    at += 4 * count
+    if at + sum(lengths) != len(body):
+        raise ValueError(f"a record of {len(body)} bytes holds {count} frames of {sum(lengths)} bytes after {at}")
+    frames = []
+    for size in lengths:
+        frames.append(body[at : at + size])
+        at += size
+    return identity, frames
+
+
+def ended_body(identity: bytes, ids: Sequence[int]) -> bytes:
+    """An ENDED body: the session's routing identity (u16 length), then the task ids (u64 each)."""
+    return b"".join((_U16.pack(len(identity)), identity, struct.pack(f"<{len(ids)}Q", *ids)))
+
+
+def parse_ended(body: bytes) -> tuple[bytes, list[int]]:
+    (length,) = _U16.unpack_from(body)
+    at = _U16.size + length
+    if (len(body) - at) % 8:
+        raise ValueError(f"an ENDED record of {len(body)} bytes does not end in whole ids")
+    return body[_U16.size : at], list(struct.unpack_from(f"<{(len(body) - at) // 8}Q", body, at))
 
 
 def header_bytes(identity: str) -> bytes:

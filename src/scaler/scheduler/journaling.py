@@ -1,6 +1,7 @@
-"""The scheduler shell's journal (scaler_scheduler --journal; ADR 0022, 0023): recovery at start (the client sessions
-the journal holds restored into the core, then the file compacted to them), each flush's sessions written before its
-sends, and the thread that syncs the file in the background (--journal-sync interval).
+"""The scheduler shell's journal (scaler_scheduler --journal; ADR 0022, 0023): recovery at start (the journal's records
+read back as the core's journal entries and replayed into it: scaler.core.scheduler.recovery; then the file compacted
+to the entries still needed), each flush's entries written before its sends (a client's work as its frames came), and
+the thread that syncs the file in the background (--journal-sync interval).
 
 Shell code: it writes what the core decided (SchedulerCore.journal) and decides nothing. Python 3.9 (PyPy).
 """
@@ -9,19 +10,31 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 from collections.abc import Sequence
 
 from scaler.core.scheduler import SchedulerCore
-from scaler.core.scheduler.events import JournalSession
+from scaler.core.scheduler.events import JournalEnded, JournalEntry, JournalMessage, JournalResult, JournalSession
+from scaler.core.scheduler.recovery import replay
+from scaler.protocol.codec import decode, encode
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.records import ACCEPTED_BY_SCHEDULER, TaskResults
 from scaler.scheduler.journal import (
     CLOSED,
+    ENDED,
+    MESSAGE,
+    RESULT,
     SESSION,
     Journal,
     JournalError,
-    SessionRecord,
+    Record,
     closed_body,
-    open_sessions,
+    ended_body,
+    message_parts,
+    parse_ended,
+    parse_message,
+    parse_session,
     session_body,
 )
 
@@ -30,6 +43,7 @@ logger = logging.getLogger(__name__)
 SYNC_CHOICES = ("interval", "always", "none")
 DEFAULT_SYNC = "interval"  # --journal-sync's default (ADR 0022)
 SYNC_INTERVAL_SECONDS = 0.05  # --journal-sync interval: at most one fdatasync this often, none while idle
+COMPACTED_GROUP = 1024  # records per group in a compacted journal
 
 
 class Journaling:
@@ -45,9 +59,9 @@ class Journaling:
 
     @classmethod
     def recover(cls, path: str, identity: str, sync: str, core: SchedulerCore, now: float) -> Journaling:
-        """Open the journal at `path` of the scheduler at `identity`, restore the client sessions it holds into
-        `core` (which serves nobody yet) as last seen at `now`, and compact the file to them. JournalError: it
-        cannot be used (logged by the caller)."""
+        """Open the journal at `path` of the scheduler at `identity`, replay what it holds into `core` (which serves
+        nobody yet) as of `now`, and compact the file to what is still needed. JournalError: it cannot be used
+        (logged by the caller)."""
         journal, records = Journal.open(path, identity)
         try:
             size = journal.size
@@ -58,34 +72,52 @@ class Journaling:
                     journal.cut,
                     size,
                 )
-            sessions = open_sessions(records, path)
-            for session in sessions:
-                core.restore_client(now, session.identity, session.name, session.prefix, session.key or None)
-            journal.compact(identity, iter([[_session_record(s) for s in sessions]] if sessions else []))
+            entries, sources = _entries(records, path)
+            done = replay(core, now, entries)
+            kept = [sources[index] for index in done.kept]
+            journal.compact(identity, (kept[at : at + COMPACTED_GROUP] for at in range(0, len(kept), COMPACTED_GROUP)))
         except BaseException:
             journal.close()
             raise
         logger.info(
             "Scheduler: journal %s (%s bytes, %s free on its file system, --journal-sync %s): %d client session%s "
-            "restored",
+            "restored, with %d tasks and %d results held for their clients (%d ended tasks let go); compacted to %s "
+            "bytes",
             path,
             f"{size:,}",
             _free_space(path),
             sync,
-            len(sessions),
-            "" if len(sessions) == 1 else "s",
+            done.sessions,
+            "" if done.sessions == 1 else "s",
+            done.tasks,
+            done.held,
+            done.ended,
+            f"{journal.size:,}",
         )
         return cls(journal, sync)
 
-    def write(self, sessions: Sequence[JournalSession]) -> None:
-        """Sessions opened and ended, as one group, before the flush's sends. JournalError: the journal cannot be
-        written (a full disk): the scheduler must stop without sending them (not retried: ADR 0022)."""
+    def write(self, entries: Sequence[JournalEntry]) -> None:
+        """The core's journal entries of one flush, as one group, before the flush's sends. JournalError: the journal
+        cannot be written (a full disk): the scheduler must stop without sending them (not retried: ADR 0022)."""
         journal = self.journal
-        for session in sessions:
-            if session.prefix:
-                journal.append(SESSION, session_body(session.peer, session.name, session.prefix, session.key))
+        for entry in entries:
+            kind = type(entry)
+            if kind is JournalMessage:
+                assert isinstance(entry, JournalMessage)
+                frames = entry.raw if entry.raw is not None else encode(entry.message)
+                journal.append(MESSAGE, *message_parts(entry.peer, frames))
+            elif kind is JournalEnded:
+                assert isinstance(entry, JournalEnded)
+                journal.append(ENDED, ended_body(entry.peer, entry.ids))
+            elif kind is JournalSession:
+                assert isinstance(entry, JournalSession)
+                if entry.prefix:
+                    journal.append(SESSION, session_body(entry.peer, entry.name, entry.prefix, entry.key))
+                else:
+                    journal.append(CLOSED, closed_body(entry.peer))
             else:
-                journal.append(CLOSED, closed_body(session.peer))
+                assert isinstance(entry, JournalResult)
+                journal.append(RESULT, *message_parts(entry.peer, encode(entry.results)))
         journal.commit(sync=self.sync == "always")
         if self.sync == "interval" and not self._written.is_set():
             self._written.set()
@@ -127,8 +159,62 @@ class Journaling:
             raise JournalError(f"cannot sync the journal {self.journal.path}: {exc.strerror}") from exc
 
 
-def _session_record(session: SessionRecord) -> tuple[int, list[bytes]]:
-    return SESSION, [session_body(session.identity, session.name, session.prefix, session.key)]
+def _entries(records: list[Record], path: str) -> tuple[list[JournalEntry], list[tuple[int, list[bytes]]]]:
+    """The journal entries `records` hold for the sessions open at their end (from each one's opening on: the rest is
+    not replayed, so not decoded), and each one's record (kind, body) for compaction. JournalError: a record that
+    does not hold what its kind says (the file was changed by something else)."""
+    last: dict[bytes, int] = {}  # each open session's identity: the index of its SESSION record
+    sessions: dict[int, JournalSession] = {}
+    for index, record in enumerate(records):
+        if record.kind == SESSION:
+            try:
+                session = parse_session(record.body)
+            except (ValueError, struct.error) as exc:
+                raise _malformed(path, record, exc) from exc
+            last[session.identity] = index
+            sessions[index] = JournalSession(session.identity, session.name, session.prefix, session.key or None)
+        elif record.kind == CLOSED:
+            last.pop(record.body, None)
+    entries: list[JournalEntry] = []
+    sources: list[tuple[int, list[bytes]]] = []
+    for index, record in enumerate(records):
+        try:
+            entry = _entry(record, index, last, sessions)
+        except (ValueError, struct.error, ProtocolError) as exc:
+            raise _malformed(path, record, exc) from exc
+        if entry is not None:
+            entries.append(entry)
+            sources.append((record.kind, [record.body]))
+    return entries, sources
+
+
+def _entry(
+    record: Record, index: int, last: dict[bytes, int], sessions: dict[int, JournalSession]
+) -> JournalEntry | None:
+    """The entry of one record, or None if its session ended later (or it is not the last session of its peer)."""
+    kind = record.kind
+    if kind == SESSION:
+        session = sessions[index]
+        return session if last.get(session.peer) == index else None
+    if kind == CLOSED:
+        return None  # (a closed session's records are not replayed: neither is its end)
+    if kind == ENDED:
+        identity, ids = parse_ended(record.body)
+        return JournalEnded(identity, ids) if last.get(identity, index) < index else None
+    identity, frames = parse_message(record.body)
+    if last.get(identity, index) >= index:
+        return None
+    message = decode(frames, ACCEPTED_BY_SCHEDULER if kind == MESSAGE else None)
+    if kind == MESSAGE:
+        return JournalMessage(identity, message, frames)
+    if kind != RESULT or not isinstance(message, TaskResults):
+        raise ValueError(f"a record of kind {kind} holds a {type(message).__name__}")
+    return JournalResult(identity, message)
+
+
+def _malformed(path: str, record: Record, exc: BaseException) -> JournalError:
+    where = f"(kind {record.kind}) at byte {record.offset:,}"
+    return JournalError(f"the journal {path} has a malformed record {where}: {exc}")
 
 
 def _free_space(path: str) -> str:

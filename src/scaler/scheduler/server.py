@@ -1,7 +1,7 @@
 """The scheduler's shell: a ROUTER socket for clients and workers, another for monitors (scheduler/monitors.py), an
-asyncio loop, and SchedulerCore deciding everything. With --journal, the client sessions the journal holds are
-restored before anything is served, and each flush's sessions are written to it before the flush's sends
-(scheduler/journaling.py).
+asyncio loop, and SchedulerCore deciding everything. With --journal, what the journal holds (client sessions, their
+work, the results held for them) is replayed into the core before anything is served, and each flush's journal
+entries are written before the flush's sends (scheduler/journaling.py).
 
 Each wake-up drains a bounded number of messages into the core, then flushes once: one placement pass and one
 message per peer for everything decided. A peer that cannot be delivered to is reported back to the core.
@@ -262,14 +262,15 @@ class SchedulerServer:
                     guard("handling a message", core.feed, Forbidden(now, peer, user.encode(), reason))
                     continue
             message: Message | ProtocolError
+            parts = small_to_bytes(frames[1:])
             try:
-                message = decode(small_to_bytes(frames[1:]), ACCEPTED_BY_SCHEDULER)
+                message = decode(parts, ACCEPTED_BY_SCHEDULER)
             except ProtocolError as exc:
                 message = exc
             event = (
                 Malformed(now, peer, str(message), isinstance(message, UnexpectedMessage))
                 if isinstance(message, ProtocolError)
-                else Received(now, peer, message, key)
+                else Received(now, peer, message, key, parts)  # (its frames: a journal writes a client's work as is)
             )
             guard("handling a message", core.feed, event)  # a bug handling one message must not stop the others
             if clock() >= deadline:
@@ -279,17 +280,17 @@ class SchedulerServer:
 
     def _flush(self) -> list[Command]:
         """The core's commands; with SCALER_DEBUG, the core's invariants are checked after every flush. With a
-        journal, the sessions opened and ended are written first (none of the commands go out if they cannot be)."""
+        journal, the core's journal entries are written first (none of the commands go out if they cannot be)."""
         core = self.core
         commands = core.flush()
         if self.driver.debug:
             core.validate()
         if core.journal:
-            sessions, core.journal = core.journal, []
+            entries, core.journal = core.journal, []
             if self.failure is None:
                 assert self.journaling is not None
                 try:
-                    self.journaling.write(sessions)
+                    self.journaling.write(entries)
                 except JournalError as exc:
                     self._journal_failed(exc)
         if self.failure is not None:

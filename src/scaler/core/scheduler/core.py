@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from functools import partial
 
 from scaler.core.common import unreachable
@@ -26,7 +27,10 @@ from scaler.core.scheduler.events import (
     Command,
     Event,
     Forbidden,
-    JournalSession,
+    JournalEnded,
+    JournalEntry,
+    JournalMessage,
+    JournalResult,
     Log,
     Malformed,
     PeerKey,
@@ -109,6 +113,8 @@ assert (
 )
 assert all(new in (None, _ENDED) for new in _ENDS)
 _SMOOTHING = 0.25  # of the moving average of a client's task run time
+# A client's messages a journaled scheduler writes to its journal (what recovery.replay feeds a new core again)
+_JOURNALED = frozenset({SubmitTasks, PutObjects, CancelTasks, FreeObjects})
 
 
 class SchedulerCore:
@@ -139,9 +145,11 @@ class SchedulerCore:
         self.prefixes = Prefixes()  # the sessions' id prefixes: fresh, or free again
         self._limiter = LogLimiter()  # repeated warnings per peer: a few per window, then a summary
         self._out: list[Command] = []
-        # With a journal (config.journaled): client sessions opened and ended since the shell last took them; the shell
-        # writes them before it sends the flush's messages (ADR 0023).
-        self.journal: list[JournalSession] = []
+        # With a journal (config.journaled): client sessions opened and ended, their work taken, results sent or held
+        # for them, since the shell last took them; the shell writes them before it sends the flush's messages (ADR
+        # 0023; recovery.replay reads them back).
+        self._journaled = self.config.journaled
+        self.journal: list[JournalEntry] = []
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
         self._dirty_workers: dict[WorkerSession, None] = {}
         self._dirty_clients: dict[ClientSession, None] = {}
@@ -181,7 +189,7 @@ class SchedulerCore:
         # CPython): mypy narrows them alike, and unreachable() in the last branch keeps the check that every kind of
         # event is handled.
         if isinstance(event, Received):
-            self._on_received(event.peer, event.message, event.key)
+            self._on_received(event.peer, event.message, event.key, event.raw)
         elif isinstance(event, Tick):
             self._on_tick()
         elif isinstance(event, Malformed):
@@ -224,7 +232,9 @@ class SchedulerCore:
         return out
 
     # ------------------------------------------------------------------------------------------- dispatching
-    def _on_received(self, peer: bytes, message: Message, key: PeerKey | None) -> None:
+    def _on_received(
+        self, peer: bytes, message: Message, key: PeerKey | None, raw: Sequence[Payload] | None = None
+    ) -> None:
         self.received[MESSAGE_NAMES[type(message)]] += 1
         if isinstance(message, Hello):
             self.lifecycle.on_hello(peer, message, key)
@@ -236,6 +246,8 @@ class SchedulerCore:
                 self.lifecycle.wrong_key(peer, key)
                 return
             client.last_seen = self.now
+            if self._journaled and type(message) in _JOURNALED:  # before it is handled: replayed in this order
+                self.journal.append(JournalMessage(peer, message, raw))
             self._on_client_message(client, message)
             return
         worker = self.workers.get(peer)
@@ -876,14 +888,45 @@ class SchedulerCore:
                 self._send(worker.identity, FreeObjects(worker.free_outbox))
                 worker.free_outbox = []
         for client in clients:
-            if self.clients.get(client.identity) is not client or client.awaiting:
-                continue  # gone meanwhile, or not back after a restart yet (resumed: sent then)
-            output = client.output.take()
-            if output is not None:  # before the results: a task's output arrives before its result
-                self._send(client.identity, output)
-            results = client.outbox.take()
-            if results is not None:
-                self._send(client.identity, results)
+            if self.clients.get(client.identity) is client:  # (not gone meanwhile)
+                self._flush_client(client)
+
+    def _flush_client(self, client: ClientSession) -> None:
+        if client.awaiting:  # not back after a restart yet: its results wait for it in the journal (resumed)
+            self._hold(client)
+            return
+        output = client.output.take()
+        if output is not None:  # before the results: a task's output arrives before its result
+            self._send(client.identity, output)
+        results = client.outbox.take()
+        if results is not None:
+            if self._journaled:
+                self.journal.append(JournalEnded(client.identity, results.task_ids))
+            self._send(client.identity, results)
+
+    def _hold(self, client: ClientSession) -> None:
+        """(A restored session whose client is not back.) Its new results are held, and journaled: a second restart
+        before it comes back must not compute them again."""
+        results = client.outbox.take()
+        if results is not None:
+            client.held.append(results)
+            if self._journaled:
+                self.journal.append(JournalResult(client.identity, results))
+
+    def send_held(self, client: ClientSession) -> None:
+        """A restored session's client is back: what waited for it goes first (before the echo that has it send its
+        unfinished work again, which would compute these again)."""
+        output = client.output.take()
+        if output is not None:
+            self._send(client.identity, output)
+        held, client.held = client.held, []
+        results = client.outbox.take()
+        if results is not None:
+            held.append(results)
+        for results in held:
+            if self._journaled:
+                self.journal.append(JournalEnded(client.identity, results.task_ids))
+            self._send(client.identity, results)
 
     def compact(self) -> None:
         """Let go of room kept from a burst: a dict keeps its table when emptied (after 200,000 tasks, 10 MiB). For

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Union
 
 from scaler.core.common import Log as Log
 from scaler.core.common import Stop as Stop  # the scheduler must stop (its exit code: 0)
 from scaler.core.slotted import slotted
-from scaler.protocol.records import Message, PeerKind
+from scaler.protocol.records import Message, Payload, PeerKind, TaskResults
 
 
 @slotted(frozen=True)
@@ -26,12 +27,14 @@ class PeerKey:
 @slotted(frozen=True)
 class Received:
     """A decoded message arrived from `peer` (its ZeroMQ routing id), over a connection that authenticated with
-    `key` (None when the scheduler runs without keys)."""
+    `key` (None when the scheduler runs without keys). `raw`: its frames as they came (the shell's; a journaled
+    scheduler writes those of a client's work to its journal as they are, JournalMessage), or None."""
 
     now: float
     peer: bytes
     message: Message
     key: PeerKey | None = None
+    raw: Sequence[Payload] | None = None
 
 
 @slotted(frozen=True)
@@ -103,5 +106,35 @@ class JournalSession:
     prefix: int = 0
     key: bytes | None = None
 
+
+@slotted(frozen=True)
+class JournalMessage:
+    """(A scheduler with a journal.) Client `peer`'s work the core took (submitTasks, putObjects, cancelTasks,
+    freeObjects): `raw` its frames as they came (None: the shell encodes `message`)."""
+
+    peer: bytes
+    message: Message
+    raw: Sequence[Payload] | None = None
+
+
+@slotted(frozen=True)
+class JournalEnded:
+    """(A scheduler with a journal.) These results went to client `peer`: its tasks `ids` ended for it."""
+
+    peer: bytes
+    ids: Sequence[int]
+
+
+@slotted(frozen=True)
+class JournalResult:
+    """(A scheduler with a journal.) Results held for client `peer`, which is not back after a restart yet: kept in
+    the journal until they go to it (then a JournalEnded names them)."""
+
+    peer: bytes
+    results: TaskResults
+
+
+# What a journaled core asks the shell to write (SchedulerCore.journal), in order; recovery.replay reads them back.
+JournalEntry = Union[JournalSession, JournalMessage, JournalEnded, JournalResult]
 
 Command = Union[Send, Log, Stop]

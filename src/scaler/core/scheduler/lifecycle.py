@@ -135,8 +135,8 @@ class SessionLifecycle:
         core = self.core
         if isinstance(session, ClientSession) and session.awaiting:  # back after the scheduler's restart
             session.awaiting = False
+            core.send_held(session)  # first: the echo has it send its unfinished work again
             core._send(session.identity, HeartbeatEcho(resumed=True, sent=session.messages_sent, recovered=True))
-            core._dirty_clients[session] = None  # what waited for it goes out now
             notices.info(core, "session", session.identity, f"client {session.name} resumed its session")
             return True
         if message.sent == session.messages_received:

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from scaler.core.outbox import OutputColumns, ResultColumns
-from scaler.protocol.records import Heartbeat
+from scaler.protocol.records import Heartbeat, TaskResults
 
 if TYPE_CHECKING:
     from scaler.core.scheduler.tasks import Task
@@ -17,6 +17,7 @@ class ClientSession:
         "awaiting",
         "completed",
         "gone",
+        "held",
         "identity",
         "key",
         "last_seen",
@@ -55,9 +56,11 @@ class ClientSession:
         self.messages_sent = 0  # the welcome included
         # Restored from the journal after a restart (SchedulerCore.restore_client): ids it sends again that the
         # scheduler holds are ignored, not refused. `awaiting`: its client has not come back yet; what is for it
-        # (results, output) waits in its outboxes until it does.
+        # (output) waits in its outbox until it does; its results are held (`held`, batches the journal keeps: a
+        # second restart does not compute them again), sent before anything else when it resumes.
         self.recovered = False
         self.awaiting = False
+        self.held: list[TaskResults] = []
 
     def __repr__(self) -> str:
         state = " awaiting its client" if self.awaiting else ""

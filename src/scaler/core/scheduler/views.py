@@ -254,6 +254,7 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
     for client in core.clients.values():
         _check(client.task_count == per_client[id(client)], "{!r} task count is off", client)
         _check(client.last_seen >= core.oldest_seen[1], "{!r} was seen before the oldest seen", client)
+        _check(not client.held or client.awaiting, "{!r} holds results, but its client is back", client)
     _check(core.objects is core.object_store.objects, "the core reads other objects than its store holds")
     for obj in core.objects.values():
         _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
