@@ -417,6 +417,21 @@ def test_a_journaled_session_waits_the_restart_grace_without_silence_or_heartbea
     assert core.kept_tasks == {} and not core.resuming
 
 
+def test_a_journaled_scheduler_stopped_by_a_signal_is_waited_for_and_a_cluster_shutdown_is_not() -> None:
+    core = journaled()
+    core.sending([task(7)])
+    assert core.received(2.0, Shutdown("the scheduler received SIGTERM", workers_stay=True)) == [Waiting(60.0, 1)]
+    assert core.state == SessionState.CONNECTED and core.resuming  # its session stays in the scheduler's journal
+    assert core.link_down(2.1) == []  # (then its connection closes: already waiting)
+    assert core.link_up(9.0) == [Send(Heartbeat(resumed=True, sent=0))]  # (sending() is not count_sent())
+    core = journaled()
+    [closed] = core.received(2.0, Shutdown("a client asked", workers_stay=False))  # the cluster ends
+    assert isinstance(closed, Closed) and closed.kind == CloseKind.SHUTDOWN
+    core = connected()  # without a journal, a stop is a stop
+    [closed] = core.received(2.0, Shutdown("the scheduler received SIGTERM", workers_stay=True))
+    assert isinstance(closed, Closed) and closed.kind == CloseKind.SHUTDOWN
+
+
 def test_the_silence_counts_again_from_the_connection_made_again() -> None:
     core = journaled()
     core.link_down(1.0)

@@ -15,6 +15,7 @@ from scaler.protocol.messages import (
     Hello,
     PeerKind,
     PutObjects,
+    Shutdown,
     TaskResults,
     Welcome,
 )
@@ -104,3 +105,19 @@ def test_a_journaled_scheduler_tells_clients_so_and_lists_sessions_opened_and_en
     plain = Driver()
     [(_, welcome)] = of_type(plain.recv(b"c1", Hello(PeerKind.CLIENT, "x")), Welcome)
     assert not welcome.journaled and plain.core.journal == []
+
+
+def test_a_journaled_scheduler_stopped_by_a_signal_tells_its_clients_it_comes_back_with_their_sessions() -> None:
+    d = Driver(SchedulerConfig(journaled=True))
+    d.client(b"c1")
+    d.core.journal.clear()
+    d.core.stop("the scheduler received SIGTERM", workers_stay=True)
+    [(_, shutdown)] = of_type(d.core.flush(), Shutdown)
+    assert shutdown.workers_stay  # to a client: wait for it, the session stays in the journal
+    assert d.core.journal == []  # (not ended: no closed record)
+    for journaled, workers_stay in ((True, False), (False, True)):  # the cluster ends; or no journal
+        d = Driver(SchedulerConfig(journaled=journaled))
+        d.client(b"c1")
+        d.core.stop("stop", workers_stay=workers_stay)
+        [(_, shutdown)] = of_type(d.core.flush(), Shutdown)
+        assert not shutdown.workers_stay

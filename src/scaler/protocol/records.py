@@ -339,7 +339,9 @@ class ShutdownRequest(ReasonMessage):
 @slotted
 class Shutdown(ReasonMessage):
     """Scheduler -> client or worker: the scheduler is stopping. workers_stay: only the scheduler stops (a signal), and
-    workers keep running, saying hello until a scheduler answers; False: the whole cluster ends (shutdownRequest)."""
+    workers keep running, saying hello until a scheduler answers, and (sent to a client of a journaled scheduler) the
+    client waits for it as after a lost connection: its session stays in the journal; False: the whole cluster ends
+    (shutdownRequest), or the scheduler does not come back with the client's session."""
 
     workers_stay: bool = False
 

@@ -216,7 +216,8 @@ struct Shutdown {
   reason @0 :Text;
   workersStay @1 :Bool;         # to workers: true when only the scheduler stops (a signal): keep running and say hello
                                 # until a scheduler answers at the same address (a restart); false when the cluster
-                                # ends (a client's shutdownRequest; a scheduler older than this field): stop
+                                # ends (a client's shutdownRequest; a scheduler older than this field): stop.
+                                # To a client of a journaled scheduler: true when it comes back with the session
 }
 
 enum ErrorCode {

@@ -140,12 +140,16 @@ def header_bytes(identity: str) -> bytes:
     return head + _U32.pack(zlib.crc32(head))
 
 
+_KIND_CRC = [zlib.crc32(bytes((kind,))) for kind in range(256)]  # the CRC32 of each kind byte, where a record's starts
+
+
 def record_bytes(kind: int, *parts: Bytes) -> list[Bytes]:
     """The pieces of one record (for writev): its head, then the body's parts as they are (not copied)."""
-    length = sum(len(p) for p in parts)
-    crc = zlib.crc32(bytes((kind,)))
+    crc = _KIND_CRC[kind]
+    length = 0
     for part in parts:
         crc = zlib.crc32(part, crc)
+        length += len(part)
     return [_RECORD.pack(length, crc, kind), *parts]
 
 
@@ -275,8 +279,9 @@ class Journal:
         if not self._pending:
             return 0
         pieces, self._pending = self._pending, []
-        pieces.extend(record_bytes(COMMIT, _U64.pack(self.size + sum(len(p) for p in pieces))))
-        written = _write_all(self._fd, pieces, self.path)
+        total = sum(map(len, pieces))
+        pieces.extend(record_bytes(COMMIT, _U64.pack(self.size + total)))
+        written = _write_all(self._fd, pieces, self.path, total + _RECORD.size + _U64.size)
         self.size += written
         if sync:
             os.fdatasync(self._fd)
@@ -317,11 +322,27 @@ class Journal:
             self._fd = -1
 
 
-def _write_all(fd: int, pieces: Sequence[Bytes], path: str) -> int:
-    """writev every piece (again for what a short write left); JournalError on a full disk or another failure."""
-    total = sum(len(p) for p in pieces)
+def _write_all(fd: int, pieces: Sequence[Bytes], path: str, total: int = -1) -> int:
+    """writev every piece (again for what a short write left); JournalError on a full disk or another failure.
+    `total`: their bytes, if the caller knows."""
+    if total < 0:
+        total = sum(map(len, pieces))
     done = 0
+    try:
+        if len(pieces) <= 1024:  # (one call, as almost always: IOV_MAX is 1024)
+            done = os.writev(fd, pieces)
+            if done == total:
+                return done
+    except OSError as exc:
+        raise _write_failed(fd, done, path, exc) from exc
     views = [memoryview(p).cast("B") for p in pieces if len(p)]
+    skip = done
+    while skip and views:  # what the short write took
+        if skip >= len(views[0]):
+            skip -= len(views.pop(0))
+        else:
+            views[0] = views[0][skip:]
+            skip = 0
     try:
         while views:
             written = os.writev(fd, views[:1024])
@@ -332,16 +353,20 @@ def _write_all(fd: int, pieces: Sequence[Bytes], path: str) -> int:
             if written:
                 views[0] = views[0][written:]
     except OSError as exc:
-        if done:  # a partial group is a torn tail: cut it, so that the next group follows whole ones
-            try:
-                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - done)
-                os.lseek(fd, -done, os.SEEK_CUR)
-            except OSError:
-                pass
-        what = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror
-        raise JournalError(f"cannot write the journal {path}: {what}") from exc
+        raise _write_failed(fd, done, path, exc) from exc
     assert done == total
     return done
+
+
+def _write_failed(fd: int, done: int, path: str, exc: OSError) -> JournalError:
+    if done:  # a partial group is a torn tail: cut it, so that the next group follows whole ones
+        try:
+            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - done)
+            os.lseek(fd, -done, os.SEEK_CUR)
+        except OSError:
+            pass
+    what = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror
+    return JournalError(f"cannot write the journal {path}: {what}")
 
 
 def _sync_folder(path: str) -> None:

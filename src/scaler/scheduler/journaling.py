@@ -101,22 +101,17 @@ class Journaling:
         cannot be written (a full disk): the scheduler must stop without sending them (not retried: ADR 0022)."""
         journal = self.journal
         for entry in entries:
-            kind = type(entry)
-            if kind is JournalMessage:
-                assert isinstance(entry, JournalMessage)
+            if isinstance(entry, JournalMessage):
                 frames = entry.raw if entry.raw is not None else encode(entry.message)
                 journal.append(MESSAGE, *message_parts(entry.peer, frames))
-            elif kind is JournalEnded:
-                assert isinstance(entry, JournalEnded)
+            elif isinstance(entry, JournalEnded):
                 journal.append(ENDED, ended_body(entry.peer, entry.ids))
-            elif kind is JournalSession:
-                assert isinstance(entry, JournalSession)
+            elif isinstance(entry, JournalSession):
                 if entry.prefix:
                     journal.append(SESSION, session_body(entry.peer, entry.name, entry.prefix, entry.key))
                 else:
                     journal.append(CLOSED, closed_body(entry.peer))
             else:
-                assert isinstance(entry, JournalResult)
                 journal.append(RESULT, *message_parts(entry.peer, encode(entry.results)))
         journal.commit(sync=self.sync == "always")
         if self.sync == "interval" and not self._written.is_set():

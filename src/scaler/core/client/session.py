@@ -258,10 +258,15 @@ class ClientCore:
         if isinstance(message, Refused):
             return self._on_refused(message)
         if isinstance(message, Shutdown):
-            return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
+            return self._on_shutdown(now, message)
         if isinstance(message, Error):
             return self._on_error(message)
         return []
+
+    def _on_shutdown(self, now: float, message: Shutdown) -> list[ClientCommand]:
+        if message.workers_stay and self.journaled:  # it stops, and comes back with this session (its journal)
+            return self.link_down(now)
+        return self._close(CloseKind.SHUTDOWN, f"the scheduler shut down ({message.reason})")
 
     def _on_error(self, message: Error) -> list[ClientCommand]:
         if message.code == ErrorCode.NOT_CONNECTED:

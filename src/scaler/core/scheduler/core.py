@@ -367,13 +367,15 @@ class SchedulerCore:
 
     def stop(self, reason: str, workers_stay: bool = False) -> None:
         """Tell every peer the scheduler stops, then emit Stop. Later events are ignored. workers_stay: only the
-        scheduler stops (a signal), and its workers keep running and say hello until a scheduler answers again;
-        else (a client's shutdown request) the cluster ends with it."""
+        scheduler stops (a signal), and its workers keep running and say hello until a scheduler answers again (and,
+        with a journal, its clients wait for it: their sessions stay in the journal); else (a client's shutdown
+        request) the cluster ends with it."""
         self._flush_outboxes()
         for peer in self.workers:
             self._send(peer, Shutdown(reason, workers_stay))
+        comes_back = workers_stay and self._journaled  # its clients' sessions stay in the journal: they wait for it
         for peer in self.clients:
-            self._send(peer, Shutdown(reason))
+            self._send(peer, Shutdown(reason, comes_back))
         self._out.append(Stop(reason))
         self._stopped = True
 
