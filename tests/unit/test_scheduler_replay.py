@@ -15,7 +15,7 @@ import pytest
 from scaler.core.scheduler import SchedulerCore
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.events import JournalEnded, JournalEntry, JournalMessage, JournalResult, JournalSession
-from scaler.core.scheduler.recovery import replay
+from scaler.core.scheduler.recovery import kept_entries, live_ids, replay
 from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.messages import (
     CancelTasks,
@@ -295,7 +295,8 @@ class RandomRun:
 @pytest.mark.parametrize("seed", range(1, 13))
 def test_a_crash_after_any_event_of_a_random_run_recovers_what_was_journaled(seed: int) -> None:
     """A seeded random run of clients and workers; after every event, the journal so far is replayed into a new core
-    and compared with the crashed one (assert_recovers), and the compacted journal rebuilds the same."""
+    and compared with the crashed one (assert_recovers), and the compacted journal (at start, and while serving)
+    rebuilds the same."""
     run = RandomRun(seed)
     for step in range(120):
         op = run.step()
@@ -305,6 +306,9 @@ def test_a_crash_after_any_event_of_a_random_run_recovers_what_was_journaled(see
         # the shell writes the kept entries, then what the replay journaled (results it held for clients not back)
         compacted, _ = recover([entries[i] for i in kept] + core.journal)
         assert snapshot(compacted) == snapshot(core), f"step {step}: compaction changed the state"
+        # compaction while serving: the entries the live core still needs rebuild what all of them do
+        served = kept_entries(entries, *live_ids(run.d.core))
+        assert snapshot(recover([entries[i] for i in served])[0]) == snapshot(core), f"step {step}: served"
 
 
 def test_replay_ignores_a_hello_it_never_sees() -> None:

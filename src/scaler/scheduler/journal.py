@@ -21,8 +21,9 @@ import errno
 import fcntl
 import os
 import struct
+import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, Union, cast
 
 from scaler.protocol.records import Payload
@@ -156,9 +157,23 @@ def record_bytes(kind: int, *parts: Bytes) -> list[Bytes]:
 def read_records(data: memoryview, identity: str, path: str) -> tuple[list[Record], int]:
     """The whole groups in `data` (a journal file's bytes) and where the last one ends (the file is cut there)."""
     end = _check_header(data, identity, path)
+    records, committed, at = _groups(data, end)
+    if at < len(data) and _a_commit_after(data, at + 1):
+        raise JournalError(
+            f"the journal {path} is damaged at byte {at:,} (a record that does not check out, with whole records "
+            "after it): it was changed by something other than this scheduler, or its disk failed. Move it aside "
+            "to start without it (the work it held is lost), or restore it from a copy"
+        )
+    return records, committed
+
+
+def _groups(data: memoryview, at: int, base: int = 0) -> tuple[list[Record], int, int]:
+    """The records of the whole groups in `data` from `at` on (`data` holds the file from byte `base`): the records,
+    where the last whole group ends, and where reading stopped (both file offsets)."""
     records: list[Record] = []
     group: list[Record] = []
-    at = committed = end
+    at -= base
+    committed = at
     size = len(data)
     while at + _RECORD.size <= size:
         length, crc, kind = _RECORD.unpack_from(data, at)
@@ -169,21 +184,15 @@ def read_records(data: memoryview, identity: str, path: str) -> tuple[list[Recor
         if zlib.crc32(body, zlib.crc32(bytes((kind,)))) != crc:
             break
         if kind == COMMIT:
-            if length != _U64.size or _U64.unpack_from(body)[0] != at:
+            if length != _U64.size or _U64.unpack_from(body)[0] != base + at:
                 break
             records.extend(group)
             group = []
             committed = stop
         else:
-            group.append(Record(kind, bytes(body), at))
+            group.append(Record(kind, bytes(body), base + at))
         at = stop
-    if at < size and _a_commit_after(data, at + 1):
-        raise JournalError(
-            f"the journal {path} is damaged at byte {at:,} (a record that does not check out, with whole records "
-            "after it): it was changed by something other than this scheduler, or its disk failed. Move it aside "
-            "to start without it (the work it held is lost), or restore it from a copy"
-        )
-    return records, committed
+    return records, base + committed, base + at
 
 
 def _check_header(data: memoryview, identity: str, path: str) -> int:
@@ -234,6 +243,7 @@ class Journal:
         self._pending: list[Bytes] = []
         self.live_bytes = 0  # set by whoever compacts: the size of the last compacted file
         self.cut = 0  # bytes of a torn tail cut off when it was opened (the shell says so)
+        self._lock = threading.Lock()  # the file descriptor, between the sync thread and a compaction's install
 
     @classmethod
     def open(cls, path: str, identity: str) -> tuple[Journal, list[Record]]:
@@ -288,38 +298,95 @@ class Journal:
         return written
 
     def sync(self) -> None:
-        os.fdatasync(self._fd)
+        with self._lock:
+            os.fdatasync(self._fd)
 
     def compact(self, identity: str, groups: Iterator[Sequence[tuple[int, Sequence[Bytes]]]]) -> None:
         """Replace the file with one holding only `groups` (the live state): written beside it, synced, renamed over
         it, and its folder synced. A crash at any point leaves the old file or the new one, whole."""
+        self.install(*self.write_new(identity, groups))
+
+    def write_new(self, identity: str, groups: Iterable[Sequence[tuple[int, Sequence[Bytes]]]]) -> tuple[int, int]:
+        """A new journal beside this one (PATH.new) holding `groups`, not synced yet: its descriptor and size. (May
+        run in another thread than the appends: it touches only the new file.)"""
         temporary = f"{self.path}.new"
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             size = _write_all(fd, [header_bytes(identity)], temporary)
             for group in groups:
-                pieces: list[Bytes] = []
-                for kind, parts in group:
-                    pieces.extend(record_bytes(kind, *parts))
-                pieces.extend(record_bytes(COMMIT, _U64.pack(size + sum(len(p) for p in pieces))))
-                size += _write_all(fd, pieces, temporary)
-            os.fsync(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                size += _write_group(fd, group, size, temporary)
         except BaseException:
             os.close(fd)
             os.unlink(temporary)
             raise
-        os.rename(temporary, self.path)
+        return fd, size
+
+    def install(self, fd: int, size: int, tail: Sequence[Record] = ()) -> None:
+        """Make the new journal `fd` (write_new's) this one: `tail` (records written here since the new one was
+        made) appended to it as one group, synced, renamed over this file, its folder synced."""
+        temporary = f"{self.path}.new"
+        try:
+            if tail:
+                size += _write_group(fd, [(record.kind, [record.body]) for record in tail], size, temporary)
+            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(temporary, self.path)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temporary)
+            raise
         _sync_folder(self.path)
-        os.close(self._fd)
-        self._fd = fd
+        with self._lock:
+            os.close(self._fd)
+            self._fd = fd
         os.lseek(fd, size, os.SEEK_SET)
         self.size = self.live_bytes = size
+
+    def read_since(self, start: int) -> tuple[list[Record], bytes]:
+        """The records of the groups written from byte `start` (where a group starts) to the end, and the bytes
+        they were read from. JournalError if they are not whole groups (they are this scheduler's own)."""
+        with self._lock:
+            data = _pread_all(self._fd, self.size - start, start)
+        records, committed, _ = _groups(memoryview(data), start, start)
+        if committed != self.size:
+            raise JournalError(f"the journal {self.path} does not hold whole groups from byte {start:,} on")
+        return records, data
+
+    def read_upto(self, identity: str, end: int) -> list[Record]:
+        """The records of the groups written before byte `end` (where a group ends). From another thread than the
+        appends: pread only."""
+        with self._lock:
+            data = _pread_all(self._fd, end, 0)
+        records, committed = read_records(memoryview(data), identity, self.path)
+        if committed != end:
+            raise JournalError(f"the journal {self.path} does not hold whole groups up to byte {end:,}")
+        return records
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, 1 << 30), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _write_group(fd: int, group: Sequence[tuple[int, Sequence[Bytes]]], at: int, path: str) -> int:
+    """Write one group of records at offset `at` (the file's end), its COMMIT after them; the bytes written."""
+    pieces: list[Bytes] = []
+    for kind, parts in group:
+        pieces.extend(record_bytes(kind, *parts))
+    pieces.extend(record_bytes(COMMIT, _U64.pack(at + sum(map(len, pieces)))))
+    return _write_all(fd, pieces, path)
 
 
 def _write_all(fd: int, pieces: Sequence[Bytes], path: str, total: int = -1) -> int:

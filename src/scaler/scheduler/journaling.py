@@ -12,11 +12,12 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Sequence
 
 from scaler.core.scheduler import SchedulerCore
 from scaler.core.scheduler.events import JournalEnded, JournalEntry, JournalMessage, JournalResult, JournalSession
-from scaler.core.scheduler.recovery import replay
+from scaler.core.scheduler.recovery import kept_entries, live_ids, replay
 from scaler.protocol.codec import decode, encode
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.records import ACCEPTED_BY_SCHEDULER, TaskResults
@@ -44,18 +45,45 @@ SYNC_CHOICES = ("interval", "always", "none")
 DEFAULT_SYNC = "interval"  # --journal-sync's default (ADR 0022)
 SYNC_INTERVAL_SECONDS = 0.05  # --journal-sync interval: at most one fdatasync this often, none while idle
 COMPACTED_GROUP = 1024  # records per group in a compacted journal
+# While serving, the journal is compacted (in a thread) once it holds this many bytes and this many times what the last
+# compaction left; after a failed one, not before it has grown as much again.
+COMPACT_MIN_BYTES = 64 << 20
+COMPACT_GROWTH = 4
+
+
+class Compaction:
+    """One compaction while serving: what was written up to `end` read back, its entries still needed kept (against
+    the ids `live` and `held` the core had when it started), written to PATH.new, in a thread; the scheduler's loop
+    then appends what came since (the tail) and installs it (Journaling.tick)."""
+
+    def __init__(self, end: int, live: set[int], held: set[tuple[int, ...]]) -> None:
+        self.end = end
+        self.live = live
+        self.held = held
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.result: tuple[int, int] | None = None  # the new file's descriptor and size
+        self.error: BaseException | None = None
+        self.records = self.kept = 0
 
 
 class Journaling:
     """An open journal, written at every flush that has sessions to record; `sync` is --journal-sync."""
 
-    def __init__(self, journal: Journal, sync: str) -> None:
+    def __init__(
+        self, journal: Journal, sync: str, identity: str = "", compact_min_bytes: int = COMPACT_MIN_BYTES
+    ) -> None:
         if sync not in SYNC_CHOICES:
             raise ValueError(f"--journal-sync must be one of {', '.join(SYNC_CHOICES)}, not {sync!r}")
         self.journal = journal
         self.sync = sync
+        self.identity = identity  # the scheduler's address, in the header of a compacted journal
         self._written = threading.Event()  # (interval) written since the sync thread last synced
         self._stopping = threading.Event()
+        self.compact_min_bytes = compact_min_bytes
+        self.compaction: Compaction | None = None  # one running while serving
+        self._compact_after = 0  # (after a failed one) not before the journal holds this many bytes
+        self.compactions = self.compaction_failures = 0
 
     @classmethod
     def recover(cls, path: str, identity: str, sync: str, core: SchedulerCore, now: float) -> Journaling:
@@ -94,7 +122,7 @@ class Journaling:
             done.ended,
             f"{journal.size:,}",
         )
-        return cls(journal, sync)
+        return cls(journal, sync, identity)
 
     def write(self, entries: Sequence[JournalEntry]) -> None:
         """The core's journal entries of one flush, as one group, before the flush's sends. JournalError: the journal
@@ -117,6 +145,82 @@ class Journaling:
         if self.sync == "interval" and not self._written.is_set():
             self._written.set()
 
+    def tick(self, core: SchedulerCore) -> None:
+        """(The scheduler's tick, between flushes.) Start a compaction when the journal has grown enough, or install
+        the one that finished. A compaction that fails is logged and counted; the journal goes on as it was."""
+        running = self.compaction
+        if running is not None:
+            if running.done.is_set():
+                self.compaction = None
+                self._install(running)
+            return
+        if self.due():
+            journal = self.journal
+            compaction = self.compaction = Compaction(journal.size, *live_ids(core))
+            thread = threading.Thread(target=self._compact, args=(compaction,), name="compacting the journal")
+            thread.daemon = True  # (close() waits for it; a crash leaves PATH.new, which the next one overwrites)
+            thread.start()
+
+    def due(self) -> bool:
+        """Whether the journal has grown enough to be compacted (and none is running)."""
+        journal = self.journal
+        least = max(self.compact_min_bytes, COMPACT_GROWTH * journal.live_bytes, self._compact_after)
+        return self.compaction is None and journal.size >= least and not journal.pending
+
+    def _compact(self, compaction: Compaction) -> None:
+        """(Its own thread.) Read the journal up to compaction.end, keep what is still needed, write PATH.new."""
+        try:
+            journal = self.journal
+            records = journal.read_upto(self.identity, compaction.end)
+            entries, sources = _entries(records, journal.path)
+            kept = [sources[index] for index in kept_entries(entries, compaction.live, compaction.held)]
+            groups = (kept[at : at + COMPACTED_GROUP] for at in range(0, len(kept), COMPACTED_GROUP))
+            compaction.result = journal.write_new(self.identity, groups)
+            compaction.records, compaction.kept = len(records), len(kept)
+        except BaseException as exc:  # any failure: logged by tick(), and the journal goes on as it was
+            compaction.error = exc
+        finally:
+            compaction.done.set()
+
+    def _install(self, compaction: Compaction) -> None:
+        journal = self.journal
+        before = journal.size
+        try:
+            if compaction.error is not None:
+                raise compaction.error
+            assert compaction.result is not None
+            try:
+                tail, _ = journal.read_since(compaction.end)
+            except BaseException:
+                _discard(journal, compaction.result[0])
+                raise
+            journal.install(*compaction.result, tail)  # (which removes the new file if it fails)
+        except Exception as exc:
+            self.compaction_failures += 1
+            self._compact_after = before + self.compact_min_bytes
+            logger.warning(
+                "Scheduler: could not compact the journal %s (%s bytes; %s free on its file system): %s; it goes on "
+                "as it was, and is tried again once %s bytes more are written",
+                journal.path,
+                f"{before:,}",
+                _free_space(journal.path),
+                exc,
+                f"{self.compact_min_bytes:,}",
+            )
+            return
+        self.compactions += 1
+        logger.info(
+            "Scheduler: compacted the journal %s from %s to %s bytes in %.2fs (kept %d of %d records, and %d written "
+            "meanwhile)",
+            journal.path,
+            f"{before:,}",
+            f"{journal.size:,}",
+            time.monotonic() - compaction.started,
+            compaction.kept,
+            compaction.records,
+            len(tail),
+        )
+
     def run_sync(self) -> None:
         """(The sync thread, --journal-sync interval.) fdatasync whatever was written, at most every 50 ms, until
         stop_sync(). JournalError: a sync failed (the scheduler must stop)."""
@@ -134,7 +238,10 @@ class Journaling:
         self._written.set()  # wakes the thread
 
     def close(self) -> None:
-        """After the sync thread ended: sync what it had not, then close the file."""
+        """After the sync thread ended: sync what it had not, then close the file (a compaction running is let go)."""
+        compaction, self.compaction = self.compaction, None
+        if compaction is not None and compaction.done.wait(30) and compaction.result is not None:
+            _discard(self.journal, compaction.result[0])
         try:
             if self.sync != "none" and self._written.is_set():
                 self._sync()
@@ -210,6 +317,15 @@ def _entry(
 def _malformed(path: str, record: Record, exc: BaseException) -> JournalError:
     where = f"(kind {record.kind}) at byte {record.offset:,}"
     return JournalError(f"the journal {path} has a malformed record {where}: {exc}")
+
+
+def _discard(journal: Journal, fd: int) -> None:
+    """A compaction's new file, not installed: closed and removed."""
+    os.close(fd)
+    try:
+        os.unlink(f"{journal.path}.new")
+    except OSError:
+        pass
 
 
 def _free_space(path: str) -> str:

@@ -522,6 +522,8 @@ class SchedulerServer:
             self._on_readable()
         self.core.feed(Tick(self.driver.clock()))
         self._execute(self._flush())
+        if self.journaling is not None and self.failure is None:
+            self.journaling.tick(self.core)  # compacted when it has grown (in a thread), between flushes
         self._recheck()
 
     def _publish_status(self) -> None:

@@ -100,7 +100,7 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
     # what the replay fed was journaled before; the results the flush held for clients not back were not
     core.journal = [entry for entry in core.journal if type(entry) is JournalResult]
     held = sum(len(results.task_ids) for client in clients.values() for results in client.held)
-    return Replayed(len(clients), len(core.tasks), held, ended, _kept(core, entries, opened, clients))
+    return Replayed(len(clients), len(core.tasks), held, ended, kept_entries(entries, *live_ids(core)))
 
 
 def _apply(
@@ -169,17 +169,24 @@ def _drop(core: SchedulerCore, task: Task) -> None:
     core._end(task, TaskStatus.SUCCESS, b"")
 
 
-def _kept(
-    core: SchedulerCore, entries: Sequence[JournalEntry], opened: dict[bytes, int], clients: dict[bytes, ClientSession]
-) -> list[int]:
-    """The entries that rebuild the same state again: the open sessions; the work that brought a task or an object
-    the core still holds (with the rest of that message's); and what names any id those bring (cancels, frees,
-    ended results: they end again what they ended); the held results still held."""
-    live_tasks, live_objects = core.tasks, core.objects
-    held = {id(results) for client in clients.values() for results in client.held}
-    kept: list[int] = []
-    brought: set[int] = set()
-    later: list[tuple[int, Sequence[int]]] = []  # cancels, frees, ended results
+def live_ids(core: SchedulerCore) -> tuple[set[int], set[tuple[int, ...]]]:
+    """What of `core` a compaction keeps the entries of: the ids of the tasks and objects it holds (a result kept
+    for the tasks waiting on it is an object with its task's id: that task's submit is needed again, to run it again
+    for them), and the result batches held for clients not back."""
+    live = set(core.tasks)
+    live.update(core.objects)
+    held = {tuple(results.task_ids) for client in core.clients.values() for results in client.held}
+    return live, held
+
+
+def kept_entries(entries: Sequence[JournalEntry], live: set[int], held: set[tuple[int, ...]]) -> list[int]:
+    """The entries that rebuild the same state again (their indices, in order): the open sessions; the work that
+    brought a task or an object `live` names (with the rest of that message's), and what that work refers to, again
+    and again (a task that runs again for those waiting on it needs its own arguments); what names any id those
+    bring (cancels, frees, ended results: they end again what they ended); the result batches `held` names.
+    (live_ids: of a core, after a replay or while serving.)"""
+    opened = open_sessions(entries)
+    kept, brought = _kept_work(entries, opened, set(live))
     for index, entry in enumerate(entries):
         start = opened.get(entry.peer)
         if start is None or index < start:
@@ -188,20 +195,40 @@ def _kept(
             if index == start:
                 kept.append(index)
         elif type(entry) is JournalResult:
-            if id(entry.results) in held:
+            if tuple(entry.results.task_ids) in held:
                 kept.append(index)
         elif type(entry) is JournalEnded:
-            later.append((index, entry.ids))
+            if not brought.isdisjoint(entry.ids):
+                kept.append(index)
         elif type(entry) is JournalMessage:
             message = entry.message
-            if isinstance(message, (SubmitTasks, PutObjects)):
-                submit = isinstance(message, SubmitTasks)
-                ids = message.task_ids if isinstance(message, SubmitTasks) else message.object_ids
-                if any(i in (live_tasks if submit else live_objects) for i in ids):
-                    kept.append(index)
-                    brought.update(ids)
-            elif type(message) is CancelTasks or type(message) is FreeObjects:
-                later.append((index, message.ids))
-    kept += [index for index, ids in later if not brought.isdisjoint(ids)]
+            if (type(message) is CancelTasks or type(message) is FreeObjects) and not brought.isdisjoint(message.ids):
+                kept.append(index)
     kept.sort()
     return kept
+
+
+def _kept_work(
+    entries: Sequence[JournalEntry], opened: dict[bytes, int], needed: set[int]
+) -> tuple[list[int], set[int]]:
+    """The submits and puts that bring an id `needed` names, and what those refer to, again and again; and the ids
+    they bring."""
+    kept: list[int] = []
+    brought: set[int] = set()
+    for index in range(len(entries) - 1, -1, -1):  # last first: work refers only to what came before it
+        entry = entries[index]
+        start = opened.get(entry.peer)
+        if start is None or index < start or type(entry) is not JournalMessage:
+            continue
+        message = entry.message
+        if isinstance(message, SubmitTasks):
+            if not needed.isdisjoint(message.task_ids):
+                kept.append(index)
+                brought.update(message.task_ids)
+                needed.update(message.function_ids)
+                needed.update(message.arg_refs)
+        elif isinstance(message, PutObjects):
+            if not needed.isdisjoint(message.object_ids):
+                kept.append(index)
+                brought.update(message.object_ids)
+    return kept, brought
