@@ -92,6 +92,8 @@ class FakeCluster:
     """The simulated cluster: step(now) advances it and answers the status a scheduler would publish."""
 
     def __init__(self, n_workers: int = 8, processors: int = 4, seed: int = 0, speed: float = 1.0) -> None:
+        self.started_us = int(time.time() * 1e6)  # set it again (and `recovered`) to show a restart
+        self.recovered = ""
         self.random = random.Random(seed)
         self.speed = speed  # run times are divided by this
         self.workers = [
@@ -239,6 +241,8 @@ class FakeCluster:
             managers=self.managers,
             waiting=self.waiting,
             units_started=len(self.managers) * 3,
+            started_us=self.started_us,
+            recovered=self.recovered,
             failures=pending.failures,
             outputs=pending.outputs,
             departed=list(self.departed),

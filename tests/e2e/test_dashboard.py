@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -232,8 +233,13 @@ def test_the_page_says_when_the_scheduler_stopped_and_keeps_its_history(chromium
         page.wait("/is \\d+ s old: the scheduler may have stopped/.test(document.getElementById('banner').innerText)")
         assert p.get_attribute("#banner", "class") == "warn"
         assert min(page.chart_points("chart-states")) > 3
+        cluster = dashboard.fake.cluster  # it comes back as a restarted scheduler, from its journal
+        cluster.started_us, cluster.recovered = int(time.time() * 1e6), "1 client session, 45 tasks, 0 held results"
         dashboard.fake.paused.clear()
         page.wait("document.getElementById('banner').innerText.startsWith('live from')")
+        text = p.inner_text("#banner")
+        assert re.search(r"the scheduler restarted at \d\d:\d\d:\d\d after \d+ s away", text), text
+        assert "resumed from its journal: 1 client session, 45 tasks, 0 held results" in text, text
 
 
 def test_a_thousand_workers_render_without_freezing_the_page(chromium: Any) -> None:

@@ -283,6 +283,8 @@ def _enc_status(b: Any, m: Status) -> list[Payload]:
     b.unitsStarted = m.units_started
     b.unitsStopped = m.units_stopped
     b.unitsFailed = m.units_failed
+    b.startedUs = m.started_us
+    b.recovered = m.recovered
     for column, counters in (("tasksByState", m.tasks_by_state), ("sent", m.sent), ("received", m.received)):
         out = b.init(column, len(counters))
         for i, (key, value) in enumerate(counters.items()):
@@ -713,6 +715,8 @@ def _dec_status(b: Any, p: Sequence[Payload]) -> Status:
         units_started=b.unitsStarted,
         units_stopped=b.unitsStopped,
         units_failed=b.unitsFailed,
+        started_us=b.startedUs,
+        recovered=b.recovered,
     )
 
 

@@ -143,6 +143,8 @@ def golden_messages() -> dict[str, m.Message]:
             units_started=3,
             units_stopped=1,
             units_failed=0,
+            started_us=1_700_000_000_000_000,
+            recovered="1 client session, 3 tasks, 0 held results",
         ),
         m.TasksStarted([P | 10, P | 11]),
         m.TaskOutput([P | 10, P | 11], bytes([m.OUTPUT_STDOUT, m.OUTPUT_ERROR]), ["hello\n", "Traceback ..."]),

@@ -169,6 +169,8 @@ EXAMPLES: dict[type, list[Any]] = {
             units_started=U64_MAX,
             units_stopped=1,
             units_failed=2,
+            started_us=1_764_000_000_000_000,
+            recovered="1 client session, 2,400 tasks, 0 held results",
         ),
     ],
     m.ExplainTasks: [m.ExplainTasks([]), m.ExplainTasks([1, U64_MAX]), m.ExplainTasks(BIG)],

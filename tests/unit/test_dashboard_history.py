@@ -508,3 +508,19 @@ def test_a_workers_row_lists_its_capabilities() -> None:
     fleet.add(status(0, [WorkerStatus("gpu", capabilities=["gpu", "payload=python"]), WorkerStatus("plain")]))
     rows = {r["name"]: r for r in fleet.rows()}
     assert rows["gpu"]["capabilities"] == ["gpu", "payload=python"] and rows["plain"]["capabilities"] == []
+
+
+def test_a_restart_of_the_scheduler_is_kept_with_how_long_it_was_away_and_what_came_back() -> None:
+    history = History("e")
+    first = T0 - 60_000_000
+    history.add(status(1, started_us=first))
+    history.add(status(2, started_us=first))
+    assert history.summary("ipc://m", 0.1)["status"]["restarts"] == []
+    # it was killed after the status at 2 s, and started again at 9 s from its journal
+    history.add(status(10, started_us=T0 + 9_000_000, recovered="1 client session, 45 tasks, 0 held results"))
+    summary = history.summary("ipc://m", 0.1)["status"]
+    assert summary["restarts"] == [
+        {"time": ms(9), "away_ms": 7000, "recovered": "1 client session, 45 tasks, 0 held results"}
+    ]
+    assert summary["started"] == ms(9) and summary["recovered"].startswith("1 client session")
+    json.dumps(summary)

@@ -277,3 +277,13 @@ def test_worker_managers_units_by_state_scale_events_and_waiting_tasks() -> None
     assert m.value("scaler_manager_failed_starts", manager="k8s") == 3
     assert [m.value("scaler_units_total", event=e) for e in ("started", "stopped", "failed")] == [9, 4, 3]
     assert m.value("scaler_waiting_tasks", requires="gpu,payload=python") == 7
+
+
+def test_a_restart_shows_as_a_new_start_time_and_whether_the_journal_brought_work_back() -> None:
+    status = a_status()
+    status.started_us = 1_764_000_000_000_000
+    m = parse(render_metrics(status, 0.0))
+    assert m.value("scaler_scheduler_start_time_seconds") == 1_764_000_000.0
+    assert m.value("scaler_scheduler_recovered") == 0
+    status.recovered = "1 client session, 45 tasks, 0 held results"
+    assert parse(render_metrics(status, 0.0)).value("scaler_scheduler_recovered") == 1

@@ -287,3 +287,17 @@ def test_worker_managers_their_units_and_why_tasks_wait_show_between_the_functio
     assert lines[at + 7] == "\u2026 and 3 more groups of waiting tasks"  # 4 groups shown of 7
     assert lines.index(next(line for line in lines if line.startswith("Shortcuts"))) > at + 7
     assert all(len(line) <= 80 for line in render(status, width=80))
+
+
+def test_the_uptime_shows_a_restart_and_what_the_journal_brought_back() -> None:
+    status = _status()
+    status.time_us = 1_764_000_000_000_000
+    status.started_us = status.time_us - 95_000_000
+    text = "\n".join(render(status))
+    assert re.search(r"up +1\.6m", text) and "from its journal" not in text, text
+    status.started_us = status.time_us - 4_000_000
+    status.recovered = "1 client session, 45 tasks, 0 held results"
+    lines = render(status)
+    started = datetime.fromtimestamp(status.started_us / 1e6).strftime("%H:%M:%S")
+    assert re.search(r"up +4\.0s", "\n".join(lines))
+    assert f"started {started} from its journal: 1 client session, 45 tasks, 0 held results came back" in lines

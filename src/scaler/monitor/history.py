@@ -59,8 +59,14 @@ class History:
         self.series = ClusterSeries()
         self.fleet = Fleet()
         self.tasks = TaskHistory(ended_capacity)
+        self.restarts: list[dict[str, Any]] = []  # the scheduler restarted: when, how long it was away, what came back
 
     def add(self, status: Status) -> None:
+        previous = self.latest
+        if previous is not None and status.started_us and status.started_us != previous.started_us:
+            away_ms = max(0, (status.started_us - previous.time_us) // 1000)
+            restart = {"time": status.started_us // 1000, "away_ms": away_ms, "recovered": status.recovered}
+            self.restarts = [*self.restarts[-9:], restart]  # (the last 10)
         self.latest = status
         self.statuses += 1
         self.series.add(status)
@@ -120,6 +126,9 @@ class History:
             "managers": [dataclasses.asdict(m) for m in s.managers],
             "waiting": [dataclasses.asdict(g) for g in s.waiting],
             "units": {"started": s.units_started, "stopped": s.units_stopped, "failed": s.units_failed},
+            "started": s.started_us // 1000,
+            "recovered": s.recovered,
+            "restarts": self.restarts,
             "sample_every": tasks.sample_every,
             "dropped_events": tasks.dropped,
             "ends_not_seen": tasks.ends_not_seen,

@@ -138,6 +138,18 @@ def scheduler_families(status: Status, age_seconds: float) -> list[Family]:
             status.cpu_percent,
         ),
         single("scaler_scheduler_rss_bytes", "gauge", "Resident memory of the scheduler.", status.rss_bytes),
+        single(
+            "scaler_scheduler_start_time_seconds",
+            "gauge",
+            "When the scheduler process started (Unix time): it changes when the scheduler restarts.",
+            status.started_us / 1e6,
+        ),
+        single(
+            "scaler_scheduler_recovered",
+            "gauge",
+            "1 if the scheduler started from its journal with work in it (--journal), else 0.",
+            int(bool(status.recovered)),
+        ),
         by_label(
             "scaler_tasks", "gauge", "Tasks by state, now.", "state", ((s, counts.get(s, 0)) for s in LIVE_STATES)
         ),

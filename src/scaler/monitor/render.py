@@ -160,6 +160,8 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
     rule, shortcuts, the worker table and the clients; no line longer than `width`."""
     counts = status.tasks_by_state
     own = [("cpu", f"{status.cpu_percent:.1f}%"), ("rss", fmt_bytes(status.rss_bytes))]
+    if status.started_us:  # a restart shows as an uptime that starts again (and what its journal brought back)
+        own.append(("up", fmt_duration(max(0, status.time_us - status.started_us))))
     if status.dropped_messages:  # bad messages and refused keys: shown only when there were some
         own.append(("dropped", f"{status.dropped_messages:,}"))
     if status.refused_peers:
@@ -180,6 +182,9 @@ def render(status: Status, sort_key: str = "n", width: int = 200, max_functions:
     for row in range(height):
         cells = [(s[row] if row < len(s) else "").rjust(w) for s, w in zip(sections, widths)]
         lines.append(" | ".join(cells).rstrip())
+    if status.recovered:
+        started = datetime.fromtimestamp(status.started_us / 1e6).strftime("%H:%M:%S")
+        lines.append(cut(f"started {started} from its journal: {printable(status.recovered)} came back", width))
     if status.functions:
         lines.append("")
         lines += function_table(status.functions, width, max_functions)

@@ -367,6 +367,8 @@ _STATUS_HEAD = {
     "units_started": "unitsStarted",
     "units_stopped": "unitsStopped",
     "units_failed": "unitsFailed",
+    "started_us": "startedUs",
+    "recovered": "recovered",
 }
 
 

@@ -180,8 +180,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     "Shutdown": (1, 1, (("reason", "text", 0), ("workersStay", "bool", 0))),
     "ShutdownRequest": (0, 1, (("reason", "text", 0),)),
     "Status": (
-        10,
-        14,
+        11,
+        15,
         (
             ("schedulerName", "text", 0),
             ("timeUs", "u64", 0),
@@ -208,6 +208,8 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("unitsStarted", "u64", 7),
             ("unitsStopped", "u64", 8),
             ("unitsFailed", "u64", 9),
+            ("startedUs", "u64", 10),
+            ("recovered", "text", 14),
         ),
     ),
     "TaskBatch": (

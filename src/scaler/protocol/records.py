@@ -568,6 +568,8 @@ class Status:
     units_started: int = 0
     units_stopped: int = 0
     units_failed: int = 0
+    started_us: int = 0  # when this scheduler process started (wall clock)
+    recovered: str = ""  # what it restored from its journal at start ("" : nothing, or no journal)
 
 
 # Union[...], not X | Y: this runs, and must run on Python 3.9 too (PyPy)

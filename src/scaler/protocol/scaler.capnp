@@ -266,6 +266,9 @@ struct Status {
   unitsStopped @23 :UInt64;     # units it asked them to stop (drained, or given up)
   unitsFailed @24 :UInt64;      # units that failed to start: ended before a worker of them connected, or did not
                                 # connect within the manager's startTimeoutMs
+  startedUs @25 :UInt64;        # when this scheduler process started (wall clock, µs since the epoch)
+  recovered @26 :Text;          # "" unless it started from its journal (--journal) with something in it: then what
+                                # it restored, e.g. "2 client sessions, 2,400 tasks, 0 held results"
 }
 
 struct ManagerStatus {

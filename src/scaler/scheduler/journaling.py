@@ -84,6 +84,7 @@ class Journaling:
         self.compaction: Compaction | None = None  # one running while serving
         self._compact_after = 0  # (after a failed one) not before the journal holds this many bytes
         self.compactions = self.compaction_failures = 0
+        self.restored = ""  # what the journal brought back at start, for monitors (Status.recovered)
 
     @classmethod
     def recover(cls, path: str, identity: str, sync: str, core: SchedulerCore, now: float) -> Journaling:
@@ -122,7 +123,9 @@ class Journaling:
             done.ended,
             f"{journal.size:,}",
         )
-        return cls(journal, sync, identity)
+        journaling = cls(journal, sync, identity)
+        journaling.restored = done.summary()
+        return journaling
 
     def write(self, entries: Sequence[JournalEntry]) -> None:
         """The core's journal entries of one flush, as one group, before the flush's sends. JournalError: the journal

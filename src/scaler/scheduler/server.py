@@ -123,6 +123,7 @@ class SchedulerServer:
         if journal is not None and not config.journaled:
             config = dataclasses.replace(config, journaled=True)  # clients are told, and sessions go to the journal
         self.core = SchedulerCore(config)
+        self.started_us = int(time.time() * 1e6)  # (Status.started_us: a monitor sees a restart)
         self.journal_path = journal
         self.journal_sync = journal_sync
         self.journaling: Journaling | None = None
@@ -545,6 +546,8 @@ class SchedulerServer:
             status.cpu_percent = cpu_percent
             status.rss_bytes = rss_bytes
             status.time_us = int(time.time() * 1e6)
+            status.started_us = self.started_us
+            status.recovered = self.journaling.restored if self.journaling is not None else ""
             self.monitors.publish(status)
             self._update_monitored()
         else:

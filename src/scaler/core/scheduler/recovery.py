@@ -55,6 +55,13 @@ class Replayed:
         self.ended = ended  # tasks the journal's work brought back that had ended (dropped)
         self.kept = kept
 
+    def summary(self) -> str:
+        """What came back, for monitors (Status.recovered): "" if nothing did."""
+        if not (self.sessions or self.tasks or self.held):
+            return ""
+        sessions = f"{self.sessions:,} client session{'' if self.sessions == 1 else 's'}"
+        return f"{sessions}, {self.tasks:,} tasks, {self.held:,} held results"
+
     def __repr__(self) -> str:
         return (
             f"<Replayed {self.sessions} sessions, {self.tasks} tasks, {self.held} held results, "

@@ -727,6 +727,15 @@ const output = {
 const VIEWS = {overview, stream, workers, tasks, clients, output};
 const ui = {epoch: null, view: "overview", timer: null, busy: false, again: false};
 
+const RESTART_NOTICE_MS = 10 * 60 * 1000;  // how long the banner says the scheduler restarted
+
+function restartText(restart) {
+  // The scheduler restarted while this page watched it: when, after how long away, and what its journal brought back.
+  const away = restart.away_ms >= 1000 ? Math.round(restart.away_ms / 1000) + " s" : restart.away_ms + " ms";
+  return " · the scheduler restarted at " + clock(restart.time) + " after " + away + " away" +
+    (restart.recovered ? " and resumed from its journal: " + restart.recovered : " with nothing carried over");
+}
+
 function header(summary) {
   const s = summary.status;
   const address = summary.monitor_address;
@@ -739,7 +748,9 @@ function header(summary) {
     banner("the latest status from " + address + " is " + Math.round(summary.age_seconds) +
            " s old: the scheduler may have stopped", true);
   } else {
-    banner("live from " + address, false);
+    const last = (s.restarts || []).slice(-1)[0];
+    const recent = last && s.time - last.time < RESTART_NOTICE_MS;
+    banner("live from " + address + (recent ? restartText(last) : ""), false);
   }
   $("scheduler-name").textContent = s.scheduler_name;
   const rate = (overview.latest("success_rate") || 0) + (overview.latest("failed_rate") || 0);
