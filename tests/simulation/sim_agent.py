@@ -31,6 +31,7 @@ from scaler.core.worker.agent import (
     KillIfRunning,
     KillProcessor,
     ProcessorExited,
+    SchedulerLink,
     Started,
     StartProcessor,
     Stop,
@@ -297,6 +298,15 @@ class AgentWorker:
         deferred, self.deferred = self.deferred, []
         for action, args in deferred:
             action(*args)
+
+    def link_down(self, now: float) -> None:
+        """Its connection to the scheduler closed (the scheduler died)."""
+        if self.state in ("connected", "connecting", "stalled"):
+            self._feed_later(SchedulerLink, False)
+
+    def link_up(self, now: float) -> None:
+        if self.state in ("connected", "connecting", "stalled"):
+            self._feed_later(SchedulerLink, True)
 
     def disconnect(self, rejoin: bool) -> None:
         """Stops politely (SIGTERM: it says disconnect); maybe a new agent comes back later under the same name."""

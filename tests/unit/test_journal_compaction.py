@@ -16,8 +16,9 @@ from scaler.core.scheduler import SchedulerConfig, SchedulerCore
 from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.messages import CancelTasks, FreeObjects
 from scaler.scheduler.journaling import Journaling
+from tests.simulation.recovery_check import snapshot
 from tests.unit.scheduler_driver import Driver, ok, submit, tid
-from tests.unit.test_scheduler_replay import RandomRun, snapshot
+from tests.unit.test_scheduler_replay import RandomRun
 
 IDENTITY = "tcp://127.0.0.1:1"
 

@@ -7,8 +7,6 @@ out."""
 from __future__ import annotations
 
 import random
-from collections import Counter
-from typing import Any
 
 import pytest
 
@@ -25,10 +23,10 @@ from scaler.protocol.messages import (
     Hello,
     PeerKind,
     PutObjects,
-    SubmitTasks,
     TaskResults,
+    TaskStatus,
 )
-from scaler.protocol.records import FLAG_SILENT
+from tests.simulation.recovery_check import assert_recovers, snapshot
 from tests.unit.scheduler_driver import Driver, TaskSpec, of_type, ok, submit, tid
 
 C, C2, W = b"c1", b"c2", b"w1"
@@ -44,74 +42,6 @@ def recover(entries: list[JournalEntry]) -> tuple[SchedulerCore, list[int]]:
     done = replay(core, NOW, entries)
     core.validate()
     return core, done.kept
-
-
-def snapshot(core: SchedulerCore) -> dict[str, Any]:
-    """What a recovery must rebuild: open client sessions, tasks (assigned ones read as queued: no worker is left),
-    objects put by clients (not the results kept for waiting tasks; pins are checked apart), what waits for each
-    client."""
-    state = {TaskState.ASSIGNED: TaskState.QUEUED}
-    submitted = {
-        i
-        for e in core.journal
-        if isinstance(e, JournalMessage) and isinstance(e.message, SubmitTasks)
-        for i in e.message.task_ids
-    }
-    kept_results = submitted | set(core.tasks)  # object ids that are task ids: results kept for waiting tasks
-    return {
-        "clients": sorted((c.identity, c.name, c.prefix) for c in core.clients.values()),
-        "tasks": sorted(
-            (t.task_id, t.function_id, t.client.identity, state.get(t.state, t.state), t.waiting_on)
-            for t in core.tasks.values()
-        ),
-        "objects": sorted(
-            (o.object_id, o.owner.identity, bytes(o.payload), o.released)  # type: ignore[call-overload]
-            for o in core.objects.values()
-            if o.object_id not in kept_results and not o.owner.gone  # (kept for its tasks cancelled at workers)
-        ),
-        "held": sorted((c.identity, tuple(i for r in c.held for i in r.task_ids)) for c in core.clients.values()),
-    }
-
-
-def assert_recovers(recovered: SchedulerCore, crashed: SchedulerCore, where: str = "") -> None:
-    """`recovered` holds what `crashed` did, as far as the journal said: the same sessions and objects; the same
-    tasks, where any ran at a worker is queued again and any being cancelled there ended; and, beyond those, tasks
-    that ended while others waited on them (their results were kept, not journaled): those are back, to run again
-    without sending their results, and those that waited on them wait again."""
-    got, want = snapshot(recovered), snapshot(crashed)
-    assert got["clients"] == want["clients"], where
-    # being cancelled at a worker: ended (with those waiting on them, as the cancel's outcome will end them)
-    cancelled = [t for t in crashed.tasks.values() if t.state == TaskState.CANCELING]
-    ending: set[int] = set()
-    while cancelled:
-        task = cancelled.pop()
-        ending.add(task.task_id)
-        cancelled += [d for d in task.dependents or () if d.state == TaskState.WAITING]
-    pinned = {ref for t in crashed.tasks.values() if t.task_id not in ending for ref in t.references()}
-    want["objects"] = [o for o in want["objects"] if not o[3] or o[0] in pinned]  # (freed, kept for those only)
-    silent = [t for t in recovered.tasks.values() if t.flags & FLAG_SILENT]
-    needed = {ref for task in silent for ref in task.references()}  # what the tasks that run again need
-    extra = [o for o in got["objects"] if o not in want["objects"] and o[0] in needed and o[3]]  # (freed)
-    assert [o for o in got["objects"] if o not in extra] == want["objects"], where
-    pins = Counter(ref for task in recovered.tasks.values() for ref in task.references())
-    for obj in recovered.objects.values():  # each pinned by the tasks that need it, no more
-        assert obj.refs == pins[obj.object_id], f"{where}: {obj!r} pinned by {pins[obj.object_id]}"
-    wanted = {t[0]: t for t in want["tasks"] if t[0] not in ending}
-    tasks = {t[0]: t for t in got["tasks"]}
-    for task_id, task in tasks.items():
-        if task_id not in wanted:
-            assert recovered.tasks[task_id].flags & FLAG_SILENT, f"{where}: task {task_id:#x} came back"
-            continue
-        other = wanted[task_id]
-        assert task[1:3] == other[1:3], where
-        if task[3:] != other[3:]:  # it waits again on a task that runs again
-            assert task[3] == TaskState.WAITING and other[3] in (TaskState.QUEUED, TaskState.WAITING), where
-            assert any(recovered.tasks[d].flags & FLAG_SILENT for d in _waits_on(recovered, task_id)), where
-    assert wanted.keys() <= tasks.keys(), f"{where}: lost {sorted(wanted.keys() - tasks.keys())}"
-
-
-def _waits_on(core: SchedulerCore, task_id: int) -> list[int]:
-    return [t.task_id for t in core.tasks.values() if any(d.task_id == task_id for d in t.dependents or ())]
 
 
 def test_unfinished_work_comes_back_and_what_went_to_its_client_does_not() -> None:
@@ -176,7 +106,7 @@ def test_a_result_held_for_a_client_not_back_is_not_computed_again_and_goes_firs
     commands = resumed.recv(C, Heartbeat(resumed=True, sent=0))
     kinds = [type(m) for _, m in of_type(commands, object)]
     assert kinds.index(TaskResults) < kinds.index(HeartbeatEcho)
-    assert third.journal[-1] == JournalEnded(C, [ran[0]]) and not third.clients[C].held
+    assert third.journal[-1] == JournalEnded(C, [ran[0]], bytes([TaskStatus.SUCCESS])) and not third.clients[C].held
 
 
 def test_a_task_whose_result_went_to_its_client_runs_again_for_a_task_still_waiting_on_it_silently() -> None:

@@ -29,7 +29,7 @@ from typing import NamedTuple, Union, cast
 from scaler.protocol.records import Payload
 
 MAGIC = b"SCALERJ\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: ENDED records carry each task's status
 _HEAD = struct.Struct("<8sII")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -122,17 +122,22 @@ def parse_message(body: bytes) -> tuple[bytes, list[bytes]]:
     return identity, frames
 
 
-def ended_body(identity: bytes, ids: Sequence[int]) -> bytes:
-    """An ENDED body: the session's routing identity (u16 length), then the task ids (u64 each)."""
-    return b"".join((_U16.pack(len(identity)), identity, struct.pack(f"<{len(ids)}Q", *ids)))
+def ended_body(identity: bytes, ids: Sequence[int], statuses: bytes) -> bytes:
+    """An ENDED body: the session's routing identity (u16 length), then the task ids (u64 each), then each one's
+    status (a byte each: TaskStatus)."""
+    if len(statuses) != len(ids):
+        raise ValueError(f"{len(ids)} ended tasks, {len(statuses)} statuses")
+    return b"".join((_U16.pack(len(identity)), identity, struct.pack(f"<{len(ids)}Q", *ids), statuses))
 
 
-def parse_ended(body: bytes) -> tuple[bytes, list[int]]:
+def parse_ended(body: bytes) -> tuple[bytes, list[int], bytes]:
     (length,) = _U16.unpack_from(body)
     at = _U16.size + length
-    if (len(body) - at) % 8:
-        raise ValueError(f"an ENDED record of {len(body)} bytes does not end in whole ids")
-    return body[_U16.size : at], list(struct.unpack_from(f"<{(len(body) - at) // 8}Q", body, at))
+    if (len(body) - at) % 9:
+        raise ValueError(f"an ENDED record of {len(body)} bytes does not end in whole ids and statuses")
+    count = (len(body) - at) // 9
+    ids = list(struct.unpack_from(f"<{count}Q", body, at))
+    return body[_U16.size : at], ids, bytes(body[at + 8 * count :])
 
 
 def header_bytes(identity: str) -> bytes:

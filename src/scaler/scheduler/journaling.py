@@ -136,7 +136,7 @@ class Journaling:
                 frames = entry.raw if entry.raw is not None else encode(entry.message)
                 journal.append(MESSAGE, *message_parts(entry.peer, frames))
             elif isinstance(entry, JournalEnded):
-                journal.append(ENDED, ended_body(entry.peer, entry.ids))
+                journal.append(ENDED, ended_body(entry.peer, entry.ids, entry.statuses))
             elif isinstance(entry, JournalSession):
                 if entry.prefix:
                     journal.append(SESSION, session_body(entry.peer, entry.name, entry.prefix, entry.key))
@@ -304,8 +304,8 @@ def _entry(
     if kind == CLOSED:
         return None  # (a closed session's records are not replayed: neither is its end)
     if kind == ENDED:
-        identity, ids = parse_ended(record.body)
-        return JournalEnded(identity, ids) if last.get(identity, index) < index else None
+        identity, ids, statuses = parse_ended(record.body)
+        return JournalEnded(identity, ids, statuses) if last.get(identity, index) < index else None
     identity, frames = parse_message(record.body)
     if last.get(identity, index) >= index:
         return None

@@ -150,6 +150,9 @@ class SchedulerCore:
         # 0023; recovery.replay reads them back).
         self._journaled = self.config.journaled
         self.journal: list[JournalEntry] = []
+        # (After a restart.) Tasks run again only for the tasks waiting on them: their clients have their results
+        # (scaler.core.scheduler.recovery); nothing of them goes to their clients.
+        self.reruns: set[int] = set()
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
         self._dirty_workers: dict[WorkerSession, None] = {}
         self._dirty_clients: dict[ClientSession, None] = {}
@@ -413,6 +416,9 @@ class SchedulerCore:
             ):
                 if not (client.recovered and task_id >> ID_PREFIX_SHIFT == prefix and task_id & ID_COUNTER_MASK):
                     bad_ids.append(task_id)
+                elif task_id in self.reruns:  # run again for others, and its client lacks its result after all
+                    self.reruns.discard(task_id)
+                    tasks[task_id].flags = flags
                 # (else sent again after the scheduler's restart, and held already: ignored)
                 refused.append(function_id)
                 continue
@@ -651,8 +657,7 @@ class SchedulerCore:
                 task.worker = None
             client = task.client
             client.task_count -= 1
-            if not client.task_count:
-                self.busy_clients -= 1
+            self.busy_clients -= not client.task_count  # (its last unfinished task)
             client.completed += 1
             if client.gone:
                 self.prefixes.reclaim(client)
@@ -660,20 +665,50 @@ class SchedulerCore:
             stats.ended[index] += 1
             if duration_us and status <= TaskStatus.ERROR:
                 stats.ran(duration_us)
-            if self.monitored:
-                reporter = worker if task is first else None  # the dependents were not assigned
-                name, time_us = reporter.name if reporter is not None else None, int(self.now * 1e6)
-                text = self._log.ended(
-                    task.task_id, status, payload, stats.name, name, time_us, duration_us, peak, text
-                )
+            if self.monitored:  # (the dependents were not assigned: reported by no worker)
+                text = self._log_end(task, first, worker, status, payload, stats.name, duration_us, peak, text)
             if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
+            elif self._journaled and task.flags & FLAG_SILENT:
+                self._silent_end(task, status)
             if task.dependents:
                 dependencies.ended_dependents(self, task, status, payload, pending)
             if pinned or task is not first:
                 self._release(task)
             duration_us = peak = cpu_us = 0
+
+    def _log_end(
+        self,
+        task: Task,
+        first: Task,
+        worker: WorkerSession | None,
+        status: int,
+        payload: Payload,
+        name: str,
+        duration_us: int,
+        peak: int,
+        text: str | None,
+    ) -> str | None:
+        """(A monitor subscribes.) Record a task's end for the status period (reported by `worker` if it is `first`:
+        the tasks ended with it were not assigned); its failure's text, if any."""
+        worker_name = worker.name if worker is not None and task is first else None
+        return self._log.ended(
+            task.task_id, status, payload, name, worker_name, int(self.now * 1e6), duration_us, peak, text
+        )
+
+    def _silent_end(self, task: Task, status: int) -> None:
+        """(A journaled scheduler.) A silent task ended: its client is told so, without its result (it then forgets
+        the task, and does not send it again after a restart; the journal marks it ended), unless it was run again
+        after a restart only for the tasks waiting on it (recovery: its client has its result)."""
+        reruns = self.reruns
+        if reruns and task.task_id in reruns:
+            reruns.discard(task.task_id)
+            return
+        client = task.client
+        if self.clients.get(client.identity) is client:
+            client.outbox.add(task.task_id, status, _EMPTY)
+            self._dirty_clients[client] = None
 
     def _release(self, task: Task) -> None:
         for ref in task.references() if any(task.arg_refs) else (task.function_id,):
@@ -903,7 +938,7 @@ class SchedulerCore:
         results = client.outbox.take()
         if results is not None:
             if self._journaled:
-                self.journal.append(JournalEnded(client.identity, results.task_ids))
+                self.journal.append(JournalEnded(client.identity, results.task_ids, results.statuses))
             self._send(client.identity, results)
 
     def _hold(self, client: ClientSession) -> None:
@@ -927,7 +962,7 @@ class SchedulerCore:
             held.append(results)
         for results in held:
             if self._journaled:
-                self.journal.append(JournalEnded(client.identity, results.task_ids))
+                self.journal.append(JournalEnded(client.identity, results.task_ids, results.statuses))
             self._send(client.identity, results)
 
     def compact(self) -> None:

@@ -119,10 +119,12 @@ class JournalMessage:
 
 @slotted(frozen=True)
 class JournalEnded:
-    """(A scheduler with a journal.) These results went to client `peer`: its tasks `ids` ended for it."""
+    """(A scheduler with a journal.) These results went to client `peer`: its tasks `ids` ended for it, each with its
+    status (`statuses`, a byte each: a task cancelled that completed all the same ended a success)."""
 
     peer: bytes
     ids: Sequence[int]
+    statuses: bytes = b""
 
 
 @slotted(frozen=True)

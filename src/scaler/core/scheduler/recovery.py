@@ -28,6 +28,7 @@ from scaler.core.scheduler.events import (
 from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.records import (
     FLAG_SILENT,
+    FLAG_STREAM_OUTPUT,
     CancelTasks,
     FreeObjects,
     PeerKind,
@@ -85,13 +86,14 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
     """Rebuild `core` (new, serving nobody) at `now` from `entries`, the journal's in the order written. What the
     replay makes the core emit (its journal, its messages) is dropped: it was written and sent before."""
     opened = open_sessions(entries)
+    ended_as = _ended_as(entries, opened)
     clients: dict[bytes, ClientSession] = {}
     silenced: dict[int, Task] = {}  # ended, kept for a task waiting on it: they run again, their result not sent
     ended = 0
     for index, entry in enumerate(entries):
         start = opened.get(entry.peer)
         if start is not None and index >= start:  # (not a session that ended, nor an earlier one of the same peer)
-            ended += _apply(core, now, entry, index == start, clients, silenced)
+            ended += _apply(core, now, entry, index == start, clients, silenced, ended_as)
     # The ended tasks go, but for those a task still waits on (their results were not kept: they run again, for it).
     # Decided at the end, not as each ended: what the journal holds after one (a task that refers to it, then the
     # end of that) decides, so that the entries compaction keeps decide alike.
@@ -103,6 +105,7 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
             del silenced[task.task_id]
             if core.tasks.get(task.task_id) is task:  # (not ended meanwhile: cancelled, or with what it waited on)
                 _drop(core, task)
+    core.reruns.update(silenced)  # (decided now: the ended tasks kept for the tasks waiting on them)
     core.flush()  # dropped: messages sent before (no worker is connected, every client is awaited)
     # what the replay fed was journaled before; the results the flush held for clients not back were not
     core.journal = [entry for entry in core.journal if type(entry) is JournalResult]
@@ -117,6 +120,7 @@ def _apply(
     opening: bool,
     clients: dict[bytes, ClientSession],
     silenced: dict[int, Task],
+    ended_as: dict[int, int],
 ) -> int:
     """Feed one entry of an open session to `core`; how many tasks it ended."""
     peer = entry.peer
@@ -127,8 +131,12 @@ def _apply(
         client = clients[peer]
         key = PeerKey(PeerKind.CLIENT, client.name, client.key) if client.key is not None else None
         message = entry.message
-        if silenced and type(message) is CancelTasks:  # a cancel that came after its task ended changed nothing
-            message = CancelTasks([task_id for task_id in message.ids if task_id not in silenced])
+        if type(message) is CancelTasks:  # one that came after its task ended, or too late to stop it, changed nothing
+            cancelled = TaskStatus.CANCELED
+            ids = [i for i in message.ids if i not in silenced and ended_as.get(i, cancelled) == cancelled]
+            message = CancelTasks(ids)
+        elif silenced and type(message) is SubmitTasks:
+            _sent_again(message, silenced)
         core.feed(Received(now, peer, message, key))
     elif type(entry) is JournalEnded:
         return _forget(core, clients[peer], entry.ids, silenced)
@@ -140,6 +148,36 @@ def _apply(
     return 0
 
 
+def _ended_as(entries: Sequence[JournalEntry], opened: dict[bytes, int]) -> dict[int, int]:
+    """How each task of the open sessions last ended for its client (the results sent, and held): a task it asked to
+    cancel that ended otherwise was not stopped in time (it was running, and completed)."""
+    ended: dict[int, int] = {}
+    for index, entry in enumerate(entries):
+        start = opened.get(entry.peer)
+        if start is None or index < start:
+            continue
+        if type(entry) is JournalEnded:
+            ended.update(zip(entry.ids, entry.statuses))
+        elif type(entry) is JournalResult:
+            ended.update(zip(entry.results.task_ids, entry.results.statuses))
+    return ended
+
+
+def _sent_again(message: SubmitTasks, silenced: dict[int, Task]) -> None:
+    """A restored session's client sent again a task that had ended (its result had not reached it: lost in a
+    restart). The scheduler then held nothing of it, and took it as a new task: so does the replay, unless a task
+    still waited on it (then its result was kept, and the resend was ignored). A task waiting on it that ended too
+    and is sent again with it does not count (it had ended: nothing waited)."""
+    resent = {task_id for task_id in message.task_ids if task_id in silenced}
+    for k, task_id in enumerate(message.task_ids):
+        task = silenced.get(task_id)
+        if task is None:
+            continue
+        if not any(d.state == TaskState.WAITING and d.task_id not in resent for d in task.dependents or ()):
+            del silenced[task_id]
+            task.flags = message.flags[k]
+
+
 def _forget(core: SchedulerCore, client: ClientSession, ids: Sequence[int], silenced: dict[int, Task]) -> int:
     """Tasks `ids` of `client` ended for it: silence them (replay drops them at the end, but for those a task then
     waits on), and take their results out of what waits for it. How many there were."""
@@ -147,10 +185,11 @@ def _forget(core: SchedulerCore, client: ClientSession, ids: Sequence[int], sile
     tasks = core.tasks
     for task_id in ids:
         task = tasks.get(task_id)
-        if task is None or task.client is not client or task_id in silenced:
+        if task is None or task.client is not client:
             continue
-        count += 1
-        task.flags |= FLAG_SILENT  # dropped at the end, unless a task then waits on it (replay)
+        count += task_id not in silenced  # (ended again, after its client sent it again: silenced again)
+        # dropped at the end, unless a task then waits on it (replay); its client has its result and saw its output
+        task.flags = (task.flags | FLAG_SILENT) & ~FLAG_STREAM_OUTPUT
         silenced[task_id] = task
     gone = set(ids)
     outbox = client.outbox
@@ -171,8 +210,9 @@ def _awaited(task: Task) -> bool:
 
 
 def _drop(core: SchedulerCore, task: Task) -> None:
-    """End `task` without a result for its client (it had one)."""
+    """End `task` without a result for its client (it had one), nor a word of its end."""
     task.flags |= FLAG_SILENT
+    core.reruns.add(task.task_id)  # (which _end consumes)
     core._end(task, TaskStatus.SUCCESS, b"")
 
 

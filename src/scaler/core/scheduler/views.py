@@ -17,6 +17,7 @@ from scaler.core.scheduler.monitoring import ENDED_NAMES, FunctionStats
 from scaler.core.scheduler.tasks import STATE_NAMES, Task, TaskState
 from scaler.protocol.capabilities import missing_text
 from scaler.protocol.records import (
+    FLAG_SILENT,
     ID_PREFIX_SHIFT,
     MAX_EXPLAINED,
     ClientStatus,
@@ -256,6 +257,8 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
         _check(client.last_seen >= core.oldest_seen[1], "{!r} was seen before the oldest seen", client)
         _check(not client.held or client.awaiting, "{!r} holds results, but its client is back", client)
     _check(core.objects is core.object_store.objects, "the core reads other objects than its store holds")
+    reruns = core.reruns  # (after a restart: run again only for the tasks waiting on them)
+    _check(all(i in core.tasks and core.tasks[i].flags & FLAG_SILENT for i in reruns), "a rerun not held or silent")
     for obj in core.objects.values():
         _check(obj.refs >= 0 and not obj.droppable, "{!r} has negative references, or should be dropped", obj)
     for check in (validate_prefixes, validate_functions, validate_names):
