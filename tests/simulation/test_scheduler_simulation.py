@@ -114,7 +114,7 @@ def test_agents_survive_scheduler_stalls_past_their_timeout(seed: int) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("seed", SEEDS, ids=lambda seed: f"seed={seed}")
+@pytest.mark.parametrize("seed", SEEDS[:3], ids=lambda seed: f"seed={seed}")
 def test_the_scheduler_killed_and_started_again_from_its_journal_under_faults_loses_nothing(seed: int) -> None:
     """Issue 28: the scheduler process dies (kill -9) three times while work and worker faults go on, and the same
     command starts it again from its journal (down 300 ms to 2 s). At each restart the recovered core is compared
