@@ -24,3 +24,11 @@ def touch_and_sleep(path: str, seconds: float) -> None:
 
     open(path, "w").close()
     time.sleep(seconds)
+
+
+def sleep_and_square(x: int) -> int:
+    """10 ms of work, then x * x."""
+    import time
+
+    time.sleep(0.01)
+    return x * x

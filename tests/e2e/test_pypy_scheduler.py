@@ -24,7 +24,7 @@ import pytest
 
 from scaler import Client
 from scaler.security.keys import generate
-from tests.e2e.cli_tasks import fibonacci, square, touch_and_sleep
+from tests.e2e.cli_tasks import fibonacci, sleep_and_square, square, touch_and_sleep
 from tests.e2e.test_cli import Program, cli, wait_for_agents
 from tests.helpers import Graph, free_address, wait_until
 
@@ -159,3 +159,22 @@ def test_workers_and_monitors_refuse_python_39_clearly(program: str) -> None:
     assert done.returncode != 0, done.stdout
     assert "need Python 3.10 or newer" in done.stderr, done.stderr
     assert "only the scheduler (scaler_scheduler) runs" in done.stderr, done.stderr
+
+
+def test_a_pypy_scheduler_with_a_journal_killed_and_started_again_finishes_the_work(
+    started: list[Program], tmp_path: Path
+) -> None:
+    """The journal's code (scheduler/journal.py, journaling.py, core/scheduler/recovery.py) on PyPy 3.9: kill -9
+    mid-map, the same command again, every result right, the client never told of it."""
+    address = free_address()
+    command = [pypy_bin("scaler_scheduler"), "--journal", str(tmp_path / "journal")]
+    scheduler = start_scheduler(started, command[0], address, *command[1:])
+    cluster = start_cluster(started, scheduler, address)
+    with Client(address, timeout_seconds=TIMEOUT) as client:
+        futures = [client.submit(sleep_and_square, i) for i in range(300)]
+        wait_until(lambda: sum(f.done() for f in futures) >= 60, timeout=TIMEOUT, what="a fifth done")
+        scheduler.kill()
+        scheduler = start_scheduler(started, command[0], address, *command[1:])
+        assert [f.result(timeout=120) for f in futures] == [i * i for i in range(300)]
+    assert re.search(r"client session restored, with \d+ tasks", scheduler.output), scheduler.output[-3000:]
+    stop(scheduler, cluster)

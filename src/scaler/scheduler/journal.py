@@ -373,6 +373,14 @@ class Journal:
             self._fd = -1
 
 
+def _writev_joined(fd: int, pieces: Sequence[Bytes]) -> int:
+    """os.writev for where there is none (PyPy 3.9's os lacks it): the pieces joined, one write."""
+    return os.write(fd, b"".join(pieces))
+
+
+_writev = getattr(os, "writev", _writev_joined)
+
+
 def _pread_all(fd: int, size: int, offset: int) -> bytes:
     chunks = []
     while size > 0:
@@ -402,7 +410,7 @@ def _write_all(fd: int, pieces: Sequence[Bytes], path: str, total: int = -1) -> 
     done = 0
     try:
         if len(pieces) <= 1024:  # (one call, as almost always: IOV_MAX is 1024)
-            done = os.writev(fd, pieces)
+            done = _writev(fd, pieces)
             if done == total:
                 return done
     except OSError as exc:
@@ -417,7 +425,7 @@ def _write_all(fd: int, pieces: Sequence[Bytes], path: str, total: int = -1) -> 
             skip = 0
     try:
         while views:
-            written = os.writev(fd, views[:1024])
+            written = _writev(fd, views[:1024])
             done += written
             while views and written >= len(views[0]):
                 written -= len(views[0])
