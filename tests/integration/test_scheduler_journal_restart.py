@@ -94,3 +94,26 @@ def test_a_journaled_scheduler_stopped_by_sigterm_and_started_again_fails_no_fut
     finally:
         stop_process(cluster)
         stop_process(scheduler)
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_a_client_of_a_journaled_scheduler_keeps_nothing_of_a_finished_graph(tmp_path: Path) -> None:
+    """A graph's inner nodes are silent (their results are not sent): a journaled scheduler says they ended all the
+    same, so the client lets them go instead of keeping them for ever to send again after a restart."""
+    import operator
+
+    from scaler import SchedulerClusterCombo
+
+    combo = SchedulerClusterCombo(address=free_address(), n_workers=2, journal=tmp_path / "journal")
+    try:
+        with Client(combo.address) as client:
+            graph = {"a": 3, "b": (square, "a"), "c": (operator.add, "a", "b"), "d": (operator.mul, "c", 2)}
+            assert client.get(graph, keys=["d"]) == {"d": 24}
+            assert client.submit(square, 5).result(timeout=30) == 25  # (after the graph's ends came)
+            core = client._connection.core
+            assert core.journaled and core.kept_tasks == {}
+    finally:
+        combo.shutdown()
