@@ -458,19 +458,39 @@ def test_a_recovered_echo_sends_objects_then_tasks_then_their_cancels_again_with
         Send(PutObjects([1], [b"fn"], ["f"])),
         Send(SubmitTasks([4, 5], [1, 1], bytes(2), [1, 1], [0, 0], None, [b"b", b"a"], requirements=PYTHON_ONLY)),
         Send(CancelTasks([5])),
+        Send(FreeObjects([3])),  # no echo said the scheduler read it before the restart
         Resumed(recovered=True, objects=1, tasks=2),
     ]
     assert not core.resuming and core.state == SessionState.CONNECTED
     for command in commands:
         if isinstance(command, Send):
             core.count_sent(command.message)
-    assert (core.messages_sent, core.messages_received) == (3, 0)  # counted from the restart on
+    assert (core.messages_sent, core.messages_received) == (4, 0)  # counted from the restart on
     assert list(core.kept_tasks) == [4, 5]  # still unfinished: kept
     core.received(20.5, TaskResults([4, 4], bytes([0, 0]), [b"r", b"r"]))  # a re-run's result twice: handed over
     core.link_down(30.0)  # a later reset of the recovered session: counts compared again
     core.link_up(30.5)
     assert core.received(30.6, HeartbeatEcho(resumed=True, sent=1)) == [Resumed(recovered=False)]
     assert list(core.kept_tasks) == [5]
+
+
+def test_a_free_is_sent_again_after_a_restart_until_an_echo_says_the_scheduler_read_it() -> None:
+    core = journaled()
+    core.sending([NewObject(1, b"a"), NewObject(2, b"b"), NewObject(3, b"c")])
+    core.sending([FreeRequest(1)])
+    assert core.ask_workers(1.0) == [Send(Heartbeat())]  # a heartbeat after the free of 1
+    core.sending([FreeRequest(2)])  # and a free after it
+    core.received(1.1, HeartbeatEcho())  # the scheduler's probe: states nothing, confirms nothing
+    assert [object_id for _, object_id in core.kept_frees] == [1, 2]
+    core.received(1.2, HeartbeatEcho(workers=2, workers_stated=True))  # the heartbeat's answer
+    assert [object_id for _, object_id in core.kept_frees] == [2]  # 1 was read before it, and journaled
+    core.link_down(2.0)
+    core.link_up(5.0)
+    commands = core.received(5.1, HeartbeatEcho(resumed=True, sent=0, recovered=True))
+    assert [c.message for c in commands if isinstance(c, Send)] == [PutObjects([3], [b"c"]), FreeObjects([2])]
+    assert core.ask_workers(6.0) == [Send(Heartbeat())]  # the next echo confirms the free sent again
+    core.received(6.1, HeartbeatEcho(workers=2, workers_stated=True))
+    assert not core.kept_frees
 
 
 def test_a_recovered_session_sends_again_in_batches_as_usual() -> None:

@@ -224,6 +224,10 @@ class ClientCore:
         self.kept_tasks: dict[int, NewTask] = {}
         self.kept_objects: dict[int, NewObject] = {}
         self.kept_cancels: dict[int, None] = {}
+        # Frees not known to be in the journal yet: (heartbeats sent before it, object id), oldest first. The echo of
+        # the next heartbeat says the scheduler read it, and journaled it before it answered (the echo's own flush).
+        self.kept_frees: deque[tuple[int, int]] = deque()
+        self._heartbeats = self._echoes = 0  # heartbeats sent (not resumed ones), and their echoes received
         self._sent_at_link_up = 0  # messages_sent when the connection was made again
 
     # ------------------------------------------------------------------------------------------- events
@@ -307,6 +311,7 @@ class ClientCore:
         if self.state != SessionState.CONNECTED:
             return []
         self._last_heartbeat = now
+        self._heartbeats += 1
         return [Send(Heartbeat())]
 
     def explain(self, task_ids: Sequence[int]) -> list[ClientCommand]:
@@ -321,6 +326,11 @@ class ClientCore:
         """The answer to a heartbeat: says how many workers there are now, or (resumed) answers the one sent on a
         connection made again: did everything the scheduler sent come? (Others, the scheduler's probes: nothing.)"""
         stated = self._stated(echo) if echo.workers_stated else []
+        if echo.workers_stated and not echo.resumed:  # the answer to our heartbeat (a probe's states nothing)
+            self._echoes += 1
+            frees = self.kept_frees
+            while frees and frees[0][0] < self._echoes:
+                frees.popleft()  # read and journaled before the heartbeat the echo answers
         if echo.resumed and self.journaled:
             if echo.recovered:
                 return stated + self._recovered(echo)
@@ -345,7 +355,10 @@ class ClientCore:
         self.messages_sent -= self._sent_at_link_up
         self._sent_at_link_up = 0
         cancels = [CancelRequest(task_id) for task_id in self.kept_cancels]
-        again = self.batch(chain(self.kept_objects.values(), self.kept_tasks.values(), cancels))
+        self._echoes = self._heartbeats  # (those in flight at the restart are never answered)
+        frees = [FreeRequest(object_id) for _, object_id in self.kept_frees]
+        self.kept_frees = deque((self._heartbeats, request.object_id) for request in frees)  # not known journaled
+        again = self.batch(chain(self.kept_objects.values(), self.kept_tasks.values(), cancels, frees))
         resumed = Resumed(recovered=True, objects=len(self.kept_objects), tasks=len(self.kept_tasks))
         return [*map(Send, again), resumed]
 
@@ -388,6 +401,7 @@ class ClientCore:
             return []  # (no heartbeats piled up for the connection: the resumed one goes when it is made)
         if self.state == SessionState.CONNECTED and now - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = now
+            self._heartbeats += 1
             return [Send(Heartbeat())]
         return []
 
@@ -465,6 +479,7 @@ class ClientCore:
                 objects[request.object_id] = request
             elif isinstance(request, FreeRequest):
                 objects.pop(request.object_id, None)
+                self.kept_frees.append((self._heartbeats, request.object_id))
             elif request.task_id in tasks:  # a cancel: sent again with its task, until the task's answer comes
                 self.kept_cancels[request.task_id] = None
 
