@@ -82,18 +82,30 @@ def open_sessions(entries: Sequence[JournalEntry]) -> dict[bytes, int]:
     return opened
 
 
+Current = list[tuple[int, JournalEntry, bool]]  # (index, entry, whether it opens its session)
+
+
+def current_entries(entries: Sequence[JournalEntry]) -> Current:
+    """The entries of the sessions open at the end, each from its opening on (not a session that ended, nor an
+    earlier one of the same peer): their indices, and whether each opens its session."""
+    opened = open_sessions(entries)
+    return [
+        (index, entry, index == start)
+        for index, entry in enumerate(entries)
+        if (start := opened.get(entry.peer)) is not None and index >= start
+    ]
+
+
 def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> Replayed:
     """Rebuild `core` (new, serving nobody) at `now` from `entries`, the journal's in the order written. What the
     replay makes the core emit (its journal, its messages) is dropped: it was written and sent before."""
-    opened = open_sessions(entries)
-    ended_as = _ended_as(entries, opened)
+    current = current_entries(entries)
+    ended_as = _ended_as(current)
     clients: dict[bytes, ClientSession] = {}
     silenced: dict[int, Task] = {}  # ended, kept for a task waiting on it: they run again, their result not sent
     ended = 0
-    for index, entry in enumerate(entries):
-        start = opened.get(entry.peer)
-        if start is not None and index >= start:  # (not a session that ended, nor an earlier one of the same peer)
-            ended += _apply(core, now, entry, index == start, clients, silenced, ended_as)
+    for _, entry, opening in current:
+        ended += _apply(core, now, entry, opening, clients, silenced, ended_as)
     # The ended tasks go, but for those a task still waits on (their results were not kept: they run again, for it).
     # Decided at the end, not as each ended: what the journal holds after one (a task that refers to it, then the
     # end of that) decides, so that the entries compaction keeps decide alike.
@@ -110,7 +122,7 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
     # what the replay fed was journaled before; the results the flush held for clients not back were not
     core.journal = [entry for entry in core.journal if type(entry) is JournalResult]
     held = sum(len(results.task_ids) for client in clients.values() for results in client.held)
-    return Replayed(len(clients), len(core.tasks), held, ended, kept_entries(entries, *live_ids(core)))
+    return Replayed(len(clients), len(core.tasks), held, ended, _kept(current, *live_ids(core)))
 
 
 def _apply(
@@ -148,14 +160,11 @@ def _apply(
     return 0
 
 
-def _ended_as(entries: Sequence[JournalEntry], opened: dict[bytes, int]) -> dict[int, int]:
+def _ended_as(current: Current) -> dict[int, int]:
     """How each task of the open sessions last ended for its client (the results sent, and held): a task it asked to
     cancel that ended otherwise was not stopped in time (it was running, and completed)."""
     ended: dict[int, int] = {}
-    for index, entry in enumerate(entries):
-        start = opened.get(entry.peer)
-        if start is None or index < start:
-            continue
+    for _, entry, _ in current:
         if type(entry) is JournalEnded:
             ended.update(zip(entry.ids, entry.statuses))
         elif type(entry) is JournalResult:
@@ -232,14 +241,14 @@ def kept_entries(entries: Sequence[JournalEntry], live: set[int], held: set[tupl
     and again (a task that runs again for those waiting on it needs its own arguments); what names any id those
     bring (cancels, frees, ended results: they end again what they ended); the result batches `held` names.
     (live_ids: of a core, after a replay or while serving.)"""
-    opened = open_sessions(entries)
-    kept, brought = _kept_work(entries, opened, set(live))
-    for index, entry in enumerate(entries):
-        start = opened.get(entry.peer)
-        if start is None or index < start:
-            continue
+    return _kept(current_entries(entries), live, held)
+
+
+def _kept(current: Current, live: set[int], held: set[tuple[int, ...]]) -> list[int]:
+    kept, brought = _kept_work(current, set(live))
+    for index, entry, opening in current:
         if type(entry) is JournalSession:
-            if index == start:
+            if opening:
                 kept.append(index)
         elif type(entry) is JournalResult:
             if tuple(entry.results.task_ids) in held:
@@ -255,17 +264,13 @@ def kept_entries(entries: Sequence[JournalEntry], live: set[int], held: set[tupl
     return kept
 
 
-def _kept_work(
-    entries: Sequence[JournalEntry], opened: dict[bytes, int], needed: set[int]
-) -> tuple[list[int], set[int]]:
+def _kept_work(current: Current, needed: set[int]) -> tuple[list[int], set[int]]:
     """The submits and puts that bring an id `needed` names, and what those refer to, again and again; and the ids
     they bring."""
     kept: list[int] = []
     brought: set[int] = set()
-    for index in range(len(entries) - 1, -1, -1):  # last first: work refers only to what came before it
-        entry = entries[index]
-        start = opened.get(entry.peer)
-        if start is None or index < start or type(entry) is not JournalMessage:
+    for index, entry, _ in reversed(current):  # last first: work refers only to what came before it
+        if type(entry) is not JournalMessage:
             continue
         message = entry.message
         if isinstance(message, SubmitTasks):
