@@ -35,7 +35,10 @@ def marked(folder: str, i: int) -> int:
     return i * 3
 
 
-def test_a_killed_journaled_scheduler_started_again_finishes_every_task(tmp_path: Path) -> None:
+def journaled_cluster(
+    tmp_path: Path,
+) -> tuple[str, Path, list[str], subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """A --journal scaler_scheduler (its command, to start it again) and scaler_cluster -n 2, and a folder for marks."""
     address = free_address()
     marks = tmp_path / "runs"
     marks.mkdir()
@@ -44,6 +47,11 @@ def test_a_killed_journaled_scheduler_started_again_finishes_every_task(tmp_path
     cluster = subprocess.Popen(
         [sys.executable, "-m", "scaler.entry_points.cluster", "-n", "2", "-ll", "ERROR", address]
     )
+    return address, marks, command, scheduler, cluster
+
+
+def test_a_killed_journaled_scheduler_started_again_finishes_every_task(tmp_path: Path) -> None:
+    address, marks, command, scheduler, cluster = journaled_cluster(tmp_path)
     try:
         with Client(address) as client:  # default settings
             futures = [client.submit(marked, str(marks), i) for i in range(TASKS)]
@@ -67,14 +75,7 @@ def test_a_killed_journaled_scheduler_started_again_finishes_every_task(tmp_path
 def test_a_journaled_scheduler_stopped_by_sigterm_and_started_again_fails_no_future(tmp_path: Path) -> None:
     """A clean stop (SIGTERM: maintenance, a redeploy) of a --journal scheduler: its clients are told it comes back
     with their sessions and wait for it, instead of failing their futures; its workers stay."""
-    address = free_address()
-    marks = tmp_path / "runs"
-    marks.mkdir()
-    command = [*scheduler_command(address), "--journal", str(tmp_path / "journal")]
-    scheduler = subprocess.Popen(command)
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "scaler.entry_points.cluster", "-n", "2", "-ll", "ERROR", address]
-    )
+    address, marks, command, scheduler, cluster = journaled_cluster(tmp_path)
     tasks = 400
     try:
         with Client(address) as client:  # default settings
