@@ -364,7 +364,8 @@ def test_a_connection_reset_to_a_scheduler_that_keeps_the_session_fails_nothing(
             timeout=TIMEOUT,
             what="a heartbeat on the new connection",
         )
-        assert stand_in.heartbeats[-1] - stand_in.listening_since < 1.5, "no heartbeat at once on the new connection"
+        # at once, not when the next one is due (20 s later); a loaded machine may take seconds to get there
+        assert stand_in.heartbeats[-1] - stand_in.listening_since < 10, "no heartbeat at once on the new connection"
         # Past the grace period, counted from the reset: nothing failed.
         with pytest.raises(concurrent.futures.TimeoutError):
             future.result(timeout=RECONNECT_GRACE_SECONDS + 1)

@@ -205,7 +205,8 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
     b.argRefs = pack_u64(m.arg_refs)
     # The fields in the order scaler.protocol.codec sets them, so that one-segment headers are the same bytes: without
     # keywords (its direct writer) in slot order; with keywords the options before payloadSizes (the golden files')
-    frames = [] if m.keywords else _payload_frames(b, m.payloads)
+    general = bool(m.keywords or m.idempotency_keys)  # (its general builder)
+    frames = [] if general else _payload_frames(b, m.payloads)
     if m.keywords:
         b.keywords = m.keywords
     timeouts, retries, priorities = _option_columns(m)
@@ -215,7 +216,7 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
         b.retries = retries
     if priorities is not None:
         b.priorities = priorities
-    if m.keywords:
+    if general:
         frames = _payload_frames(b, m.payloads)
     if m.requirements:
         requirements = b.init("requirements", len(m.requirements))
@@ -224,6 +225,8 @@ def _enc_tasks(b: Any, m: TaskBatch) -> list[Payload]:
                 requirements[i].capabilities = required
         if m.requirement_index is not None:
             b.requirementIndex = pack_u16(m.requirement_index)
+    if m.idempotency_keys:
+        b.idempotencyKeys = m.idempotency_keys
     return frames
 
 
@@ -528,6 +531,10 @@ def _dec_task_batch(b: Any, p: Sequence[Payload], cls: type[_Batch]) -> _Batch:
     if len(b.requirements) or len(b.requirementIndex):
         requirements = [list(r.capabilities) for r in b.requirements]
         set_requirements(batch, requirements, b.requirementIndex)
+    if len(b.idempotencyKeys):
+        if len(b.idempotencyKeys) != len(batch.task_ids):
+            raise ProtocolError(f"idempotencyKeys: {len(b.idempotencyKeys)} keys for {len(batch.task_ids)} tasks")
+        batch.idempotency_keys = list(b.idempotencyKeys)
     return batch
 
 

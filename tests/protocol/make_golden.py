@@ -59,7 +59,7 @@ def golden_messages() -> dict[str, m.Message]:
         m.HeartbeatEcho(0, workers=3, worker_capacity=9, workers_stated=True),  # the echo of a client's heartbeat
         # Two tasks of one function (object P|1): f(b"x", key=<object P|2>) profiled, and f(<task P|10>) silent.
         # The second has options: a 2 s timeout, 3 retries, priority -1. The first requires payload=python, the second
-        # payload=python and gpu.
+        # payload=python and gpu, and has the idempotency key "report-2026-12".
         m.SubmitTasks(
             [P | 10, P | 11],
             [P | 1, P | 1],
@@ -73,6 +73,7 @@ def golden_messages() -> dict[str, m.Message]:
             [0, -1],
             requirements=[["payload=python"], ["payload=python", "gpu"]],
             requirement_index=[0, 1],
+            idempotency_keys=["", "report-2026-12"],
         ),
         m.DispatchTasks(
             [P | 10, P | 11], [P | 1, P | 1], b"\x00\x00", [1, 2], [0, 0, P | 2], None, [b"a", b"b"], [0, 2000]

@@ -88,6 +88,11 @@ EXAMPLES: dict[type, list[Any]] = {
         ),
         m.SubmitTasks([5], [9], b"\x00", [1], [0], ["k"], [b"a"], [100], None, None, [["gpu"]], [0]),
         m.SubmitTasks([], [], b"", [], [], None, [], requirements=[["x"]]),
+        # idempotency keys: alone (no keywords: its general writer all the same), with keywords, options, requirements
+        m.SubmitTasks([5, 6], [9, 9], b"\x00\x00", [0, 0], [], None, [], idempotency_keys=["job-7/0", ""]),
+        m.SubmitTasks(
+            [5], [9], b"\x00", [1], [0], ["k"], [b"a"], [100], None, None, [["gpu"]], None, idempotency_keys=[UNICODE]
+        ),
     ],
     m.DispatchTasks: [
         m.DispatchTasks([], [], b"", [], [], None, []),
@@ -375,6 +380,8 @@ def task_batches(draw: Any, cls: type) -> Any:
         batch.requirements = requirements
         if n and draw(st.booleans()):  # an empty column reads as None
             batch.requirement_index = draw(st.lists(st.integers(0, len(requirements) - 1), min_size=n, max_size=n))
+    if cls is m.SubmitTasks and n and draw(st.booleans()):
+        batch.idempotency_keys = draw(st.lists(text, min_size=n, max_size=n))
     return batch
 
 

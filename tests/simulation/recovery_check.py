@@ -38,6 +38,7 @@ def snapshot(core: SchedulerCore, journal: Sequence[JournalEntry] | None = None)
             if o.object_id not in kept_results and not o.owner.gone  # (kept for its tasks cancelled at workers)
         ),
         "held": sorted((c.identity, tuple(i for r in c.held for i in r.task_ids)) for c in core.clients.values()),
+        "keyed": [(name, bytes(payload)) for name, payload in core.keyed.items()],  # type: ignore[call-overload]  # in order: the oldest go first
     }
 
 
@@ -48,8 +49,10 @@ def assert_recovers(
     tasks, where any ran at a worker is queued again and any being cancelled there ended; and, beyond those, tasks
     that ended while others waited on them (their results were kept, not journaled): those are back, to run again
     without sending their results, and those that waited on them wait again."""
+    journal = crashed.journal if journal is None else journal  # (the recovered core's own holds only held results)
     got, want = snapshot(recovered, journal), snapshot(crashed, journal)
     assert got["clients"] == want["clients"], where
+    assert got["keyed"] == want["keyed"], f"{where}: the results kept by key"  # (journaled before anything was sent)
     # being cancelled at a worker: ended (with those waiting on them, as the cancel's outcome will end them)
     cancelled = [t for t in crashed.tasks.values() if t.state == TaskState.CANCELING]
     ending: set[int] = set()
@@ -59,7 +62,7 @@ def assert_recovers(
         cancelled += [d for d in task.dependents or () if d.state == TaskState.WAITING]
     # run again after an earlier restart for tasks that waited on them, which ended since: not needed any more, so not
     # brought back (recovery.replay drops them; the crashed core would have run them for nobody)
-    entries = crashed.journal if journal is None else journal
+    entries = journal
     ended = {i for e in entries if isinstance(e, JournalEnded) for i in e.ids}
     ended.update(i for e in entries if isinstance(e, JournalResult) for i in e.results.task_ids)
     reruns = {t.task_id: t for t in crashed.tasks.values() if t.flags & FLAG_SILENT and t.task_id in ended}

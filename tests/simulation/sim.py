@@ -196,6 +196,7 @@ class SimConfig:
     lone_rate: float = 0.3  # the share of client waves sent one task per message (lone submits)
     retry_rate: float = 0.15  # the share of tasks submitted with retries (1 or 2)
     timeout_rate: float = 0.05  # the share of tasks submitted with a timeout (some run longer)
+    keyed_rate: float = 0.1  # the share of tasks submitted with an idempotency key (each its own)
     through_codec: bool = True  # encode and decode submits and results on their way in, as the shell reads them
     monitored: bool = False  # a monitor subscribes: the core records task events, failures, output, departures
     capabilities: bool = False  # workers offer capabilities, tasks require some (worker_capabilities above)
@@ -213,6 +214,7 @@ class TaskInfo:
     silent: bool = False  # like a graph's intermediate node: its result is never sent to the client
     cancel_requested: bool = False
     retries: int = 0
+    key: str = ""  # its idempotency key, if any
     timeout_ms: int = 0
     printed: int = 0  # pieces of its output its client got
 
@@ -450,7 +452,10 @@ class Simulation:
                     if not set(required) <= self.offered[peer]:
                         self.fail(f"task {task_id:#x} requires {required}, dispatched to {peer!r}, which cannot run it")
                 owner = self.client_by_prefix.get(task_id >> ID_PREFIX_SHIFT)
-                if owner is not None and owner.results[task_id] and self.crashes:
+                info = owner.tasks.get(task_id) if owner is not None else None
+                if info is not None and info.key and self.core.keyed.get((b"", info.key)) is not None:
+                    self.fail(f"keyed task {task_id:#x} dispatched to {peer!r} while its key's result is kept")
+                if owner is not None and (owner.results[task_id] or task_id in owner.silent_ended) and self.crashes:
                     # after a restart: run again for tasks waiting on it, or sent again by its client while its result
                     # was on the way (the resend crossed it; at least once, and its client keeps the first result)
                     self.again_after_restart += 1
@@ -607,7 +612,7 @@ class Simulation:
     def run_starts(self, worker: SimWorker | AgentWorker, task: WorkTask) -> None:
         runs = self.runs.setdefault(task.task_id, [])
         owner = self.client_by_prefix.get(task.task_id >> ID_PREFIX_SHIFT)
-        if self.crashes and owner is not None and owner.results[task.task_id]:
+        if self.crashes and owner is not None and (owner.results[task.task_id] or task.task_id in owner.silent_ended):
             runs.clear()  # its client sent it again after a restart, its result on the way: a new run (at least once)
         mine_lost = self.core.workers.get(worker.peer) is not task.session
         for earlier in runs:
@@ -904,6 +909,7 @@ class SimClient:
         self.tasks: dict[int, TaskInfo] = {}
         self.open: set[int] = set()
         self.results: Counter[int] = Counter()
+        self.silent_ended: set[int] = set()  # (journaled) silent tasks the scheduler said ended
         self.status: dict[int, int] = {}
         self.missing: set[int] = set()  # tasks that failed because no connected worker could run them
         self.function_id = self.data_id = 0
@@ -1006,6 +1012,7 @@ class SimClient:
             retries = rng.choice((1, 2)) if rng.random() < self.sim.config.retry_rate else 0
             timeout = rng.choice((30, 150)) if rng.random() < self.sim.config.timeout_rate else 0
             payload = b"%d:%d" % (duration, outcome)
+            key = f"t{task_id:x}" if rng.random() < self.sim.config.keyed_rate else ""
             requests.append(
                 NewTask(
                     task_id,
@@ -1015,9 +1022,10 @@ class SimClient:
                     None,
                     (payload,),
                     TaskOptions(timeout_ms=timeout, retries=retries),
+                    key=key,
                 )
             )
-            self.tasks[task_id] = TaskInfo(outcome, parents, silent, retries=retries, timeout_ms=timeout)
+            self.tasks[task_id] = TaskInfo(outcome, parents, silent, retries=retries, timeout_ms=timeout, key=key)
             if not silent:
                 self.open.add(task_id)
         if rng.random() < self.sim.config.lone_rate:
@@ -1083,6 +1091,7 @@ class SimClient:
         if self.tasks[task_id].silent:
             if not self.sim.config.scheduler.journaled or payload_bytes(payload):
                 self.sim.fail(f"client {self.peer!r} got the result of silent task {task_id:#x}")
+            self.silent_ended.add(task_id)
             return False
         if self.results[task_id] and self.sim.crashes:
             self.sim.duplicates += 1

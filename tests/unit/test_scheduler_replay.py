@@ -183,7 +183,8 @@ class RandomRun:
             for worker in [w for w in self.workers if w in self.d.core.workers]:
                 held = list(self.d.core.workers[worker].assigned)
                 if held:
-                    self.d.recv(worker, ok(*self.rng.sample(held, self.rng.randint(1, len(held)))))
+                    picked = self.rng.sample(held, self.rng.randint(1, len(held)))
+                    self.d.recv(worker, ok(*picked, payload=b"r%d" % self.rng.randrange(100)))
         elif op == "lost" and self.workers:
             self.d.gone(self.workers.pop(self.rng.randrange(len(self.workers))))
         elif op == "worker":
@@ -209,7 +210,10 @@ class RandomRun:
                 args.append(self.rng.choice(self.objects[peer][1:]))
             specs.append((self.new_id(peer), self.objects[peer][0], args))
             self.tasks[peer].append(specs[-1][0])
-        self.d.recv(peer, submit(*specs))
+        batch = submit(*specs)
+        if self.rng.random() < 0.4:  # idempotent-keyed tasks, from a few keys (some kept, some sent again)
+            batch.idempotency_keys = [self.rng.choice(("", "k1", "k2", "k3")) for _ in specs]
+        self.d.recv(peer, batch)
 
     def cancel(self, peer: bytes, _: bool) -> None:
         if self.tasks[peer]:
@@ -246,3 +250,31 @@ def test_replay_ignores_a_hello_it_never_sees() -> None:
     d = journaled()
     d.recv(C, Hello(PeerKind.CLIENT, "x"))
     assert all(not isinstance(e, JournalMessage) for e in d.core.journal)
+
+
+def test_a_resend_that_crossed_its_tasks_result_in_one_flush_is_journaled_after_that_result() -> None:
+    """A task ends (its result in the client's outbox) and, read in the same flush, its client's resend after a
+    restart makes it anew (a new run: at least once). The journal must say the end came first, or a replay takes the
+    resend as one of a task it holds (ignored), then ends it: the new run would be lost."""
+    from scaler.core.scheduler.events import Received
+
+    d = journaled()
+    p = d.client(C)
+    f, t = tid(p, 1), tid(p, 2)
+    d.put(C, (f, b"fn"))
+    d.recv(C, submit((t, f, [b"a"])))
+    core, _ = recover(list(d.core.journal))  # a restart: the task is queued again, its client not back yet
+    live = Driver(SchedulerConfig(journaled=True))
+    live.core = core
+    entries = list(d.core.journal)
+    live.worker(W, capacity=1)
+    live.recv(C, Heartbeat(resumed=True, sent=0))
+    assert core.tasks[t].worker is not None
+    core.feed(Received(NOW, W, ok(t)))  # its result, and the resend, read in one flush
+    core.feed(Received(NOW, C, submit((t, f, [b"a"]))))
+    core.flush()
+    assert t in core.tasks  # made anew by the resend
+    entries += core.journal
+    again, _ = recover(entries)
+    assert_recovers(again, core, journal=entries)
+    assert t in again.tasks

@@ -243,6 +243,7 @@ export interface Task {
   retries: number;
   priority: number;
   requires: string[]; // capabilities the task requires (submitTasks)
+  idempotencyKey?: string; // submitTasks: a task sent later with the same key gets this one's result ("" or absent: none)
 }
 
 export interface Result {
@@ -402,6 +403,9 @@ function fillTaskBatch(batch: S.TaskBatch, tasks: readonly Task[]): Uint8Array[]
       setTexts((l) => requirements.get(at)._initCapabilities(l), JSON.parse(key) as string[]);
     }
     if (distinct.size > 1) setData((l) => batch._initRequirementIndex(l), u16Column(index));
+  }
+  if (tasks.some((task) => task.idempotencyKey)) {
+    setTexts((l) => batch._initIdempotencyKeys(l), tasks.map((task) => task.idempotencyKey ?? ""));
   }
   return payloads;
 }
@@ -641,6 +645,7 @@ function decodeTaskBatch(batch: S.TaskBatch, frames: readonly Uint8Array[]): Tas
     requirements.length === 0
       ? new Array<number>(n).fill(-1)
       : optional(readU16(bytesOf(batch.requirementIndex), "requirementIndex"), n, 0, "requirementIndex");
+  const keys = optional(readTexts(batch.idempotencyKeys), n, "", "idempotencyKeys");
   const tasks: Task[] = [];
   let argAt = 0;
   let payloadAt = 0;
@@ -654,7 +659,7 @@ function decodeTaskBatch(batch: S.TaskBatch, frames: readonly Uint8Array[]): Tas
     }
     const at = reqIndex[k]!;
     if (at >= requirements.length) throw new MalformedError(`requirementIndex: ${at} is out of range`);
-    tasks.push({
+    const task: Task = {
       taskId: taskIds[k]!,
       functionId: functionIds[k]!,
       flags: flags[k]!,
@@ -663,7 +668,9 @@ function decodeTaskBatch(batch: S.TaskBatch, frames: readonly Uint8Array[]): Tas
       retries: retries[k]!,
       priority: priorities[k]!,
       requires: at < 0 ? [] : requirements[at]!,
-    });
+    };
+    if (keys[k]) task.idempotencyKey = keys[k]!;
+    tasks.push(task);
   }
   return tasks;
 }

@@ -37,6 +37,7 @@ from scaler.client.options import (
     Options,
     check_dask_keywords,
     check_options,
+    graph_task_key,
 )
 from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
 from scaler.client.resources import ClusterResources
@@ -226,6 +227,7 @@ class Client:
         priority: int | object = KEEP,
         stream_output: bool | object = KEEP,
         capabilities: Mapping[str, Any] | Iterable[str] | object | None = KEEP,
+        idempotency_key: str | object | None = KEEP,
     ) -> ClientOptions:
         """This client with task options, for the tasks submitted through what it returns (submit, map, get,
         submit_graph); options not given stay as they are. The function's own keyword arguments are untouched.
@@ -250,8 +252,16 @@ class Client:
             scaler_scheduler --capability-grace-seconds).
 
         >>> client.options(capabilities={"gpu": True}).submit(train, data)
+
+        idempotency_key: a name for the work (a str of up to 800 bytes; None: none). The scheduler keeps the result
+            of a keyed task that succeeded (and, with --journal, across its restarts): a task sent later with the same
+            key, by any client of the same credentials, gets that result at once and does not run, and a result once
+            kept is never computed again. map's task i gets the key f"{key}/{i}", a graph's task f"{key}/{graph key}".
+            See docs/client.md, "Idempotent-keyed tasks".
+
+        >>> client.options(idempotency_key="invoice-2026-12-04").submit(send_invoices, batch)
         """
-        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities)
+        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities, idempotency_key)
         return ClientOptions(self, options)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
@@ -276,7 +286,9 @@ class Client:
         task_id = connection.mint(1)[0]
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait, running=True)
         flags = (FLAG_PROFILING if profiling else 0) | options.flags
-        task = NewTask(task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement)
+        task = NewTask(
+            task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement, options.key
+        )
         sink: ResultSink = FutureSink(future, self._serializer, profiling, options.requirement)
         if self._shared is not None and self._shared.wanted(payloads):
             task, sink = self._share(connection, task, sink, fn, functools.partial(_retarget_future, future))
@@ -334,10 +346,12 @@ class Client:
         collector = Collector(len(items))
         sinks: list[ResultSink] = [CollectorSlot(collector, index) for index in range(len(items))]
         shared = self._shared
-        task_options, requirement = options.task, options.requirement
+        task_options, requirement, key = options.task, options.requirement, options.key
         try:
             for index, (task_id, (refs, payloads)) in enumerate(zip(ids, self._encode_items(fn, items), strict=False)):
                 task = NewTask(task_id, function_id, flags, refs, None, payloads, task_options, requirement)
+                if key:
+                    task = task._replace(key=f"{key}/{index}")
                 if shared is not None and shared.wanted(payloads):
                     retarget = functools.partial(self._renamed.__setitem__, task_id)
                     task, sinks[index] = self._share(connection, task, sinks[index], fn, retarget)
@@ -576,8 +590,9 @@ class Client:
                         raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
             flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
+            key = graph_task_key(options, node.key)
             tasks.append(
-                NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task, required)
+                NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task, required, key)
             )
             if node.key in wanted:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread, running=True)

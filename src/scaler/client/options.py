@@ -1,5 +1,5 @@
-"""Task options (timeout, retries, priority, stream_output, capabilities) and the view of a client that submits with
-them: client.options().
+"""Task options (timeout, retries, priority, stream_output, capabilities, idempotency_key) and the view of a client that
+submits with them: client.options().
 
 The options travel with each task (docs/protocol.md, "Task options"; stream_output is a flag bit): the worker enforces
 the timeout and captures output, the scheduler decides retries, keeps priorities, forwards output and places a task
@@ -21,6 +21,7 @@ from scaler.core.capabilities import describe as describe_capabilities
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
     FLAG_STREAM_OUTPUT,
+    MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_RETRIES,
     MAX_TIMEOUT_MS,
     PRIORITY_RANGE,
@@ -45,15 +46,29 @@ class Options(NamedTuple):
     # What every task requires of its worker: sorted, payload=python included (core.capabilities.requirement).
     # One shared tuple per Options, so that a batch of its tasks finds them equal by identity.
     requirement: tuple[str, ...] = PYTHON_REQUIREMENT
+    # The idempotency key of the task submit() sends, or "": map's task i gets f"{key}/{i}", a graph's task
+    # f"{key}/{graph key}". The scheduler keeps a keyed task's result: a task sent later with its key gets it.
+    key: str = ""
+
+
+# An option's key with the suffix map or a graph adds stays within the scheduler's limit
+MAX_KEY_BYTES = MAX_IDEMPOTENCY_KEY_BYTES - 224
 
 
 def check_options(
-    base: Options, timeout: Any, retries: Any, priority: Any, stream_output: Any = KEEP, capabilities: Any = KEEP
+    base: Options,
+    timeout: Any,
+    retries: Any,
+    priority: Any,
+    stream_output: Any = KEEP,
+    capabilities: Any = KEEP,
+    idempotency_key: Any = KEEP,
 ) -> Options:
     """`base` with the options given (not KEEP) checked and applied; a clear error for a bad one."""
     task = base.task
     flags = base.flags
     required = base.requirement
+    key = base.key if idempotency_key is KEEP else _checked_key(idempotency_key)
     if timeout is not KEEP:
         if timeout is None:
             timeout_ms = 0
@@ -79,7 +94,29 @@ def check_options(
         flags = flags | FLAG_STREAM_OUTPUT if stream_output else flags & ~FLAG_STREAM_OUTPUT
     if capabilities is not KEEP:
         required = requirement(capabilities)
-    return Options(task, flags, required)
+    return Options(task, flags, required, key)
+
+
+def _checked_key(key: Any) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"idempotency_key must be a non-empty str naming the task's work (None: no key), not {key!r}")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ValueError(f"idempotency_key must be at most {MAX_KEY_BYTES} bytes in UTF-8, not {key[:60]!r}...")
+    return key
+
+
+def graph_task_key(options: Options, graph_key: Hashable) -> str:
+    """The idempotency key of a graph's task (Options.key): "" without one. Too long: ValueError, before sending."""
+    if not options.key:
+        return ""
+    key = f"{options.key}/{graph_key}"
+    if len(key.encode()) > MAX_IDEMPOTENCY_KEY_BYTES:
+        raise ValueError(
+            f"the idempotency key {key[:60]!r}... of graph key {graph_key!r} is over {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+        )
+    return key
 
 
 def describe(options: Options) -> str:
@@ -88,7 +125,8 @@ def describe(options: Options) -> str:
     stream = " stream_output=True" if options.flags & FLAG_STREAM_OUTPUT else ""
     required = options.requirement
     capabilities = f" capabilities={describe_capabilities(required)}" if required != PYTHON_REQUIREMENT else ""
-    return f"timeout={timeout} retries={task.retries} priority={task.priority}{stream}{capabilities}"
+    key = f" idempotency_key={options.key!r}" if options.key else ""
+    return f"timeout={timeout} retries={task.retries} priority={task.priority}{stream}{capabilities}{key}"
 
 
 def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
@@ -107,7 +145,7 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         raise TypeError(
             f"{name}() does not take {', '.join(unknown)}: Scaler passes every keyword of submit() to the function. "
             f"Task options go through client.options(): client.options({given}).submit(...) "
-            "(options: timeout, retries, priority, stream_output, capabilities)"
+            "(options: timeout, retries, priority, stream_output, capabilities, idempotency_key)"
         )
 
 
@@ -127,9 +165,10 @@ class ClientOptions:
         priority: Any = KEEP,
         stream_output: Any = KEEP,
         capabilities: Any = KEEP,
+        idempotency_key: Any = KEEP,
     ) -> ClientOptions:
         """These options with the ones given changed (see Client.options)."""
-        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities)
+        options = check_options(self._options, timeout, retries, priority, stream_output, capabilities, idempotency_key)
         return ClientOptions(self._client, options)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
@@ -182,6 +221,11 @@ class ClientOptions:
 
     def get_executor(self) -> ScalerExecutor:
         """A concurrent.futures.Executor whose tasks get these options (see Client.get_executor)."""
+        if self._options.key:
+            raise ValueError(
+                "an executor's tasks cannot share one idempotency_key (each would get the first one's result): "
+                "use client.options(idempotency_key=...).submit(...) for each task, or .map(...)"
+            )
         return ScalerExecutor(self._client, self._options)
 
     def __getattr__(self, name: str) -> Any:

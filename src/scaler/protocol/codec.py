@@ -142,7 +142,9 @@ def encode(message: Message) -> list[Payload]:
     """The frames of `message`: its Cap'n Proto header, then its payload frames (not copied)."""
     if type(message) is TaskResults:
         return _fast_results(message)
-    if (type(message) is SubmitTasks or type(message) is DispatchTasks) and not message.keywords:
+    if (type(message) is SubmitTasks or type(message) is DispatchTasks) and not (
+        message.keywords or message.idempotency_keys
+    ):
         return _fast_tasks(message)
     name = MESSAGE_NAMES[type(message)]
     b = Builder()
@@ -381,8 +383,9 @@ def _fields_of(fields: dict[str, str]) -> Callable[[Builder, int, str, Any], lis
 
 
 def _enc_tasks(b: Builder, at: int, name: str, m: TaskBatch) -> list[Payload]:
-    """A batch with keywords, its fields set in the order of the golden files (tests/protocol/golden): the options
-    before payloadSizes, the requirements after. (The direct writer sets every field in slot order.)"""
+    """A batch with keywords or idempotency keys, its fields set in the order of the golden files
+    (tests/protocol/golden): the options before payloadSizes, the requirements and keys after. (The direct writer
+    sets every field in slot order.)"""
     b.set(at, name, "taskIds", pack_u64(m.task_ids))
     b.set(at, name, "functionIds", pack_u64(m.function_ids))
     b.set(at, name, "flags", bytes(m.flags))
@@ -403,6 +406,8 @@ def _enc_tasks(b: Builder, at: int, name: str, m: TaskBatch) -> list[Payload]:
                 b.set(element, "Requirement", "capabilities", required)
         if m.requirement_index is not None:
             b.set(at, name, "requirementIndex", pack_u16(m.requirement_index))
+    if m.idempotency_keys:
+        b.set(at, name, "idempotencyKeys", m.idempotency_keys)
     return frames
 
 
@@ -629,6 +634,11 @@ def _tasks(cls: type[_Batch], c: dict[str, Any], p: Sequence[Payload]) -> _Batch
     )
     if c.get("requirements") or c.get("requirementIndex"):
         set_requirements(batch, list(c.get("requirements") or []), c.get("requirementIndex") or b"")
+    keys = c.get("idempotencyKeys")
+    if keys:
+        if len(keys) != len(batch.task_ids):
+            raise ProtocolError(f"idempotencyKeys: {len(keys)} keys for {len(batch.task_ids)} tasks")
+        batch.idempotency_keys = list(keys)
     return batch
 
 

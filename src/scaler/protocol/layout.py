@@ -214,7 +214,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
     ),
     "TaskBatch": (
         0,
-        12,
+        13,
         (
             ("taskIds", "data", 0),
             ("functionIds", "data", 1),
@@ -228,6 +228,7 @@ STRUCTS: dict[str, tuple[int, int, tuple[tuple[str, str, int], ...]]] = {
             ("priorities", "data", 9),
             ("requirements", "list:struct:Requirement", 10),
             ("requirementIndex", "data", 11),
+            ("idempotencyKeys", "list:text", 12),
         ),
     ),
     "TaskEvents": (

@@ -186,6 +186,8 @@ class TaskBatch:
     # task requires any; requirement_index: each task's index into them, or None: every task has requirements[0].
     requirements: list[list[str]] | None = None
     requirement_index: list[int] | None = None
+    # submitTasks only: each task's idempotency key ("" = none), or None when no task has one (Client.options)
+    idempotency_keys: list[str] | None = None
 
     def requirement_of(self, k: int) -> list[str] | None:
         """What task k of the batch requires (None: nothing)."""
@@ -250,6 +252,7 @@ class TaskOptions(NamedTuple):
 
 
 DEFAULT_OPTIONS = TaskOptions()
+MAX_IDEMPOTENCY_KEY_BYTES = 1024  # in UTF-8: longer keys are refused (the scheduler keeps them with the results)
 MAX_TIMEOUT_MS = 2**32 - 1
 MAX_RETRIES = 255
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)

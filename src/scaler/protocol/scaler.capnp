@@ -166,6 +166,10 @@ struct TaskBatch {
   requirements @10 :List(Requirement);  # the distinct requirements of this batch's tasks, or empty: none requires any
   requirementIndex @11 :Data;   # u16 column: each task's index into requirements, or empty: every task has
                                 #   requirements[0] (when requirements is not empty)
+  idempotencyKeys @12 :List(Text);  # submitTasks only: one per task ("" = none), or empty when no task has one. A
+                                #   keyed task's first successful result is kept under its key (and the client's
+                                #   public key, with keys): a task sent later with the same key gets that result
+                                #   and does not run
 }
 
 struct Requirement {

@@ -29,7 +29,7 @@ from typing import NamedTuple, Union, cast
 from scaler.protocol.records import Payload
 
 MAGIC = b"SCALERJ\x00"
-FORMAT_VERSION = 2  # 2: ENDED records carry each task's status
+FORMAT_VERSION = 3  # 2: ENDED records carry each task's status; 3: KEYED records
 _HEAD = struct.Struct("<8sII")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -45,7 +45,8 @@ MESSAGE = 2
 ENDED = 3
 RESULT = 4
 CLOSED = 5
-KINDS = frozenset({COMMIT, SESSION, MESSAGE, ENDED, RESULT, CLOSED})
+KEYED = 6
+KINDS = frozenset({COMMIT, SESSION, MESSAGE, ENDED, RESULT, CLOSED, KEYED})
 
 Bytes = Union[bytes, bytearray, memoryview]  # (runs on Python 3.9)
 
@@ -138,6 +139,25 @@ def parse_ended(body: bytes) -> tuple[bytes, list[int], bytes]:
     count = (len(body) - at) // 9
     ids = list(struct.unpack_from(f"<{count}Q", body, at))
     return body[_U16.size : at], ids, bytes(body[at + 8 * count :])
+
+
+def keyed_parts(namespace: bytes, key: str, payload: Payload) -> list[Bytes]:
+    """A KEYED body, as pieces for writev: the namespace (u16 length + bytes), the key (u16 length + UTF-8), then
+    the result's payload as it is (the rest)."""
+    raw = key.encode()
+    head = b"".join((_U16.pack(len(namespace)), namespace, _U16.pack(len(raw)), raw))
+    return [head, cast("Bytes", payload)]
+
+
+def parse_keyed(body: bytes) -> tuple[bytes, str, bytes]:
+    """The namespace, key and payload a KEYED body holds; ValueError if it does not hold them."""
+    (length,) = _U16.unpack_from(body)
+    at = _U16.size + length
+    (key_length,) = _U16.unpack_from(body, at)
+    start = at + _U16.size
+    if start + key_length > len(body):
+        raise ValueError(f"a KEYED record of {len(body)} bytes has a key of {key_length}")
+    return bytes(body[_U16.size : at]), body[start : start + key_length].decode(), body[start + key_length :]
 
 
 def header_bytes(identity: str) -> bytes:

@@ -16,7 +16,15 @@ import time
 from collections.abc import Sequence
 
 from scaler.core.scheduler import SchedulerCore
-from scaler.core.scheduler.events import JournalEnded, JournalEntry, JournalMessage, JournalResult, JournalSession
+from scaler.core.scheduler.events import (
+    JournalEnded,
+    JournalEntry,
+    JournalKeyed,
+    JournalMessage,
+    JournalResult,
+    JournalSession,
+)
+from scaler.core.scheduler.keyed import Name
 from scaler.core.scheduler.recovery import kept_entries, live_ids, replay
 from scaler.protocol.codec import decode, encode
 from scaler.protocol.errors import ProtocolError
@@ -24,6 +32,7 @@ from scaler.protocol.records import ACCEPTED_BY_SCHEDULER, TaskResults
 from scaler.scheduler.journal import (
     CLOSED,
     ENDED,
+    KEYED,
     MESSAGE,
     RESULT,
     SESSION,
@@ -32,8 +41,10 @@ from scaler.scheduler.journal import (
     Record,
     closed_body,
     ended_body,
+    keyed_parts,
     message_parts,
     parse_ended,
+    parse_keyed,
     parse_message,
     parse_session,
     session_body,
@@ -56,10 +67,11 @@ class Compaction:
     the ids `live` and `held` the core had when it started), written to PATH.new, in a thread; the scheduler's loop
     then appends what came since (the tail) and installs it (Journaling.tick)."""
 
-    def __init__(self, end: int, live: set[int], held: set[tuple[int, ...]]) -> None:
+    def __init__(self, end: int, live: set[int], held: set[tuple[int, ...]], keyed: set[Name]) -> None:
         self.end = end
         self.live = live
         self.held = held
+        self.keyed = keyed
         self.started = time.monotonic()
         self.done = threading.Event()
         self.result: tuple[int, int] | None = None  # the new file's descriptor and size
@@ -110,8 +122,8 @@ class Journaling:
             raise
         logger.info(
             "Scheduler: journal %s (%s bytes, %s free on its file system, --journal-sync %s): %d client session%s "
-            "restored, with %d tasks and %d results held for their clients (%d ended tasks let go); compacted to %s "
-            "bytes",
+            "restored, with %d tasks and %d results held for their clients (%d ended tasks let go), and %d results "
+            "kept by key; compacted to %s bytes",
             path,
             f"{size:,}",
             _free_space(path),
@@ -121,6 +133,7 @@ class Journaling:
             done.tasks,
             done.held,
             done.ended,
+            done.keyed,
             f"{journal.size:,}",
         )
         journaling = cls(journal, sync, identity)
@@ -142,6 +155,8 @@ class Journaling:
                     journal.append(SESSION, session_body(entry.peer, entry.name, entry.prefix, entry.key))
                 else:
                     journal.append(CLOSED, closed_body(entry.peer))
+            elif isinstance(entry, JournalKeyed):
+                journal.append(KEYED, *keyed_parts(entry.namespace, entry.key, entry.payload))
             else:
                 journal.append(RESULT, *message_parts(entry.peer, encode(entry.results)))
         journal.commit(sync=self.sync == "always")
@@ -176,7 +191,8 @@ class Journaling:
             journal = self.journal
             records = journal.read_upto(self.identity, compaction.end)
             entries, sources = _entries(records, journal.path)
-            kept = [sources[index] for index in kept_entries(entries, compaction.live, compaction.held)]
+            needed = kept_entries(entries, compaction.live, compaction.held, compaction.keyed)
+            kept = [sources[index] for index in needed]
             groups = (kept[at : at + COMPACTED_GROUP] for at in range(0, len(kept), COMPACTED_GROUP))
             compaction.result = journal.write_new(self.identity, groups)
             compaction.records, compaction.kept = len(records), len(kept)
@@ -303,6 +319,8 @@ def _entry(
         return session if last.get(session.peer) == index else None
     if kind == CLOSED:
         return None  # (a closed session's records are not replayed: neither is its end)
+    if kind == KEYED:  # (of no session: always replayed)
+        return JournalKeyed(*parse_keyed(record.body))
     if kind == ENDED:
         identity, ids, statuses = parse_ended(record.body)
         return JournalEnded(identity, ids, statuses) if last.get(identity, index) < index else None

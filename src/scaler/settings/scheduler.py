@@ -92,6 +92,13 @@ class SchedulerSettings(ProcessSettings):
         "bigger ones are refused with a clear error",
         rule=SIZE_RULE,
     )
+    keyed_results_bytes: int = setting(
+        _CORE.keyed_results_bytes,
+        metavar="SIZE",
+        help="the results of idempotent-keyed tasks (client.options(idempotency_key=...)) kept by key weigh at most "
+        "this much (K, M, G suffixes); past it the oldest are let go, and a task sent again with such a key runs again",
+        rule=SIZE_RULE,
+    )
     capability_grace_seconds: float = setting(
         _CORE.capability_grace_seconds,
         help="while workers are connected but none offers every capability a queued task requires, the task waits "
@@ -148,6 +155,7 @@ class SchedulerSettings(ProcessSettings):
             client_timeout_seconds=self.client_timeout_seconds,
             max_task_retries=self.max_task_retries,
             max_payload_bytes=self.max_payload_bytes,
+            keyed_results_bytes=self.keyed_results_bytes,
             capability_grace_seconds=self.capability_grace_seconds,
             balance_interval_seconds=self.balance_interval_seconds,
         )

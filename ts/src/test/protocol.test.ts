@@ -207,6 +207,8 @@ test("every golden message decodes to its manifest's fields", () => {
           msg.tasks.map((t) => t.requires),
           msg.tasks.map((_, k) => (requirements.length ? requirements[index.length ? index[k]! : 0]! : [])),
         );
+        const keys = f.idempotencyKeys as string[];
+        assert.deepEqual(msg.tasks.map((t) => t.idempotencyKey ?? ""), keys.length ? keys : msg.tasks.map(() => ""));
         break;
       }
       case "taskResults":
@@ -269,7 +271,8 @@ test("messages this peer sends decode back to themselves", () => {
     { taskId: prefix | 10n, functionId: prefix | 1n, flags: 1, timeoutMs: 0, retries: 0, priority: 0, requires: ["payload=json"],
       args: [{ ref: 0n, keyword: "", payload: bytes("31") }, { ref: prefix | 2n, keyword: "" }] },
     { taskId: prefix | 11n, functionId: prefix | 1n, flags: 0, timeoutMs: 2000, retries: 2, priority: -1,
-      requires: ["payload=json", "gpu"], args: [{ ref: 0n, keyword: "k", payload: new Uint8Array(0) }] },
+      requires: ["payload=json", "gpu"], args: [{ ref: 0n, keyword: "k", payload: new Uint8Array(0) }],
+      idempotencyKey: "report-7" },
   ];
   for (const msg of [
     { type: "submitTasks", tasks },

@@ -92,6 +92,7 @@ class NewTask(NamedTuple):
     payloads: tuple[Payload, ...]
     options: TaskOptions = DEFAULT_OPTIONS  # (timeout in ms or 0, retries, priority): Client.options
     requirement: tuple[str, ...] = PYTHON_REQUIREMENT  # the capabilities it requires, sorted (Client.options)
+    key: str = ""  # its idempotency key, or "" (Client.options(idempotency_key=...))
 
 
 class NewObject(NamedTuple):
@@ -532,7 +533,9 @@ def header_bytes(request: Request) -> int:
     """At least what `request` adds to its message's header (Cap'n Proto columns; a text is its pointer, its bytes
     and its terminating zero, padded to 8): a task's (task_header_bytes), or an object's id, size and name."""
     if type(request) is NewTask:
-        return task_header_bytes(len(request.arg_refs), request.keywords)
+        return task_header_bytes(len(request.arg_refs), request.keywords) + (
+            12 + 4 * len(request.key) if request.key else 0
+        )
     if type(request) is NewObject:
         return 40 + 4 * len(request.name)
     return 8
@@ -553,6 +556,7 @@ _keywords_of = operator.itemgetter(NewTask._fields.index("keywords"))
 _payloads_of = operator.itemgetter(NewTask._fields.index("payloads"))
 _options_of = operator.itemgetter(NewTask._fields.index("options"))
 _requirement_of = operator.itemgetter(NewTask._fields.index("requirement"))
+_key_of = operator.itemgetter(NewTask._fields.index("key"))
 _name_of = operator.itemgetter(NewObject._fields.index("name"))
 
 
@@ -593,6 +597,9 @@ def _message_for(run: list[Request]) -> Message:
             message.retries = bytes(retries) if any(retries) else None
             message.priorities = list(priorities) if any(priorities) else None
         message.requirements, message.requirement_index = requirement_columns(tasks)
+        keys = list(map(_key_of, tasks))
+        if any(keys):
+            message.idempotency_keys = keys
         return message
     if isinstance(first, NewObject):
         objects = cast(list[NewObject], run)

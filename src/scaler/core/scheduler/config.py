@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MAX_PAYLOAD_BYTES = 8 << 30  # 8 GiB
+DEFAULT_KEYED_RESULTS_BYTES = 256 << 20  # 256 MiB
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,6 @@ class SchedulerConfig:
     # The shell keeps a journal (scaler_scheduler --journal): clients are told so in their welcome (they keep what they
     # would send again), and their sessions opening and ending go to SchedulerCore.journal (ADR 0023).
     journaled: bool = False
+    # The results of idempotent-keyed tasks kept by key (Client.options(idempotency_key=...)) weigh at most this many
+    # bytes: past it the oldest are let go (a task sent later with such a key runs again).
+    keyed_results_bytes: int = DEFAULT_KEYED_RESULTS_BYTES

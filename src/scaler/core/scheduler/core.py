@@ -20,7 +20,7 @@ from functools import partial
 from scaler.core.common import unreachable
 from scaler.core.fair import FairQueue
 from scaler.core.limiter import LogLimiter
-from scaler.core.scheduler import dependencies, notices, views
+from scaler.core.scheduler import dependencies, keyed, notices, views
 from scaler.core.scheduler.balancing import Balancing
 from scaler.core.scheduler.config import SchedulerConfig
 from scaler.core.scheduler.events import (
@@ -29,6 +29,7 @@ from scaler.core.scheduler.events import (
     Forbidden,
     JournalEnded,
     JournalEntry,
+    JournalKeyed,
     JournalMessage,
     JournalResult,
     Log,
@@ -42,6 +43,7 @@ from scaler.core.scheduler.events import (
     Undeliverable,
 )
 from scaler.core.scheduler.fleet_size import with_workers
+from scaler.core.scheduler.keyed import KeyedResults, Name
 from scaler.core.scheduler.lifecycle import SessionLifecycle
 from scaler.core.scheduler.managers import WorkerManagers
 from scaler.core.scheduler.monitoring import (
@@ -153,6 +155,10 @@ class SchedulerCore:
         # (After a restart.) Tasks run again only for the tasks waiting on them: their clients have their results
         # (scaler.core.scheduler.recovery); nothing of them goes to their clients.
         self.reruns: set[int] = set()
+        # Idempotent-keyed tasks (scaler.core.scheduler.keyed): the results kept by key, and the key of each keyed task
+        # not ended that has none kept yet
+        self.keyed = KeyedResults(self.config.keyed_results_bytes)
+        self.keyed_tasks: dict[int, Name] = {}
         # sessions with something in their outboxes, in the order they got it (dicts: deterministic order)
         self._dirty_workers: dict[WorkerSession, None] = {}
         self._dirty_clients: dict[ClientSession, None] = {}
@@ -250,6 +256,9 @@ class SchedulerCore:
                 return
             client.last_seen = self.now
             if self._journaled and type(message) in _JOURNALED:  # before it is handled: replayed in this order
+                if client.outbox.ids and not client.awaiting:  # results of this flush go first: the journal says
+                    # they ended before it came (a replay, whose clients are not back, holds them till they end)
+                    self._flush_client(client)
                 self.journal.append(JournalMessage(peer, message, raw))
             self._on_client_message(client, message)
             return
@@ -280,6 +289,8 @@ class SchedulerCore:
         # the common ones first
         if isinstance(message, SubmitTasks):
             self._on_submit(client, message)
+            if message.idempotency_keys is not None:
+                keyed.admit(self, client, message)
         elif isinstance(message, Heartbeat):
             if not message.resumed:
                 self._send(client.identity, with_workers(HeartbeatEcho(), self.workers.values(), self.now))
@@ -550,8 +561,8 @@ class SchedulerCore:
                     self._measure(task, span, measured, measured_function)
                     measured, measured_function = task.client, task.function_id
                 payload = payloads[k]
-                if len(payload) > limit:
-                    status, payload = TaskStatus.FAILED, notices.result_too_large(self, task, worker, len(payload))
+                if len(payload) > limit or self.keyed_tasks:
+                    status, payload = self._checked_result(task, worker, status, payload)
                 if not profiled:
                     self._end(task, status, payload, worker=worker)
                     continue
@@ -562,6 +573,23 @@ class SchedulerCore:
         worker.completed += completed
         if not assigned:
             self._balance_due = True
+
+    def _checked_result(self, task: Task, worker: WorkerSession, status: int, payload: Payload) -> tuple[int, Payload]:
+        """The outcome a worker's result gives `task`: a failure if it is over the payload limit; for a keyed task
+        that succeeded, the result kept under its key (this one, kept and journaled now, unless a run of the same key
+        was kept first: then that one, so that a key delivers one result)."""
+        size = len(payload)
+        if size > self.config.max_payload_bytes:
+            return TaskStatus.FAILED, notices.result_too_large(self, task, worker, size)
+        name = self.keyed_tasks.pop(task.task_id, None)
+        if name is None or status != TaskStatus.SUCCESS:
+            return status, payload
+        if not self.keyed.keep(name, payload):
+            kept = self.keyed.get(name)
+            return status, payload if kept is None else kept
+        if self._journaled:
+            self.journal.append(JournalKeyed(name[0], name[1], payload))
+        return status, payload
 
     def _span(self, worker: WorkerSession, count: int) -> float:
         """How long each of `count` results that came now took on their worker, in µs: the time since its previous
@@ -711,6 +739,8 @@ class SchedulerCore:
             self._dirty_clients[client] = None
 
     def _release(self, task: Task) -> None:
+        if self.keyed_tasks:  # (a keyed task that ended without a result kept: cancelled, failed, ...)
+            self.keyed_tasks.pop(task.task_id, None)
         for ref in task.references() if any(task.arg_refs) else (task.function_id,):
             obj = self.objects.get(ref)
             if obj is not None and obj.owner is task.client:

@@ -136,7 +136,19 @@ class JournalResult:
     results: TaskResults
 
 
+@slotted(frozen=True)
+class JournalKeyed:
+    """(A scheduler with a journal.) The result of an idempotent-keyed task, kept under `key` in `namespace` (the
+    public key of its client's credentials, or b""): not computed again after a restart (core.scheduler.keyed). Not
+    of a session: replayed whatever became of the session that computed it."""
+
+    namespace: bytes
+    key: str
+    payload: Payload
+    peer: bytes = b""  # (of no session)
+
+
 # What a journaled core asks the shell to write (SchedulerCore.journal), in order; recovery.replay reads them back.
-JournalEntry = Union[JournalSession, JournalMessage, JournalEnded, JournalResult]
+JournalEntry = Union[JournalSession, JournalMessage, JournalEnded, JournalResult, JournalKeyed]
 
 Command = Union[Send, Log, Stop]

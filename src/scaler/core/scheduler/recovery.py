@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 from scaler.core.scheduler.events import (
     JournalEnded,
     JournalEntry,
+    JournalKeyed,
     JournalMessage,
     JournalResult,
     JournalSession,
     PeerKey,
     Received,
 )
+from scaler.core.scheduler.keyed import Name
 from scaler.core.scheduler.tasks import TaskState
 from scaler.protocol.records import (
     FLAG_SILENT,
@@ -47,26 +49,28 @@ class Replayed:
     """What a replay rebuilt: the sessions, tasks and held results, and the entries compaction keeps (`kept`, their
     indices in the order given)."""
 
-    __slots__ = ("ended", "held", "kept", "sessions", "tasks")
+    __slots__ = ("ended", "held", "kept", "keyed", "sessions", "tasks")
 
-    def __init__(self, sessions: int, tasks: int, held: int, ended: int, kept: list[int]) -> None:
+    def __init__(self, sessions: int, tasks: int, held: int, ended: int, kept: list[int], keyed: int = 0) -> None:
         self.sessions = sessions
         self.tasks = tasks  # tasks the core holds after the replay
         self.held = held  # results held for clients not back yet
         self.ended = ended  # tasks the journal's work brought back that had ended (dropped)
         self.kept = kept
+        self.keyed = keyed  # results kept by key (idempotent-keyed tasks)
 
     def summary(self) -> str:
         """What came back, for monitors (Status.recovered): "" if nothing did."""
-        if not (self.sessions or self.tasks or self.held):
+        if not (self.sessions or self.tasks or self.held or self.keyed):
             return ""
         sessions = f"{self.sessions:,} client session{'' if self.sessions == 1 else 's'}"
-        return f"{sessions}, {self.tasks:,} tasks, {self.held:,} held results"
+        keyed = f", {self.keyed:,} results kept by key" if self.keyed else ""
+        return f"{sessions}, {self.tasks:,} tasks, {self.held:,} held results{keyed}"
 
     def __repr__(self) -> str:
         return (
             f"<Replayed {self.sessions} sessions, {self.tasks} tasks, {self.held} held results, "
-            f"{self.ended} ended, {len(self.kept)} entries kept>"
+            f"{self.keyed} results kept by key, {self.ended} ended, {len(self.kept)} entries kept>"
         )
 
 
@@ -87,12 +91,13 @@ Current = list[tuple[int, JournalEntry, bool]]  # (index, entry, whether it open
 
 def current_entries(entries: Sequence[JournalEntry]) -> Current:
     """The entries of the sessions open at the end, each from its opening on (not a session that ended, nor an
-    earlier one of the same peer): their indices, and whether each opens its session."""
+    earlier one of the same peer), and the results kept by key (of no session): their indices, and whether each opens
+    its session."""
     opened = open_sessions(entries)
     return [
         (index, entry, index == start)
         for index, entry in enumerate(entries)
-        if (start := opened.get(entry.peer)) is not None and index >= start
+        if ((start := opened.get(entry.peer)) is not None and index >= start) or type(entry) is JournalKeyed
     ]
 
 
@@ -117,12 +122,21 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
             del silenced[task.task_id]
             if core.tasks.get(task.task_id) is task:  # (not ended meanwhile: cancelled, or with what it waited on)
                 _drop(core, task)
+    for task in list(silenced.values()):  # a keyed one's result is kept: given to them, not computed again
+        kept = core.keyed.get(core.keyed_tasks.get(task.task_id) or _NO_NAME)
+        if kept is not None and core.tasks.get(task.task_id) is task:
+            del silenced[task.task_id]
+            core.reruns.add(task.task_id)  # (nothing of it goes to its client: _silent_end)
+            core._end(task, TaskStatus.SUCCESS, kept)
     core.reruns.update(silenced)  # (decided now: the ended tasks kept for the tasks waiting on them)
     core.flush()  # dropped: messages sent before (no worker is connected, every client is awaited)
     # what the replay fed was journaled before; the results the flush held for clients not back were not
     core.journal = [entry for entry in core.journal if type(entry) is JournalResult]
     held = sum(len(results.task_ids) for client in clients.values() for results in client.held)
-    return Replayed(len(clients), len(core.tasks), held, ended, _kept(current, *live_ids(core)))
+    return Replayed(len(clients), len(core.tasks), held, ended, _kept(current, *live_ids(core)), len(core.keyed))
+
+
+_NO_NAME: Name = (b"", "")  # (no key is "")
 
 
 def _apply(
@@ -136,7 +150,9 @@ def _apply(
 ) -> int:
     """Feed one entry of an open session to `core`; how many tasks it ended."""
     peer = entry.peer
-    if type(entry) is JournalSession:
+    if type(entry) is JournalKeyed:
+        core.keyed.keep((entry.namespace, entry.key), entry.payload)
+    elif type(entry) is JournalSession:
         if opening:
             clients[peer] = core.restore_client(now, peer, entry.name, entry.prefix, entry.key)
     elif type(entry) is JournalMessage:
@@ -221,31 +237,39 @@ def _awaited(task: Task) -> bool:
 def _drop(core: SchedulerCore, task: Task) -> None:
     """End `task` without a result for its client (it had one), nor a word of its end."""
     task.flags |= FLAG_SILENT
+    core.keyed_tasks.pop(task.task_id, None)  # (its result, if kept, is in the journal: not this empty one)
     core.reruns.add(task.task_id)  # (which _end consumes)
     core._end(task, TaskStatus.SUCCESS, b"")
 
 
-def live_ids(core: SchedulerCore) -> tuple[set[int], set[tuple[int, ...]]]:
+def live_ids(core: SchedulerCore) -> tuple[set[int], set[tuple[int, ...]], set[Name]]:
     """What of `core` a compaction keeps the entries of: the ids of the tasks and objects it holds (a result kept
     for the tasks waiting on it is an object with its task's id: that task's submit is needed again, to run it again
-    for them), and the result batches held for clients not back."""
+    for them), the result batches held for clients not back, and the names of the results kept by key."""
     live = set(core.tasks)
     live.update(core.objects)
     held = {tuple(results.task_ids) for client in core.clients.values() for results in client.held}
-    return live, held
+    return live, held, core.keyed.names()
 
 
-def kept_entries(entries: Sequence[JournalEntry], live: set[int], held: set[tuple[int, ...]]) -> list[int]:
+def kept_entries(
+    entries: Sequence[JournalEntry], live: set[int], held: set[tuple[int, ...]], keyed: set[Name] | None = None
+) -> list[int]:
     """The entries that rebuild the same state again (their indices, in order): the open sessions; the work that
     brought a task or an object `live` names (with the rest of that message's), and what that work refers to, again
     and again (a task that runs again for those waiting on it needs its own arguments); what names any id those
-    bring (cancels, frees, ended results: they end again what they ended); the result batches `held` names.
-    (live_ids: of a core, after a replay or while serving.)"""
-    return _kept(current_entries(entries), live, held)
+    bring (cancels, frees, ended results: they end again what they ended); the result batches `held` names; the last
+    result kept under each name `keyed` holds. (live_ids: of a core, after a replay or while serving.)"""
+    return _kept(current_entries(entries), live, held, keyed or set())
 
 
-def _kept(current: Current, live: set[int], held: set[tuple[int, ...]]) -> list[int]:
+def _kept(current: Current, live: set[int], held: set[tuple[int, ...]], keyed: set[Name]) -> list[int]:
     kept, brought = _kept_work(current, set(live))
+    keyed = set(keyed)
+    for index, entry, _ in reversed(current):  # the last result kept under each name (one before it was let go)
+        if type(entry) is JournalKeyed and (entry.namespace, entry.key) in keyed:
+            keyed.discard((entry.namespace, entry.key))
+            kept.append(index)
     for index, entry, opening in current:
         if type(entry) is JournalSession:
             if opening:

@@ -236,6 +236,9 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
         if not ok or task.task_id != task_id:
             task_invariant(core, task_id, task, in_ready)
     _check(counts == core.state_counts, "state counts {} but tasks say {}", core.state_counts, counts)
+    stray = [task_id for task_id in core.keyed_tasks if task_id not in core.tasks]
+    _check(not stray, "keyed tasks {} are not held", [f"{task_id:#x}" for task_id in stray[:5]])
+    _check(core.keyed.bytes <= core.keyed.max_bytes or len(core.keyed) <= 1, "{!r} is over its bound", core.keyed)
     for worker in workers.values():
         limit = worker.capacity + worker.allowance_peak
         _check(len(worker.assigned) <= limit, "{!r} is over capacity", worker)
