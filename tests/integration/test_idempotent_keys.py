@@ -97,7 +97,7 @@ def test_a_kept_result_survives_kill_9_of_a_journaled_scheduler_and_is_never_com
     """Keyed tasks, `kill -9` of the --journal scheduler at 30 %, the same command 1 s later: every future completes
     right; then the same keyed map from a new client (the script run again) computes nothing again."""
     address, marks, command, scheduler, cluster = journaled_cluster(tmp_path)
-    tasks = 600
+    tasks = 400
     arguments = [(str(marks), i) for i in range(tasks)]
     try:
         with Client(address) as client:
