@@ -1,5 +1,6 @@
 """Chaos with real processes (issue 28): a --journal scheduler killed again and again under load (kill -9 three
-times and one SIGTERM, at seeded random points, down 0.3 to 1.5 s each), and a processor killed mid-task between
+times and one SIGTERM, a clean stop that must exit 0 and fail no future, at seeded random points, down 0.3 to 1.5 s
+each), and a processor killed mid-task between
 them, while one client's independent tasks, a graph, a keyed map (in a thread) and tasks submitted meanwhile are in
 flight. Every future completes with its right value, none raises, `scaler_cluster -n 2` stays up with the same
 agents, and what ran twice is bounded by what was in flight at the kills."""
@@ -91,9 +92,12 @@ def test_a_journaled_scheduler_killed_again_and_again_under_load_loses_nothing(t
                     if victims:
                         victims[rng.randrange(len(victims))].kill()
                 scheduler.send_signal(signal.SIGTERM if number == sigterm else signal.SIGKILL)
-                scheduler.wait(15)
+                code = scheduler.wait(15)
+                assert code == (0 if number == sigterm else -signal.SIGKILL), code  # (a clean stop exits 0)
                 later.append(client.submit(marked, str(marks), tasks + number))  # submitted while it is away
                 time.sleep(rng.uniform(0.3, 1.5))
+                # its clients wait for it: no future failed meanwhile (a SIGTERM, too, tells them it comes back)
+                assert not any(f.done() and f.exception() is not None for f in futures + later)
                 scheduler = subprocess.Popen(command)  # the same command again
             results = [f.result(timeout=120) for f in futures + later]  # none raises
             assert graph_future.result(timeout=120) == total
