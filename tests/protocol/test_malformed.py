@@ -199,6 +199,18 @@ BAD_COLUMNS: dict[str, tuple[str, dict[str, Any], list[bytes], str]] = {
         [b"p"],
         "requirementIndex",
     ),
+    "idempotencyKeys fewer than tasks": (
+        "submitTasks",
+        task_fields(2, idempotencyKeys=["k"]),
+        [b"pp"],
+        "idempotencyKeys",
+    ),
+    "idempotencyKeys more than tasks": (
+        "submitTasks",
+        task_fields(1, idempotencyKeys=["a", "b"]),
+        [b"p"],
+        "idempotencyKeys",
+    ),
     "statuses shorter than taskIds": (
         "taskResults",
         {"taskIds": TWO, "statuses": b"\0", "payloadSizes": pack_u64([0, 0])},
