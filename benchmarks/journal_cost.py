@@ -121,7 +121,8 @@ def cost(args: argparse.Namespace) -> None:
             f"map of {args.tasks:,}: {', '.join(f'{r:,.0f}' for r in rates[name])} tasks/s"
         )
     print(f"  with/without: round trip x{statistics.median(rtt_ratios):.3f} (median of paired blocks)")
-    print(f"  with/without: map x{statistics.median(map_ratios):.3f} (median of paired maps: {map_ratios})")
+    if map_ratios:
+        print(f"  with/without: map x{statistics.median(map_ratios):.3f} (median of paired maps: {map_ratios})")
     print(f"  journal at the end: {size:,} bytes (compacted at start only)")
 
 
