@@ -169,6 +169,49 @@ def test_errors_and_timeouts(session: Any, tmp_path: Path) -> None:
     assert ray.get(fail_once.options(max_retries=1, retry_exceptions=True).remote(marker)) == "second run"
 
 
+class NeedsTwo(Exception):
+    def __init__(self, a: int, b: int) -> None:  # (a class RayTaskError cannot derive an instance of)
+        super().__init__(f"{a} and {b}")
+
+
+@ray.remote
+def fail_with(kind: str) -> None:
+    if kind == "os":
+        raise FileNotFoundError(2, "No such file", "/nowhere")
+    raise NeedsTwo(1, 2)
+
+
+def test_a_tasks_exception_is_a_ray_task_error_and_its_own_class_as_in_ray(session: Any) -> None:
+    """Ray scripts catch `ray.exceptions.RayTaskError` (issue 29: it raised AttributeError while handling the real
+    error) or the task's own class; `.cause` is the exception itself."""
+    try:
+        ray.get(fail.remote())
+    except ray.exceptions.RayTaskError as exc:
+        assert isinstance(exc, KeyError) and isinstance(exc, ray.exceptions.RayError)
+        assert type(exc).__name__ == "RayTaskError(KeyError)"
+        assert isinstance(exc.cause, KeyError) and exc.cause.args == ("no such key",)
+        assert "fail" in exc.function_name and "no such key" in str(exc) and "raise KeyError" in exc.traceback_str
+    else:
+        raise AssertionError("no RayTaskError")
+    with pytest.raises(OSError) as info:  # an OSError's attributes read through
+        ray.get(fail_with.remote("os"))
+    assert isinstance(info.value, ray.exceptions.RayTaskError)
+    assert info.value.errno == 2 and info.value.filename == "/nowhere"
+    with pytest.raises(ray.exceptions.RayTaskError) as plain:  # no class of both can be made: a RayTaskError alone
+        ray.get(fail_with.remote("two"))
+    assert isinstance(plain.value.cause, NeedsTwo) and "1 and 2" in str(plain.value)
+    with pytest.raises(KeyError):  # through a task whose argument failed
+        ray.get(add.remote(fail.remote(), 1))
+    for name in ("GetTimeoutError", "TaskCancelledError", "WorkerCrashedError", "ObjectLostError", "RaySystemError"):
+        assert issubclass(getattr(ray.exceptions, name), ray.exceptions.RayError)
+
+
+def test_option_warnings_point_at_the_users_line(session: Any) -> None:
+    with pytest.warns(UserWarning, match="max_calls") as caught:
+        square.options(max_calls=3)
+    assert caught[0].filename == __file__, caught[0].filename
+
+
 def test_remote_functions_call_remote_functions(session: Any) -> None:
     assert ray.get(fibonacci.remote(7), timeout=40) == 13
 

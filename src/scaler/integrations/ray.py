@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import socket
+import sys
 import threading
-import types
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -30,14 +31,8 @@ import cloudpickle
 
 from scaler.client.client import Client
 from scaler.core.capabilities import check_capability
-from scaler.integrations.ray_refs import (
-    Call,
-    GetTimeoutError,
-    ObjectRef,
-    TaskCancelledError,
-    deadline_after,
-    time_left,
-)
+from scaler.integrations import ray_exceptions
+from scaler.integrations.ray_refs import Call, ObjectRef, deadline_after, time_left
 from scaler.task_context import in_task
 
 logger = logging.getLogger(__name__)
@@ -59,7 +54,7 @@ __all__ = [
     "shutdown",
     "wait",
 ]
-exceptions = types.SimpleNamespace(GetTimeoutError=GetTimeoutError, TaskCancelledError=TaskCancelledError)
+exceptions = ray_exceptions  # ray.exceptions.RayTaskError, GetTimeoutError, TaskCancelledError, ...
 
 _ACTORS = (
     "actors (@ray.remote on a class) are not supported on Scaler: tasks are stateless and any worker may run them. "
@@ -217,9 +212,23 @@ def _free_address() -> str:
 
 
 def _warn_once(key: str, message: str) -> None:
+    """Warn once per `key`, pointing at the user's line (the first caller outside the scaler package)."""
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=_outside_scaler())
+
+
+_SCALER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _outside_scaler() -> int:
+    """The stacklevel, for warnings.warn called from this module's caller, of the first frame not in scaler."""
+    frame = sys._getframe(2)  # (the frame of _warn_once's caller; level 2 for warnings.warn called there)
+    level = 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_SCALER_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 # ----------------------------------------------------------------------------------------------- remote functions
@@ -364,7 +373,8 @@ class _Task:
 # ----------------------------------------------------------------------------------------------- get, put, wait
 def get(refs: Any, *, timeout: float | None = None) -> Any:
     """The value of an ObjectRef, or the list of values of a list of them, waiting at most `timeout` seconds in
-    all (None: no limit; then GetTimeoutError). A task's exception is raised as itself."""
+    all (None: no limit; then GetTimeoutError). A task's exception is raised as Ray raises it: an instance of both
+    ray.exceptions.RayTaskError and the exception's class, the exception itself as its `.cause`."""
     deadline = deadline_after(timeout)
     if isinstance(refs, ObjectRef):
         return refs._result(deadline)

@@ -11,14 +11,7 @@ from typing import Any
 
 from scaler.client.future import ScalerFuture
 from scaler.client.object_reference import ObjectReference
-
-
-class GetTimeoutError(TimeoutError):
-    """get() ran out of time before the values were ready (the tasks go on)."""
-
-
-class TaskCancelledError(concurrent.futures.CancelledError):
-    """The task was cancelled (ray.cancel, or shutdown()) before it returned."""
+from scaler.integrations.ray_exceptions import GetTimeoutError, RayError, TaskCancelledError, task_error
 
 
 class Call:
@@ -115,15 +108,18 @@ class Call:
                 raise GetTimeoutError(f"{self.label} had not started when the timeout came")
         if self.error is not None:
             raise self.error
-        assert self.future is not None
+        future = self.future
+        assert future is not None
         try:
-            return self.future.result(time_left(deadline))
+            return future.result(time_left(deadline))
         except concurrent.futures.CancelledError:
             raise TaskCancelledError(f"{self.label} was cancelled") from None
-        except TimeoutError:
-            if self.future.done():
-                raise  # the task's own TimeoutError
-            raise GetTimeoutError(f"{self.label} had not finished when the timeout came") from None
+        except Exception as exc:
+            if not future.done():  # (waiting ran out of time)
+                raise GetTimeoutError(f"{self.label} had not finished when the timeout came") from None
+            if isinstance(exc, RayError):  # (raised by a get() inside the task: Ray's nested errors stay as they are)
+                raise
+            raise task_error(self.label, exc) from None  # Ray's RayTaskError(<its class>); .cause is exc
 
     def wait(self, deadline: float | None) -> None:
         """Until the task ended, whatever its outcome."""
