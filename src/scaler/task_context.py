@@ -16,7 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["NestedWait", "ProcessorHooks", "current_task_id", "in_task", "install", "wake_blocked_waits"]
+__all__ = [
+    "SCHEDULER_ADDRESS_VARIABLE",
+    "NestedWait",
+    "ProcessorHooks",
+    "current_task_id",
+    "in_task",
+    "install",
+    "wake_blocked_waits",
+]
+
+# A worker agent's processors (its forked children) find the address of the scheduler it serves here: Client() without
+# an address inside a task connects to it.
+SCHEDULER_ADDRESS_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 
 
 class ProcessorHooks(NamedTuple):

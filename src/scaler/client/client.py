@@ -75,7 +75,7 @@ from scaler.protocol.records import FLAG_SHARED_ARGUMENTS
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer, _is_plain, serializer_input
 from scaler.shm import DEFAULT_THRESHOLD, Parts, SharedArguments, pickle_parts, untag
-from scaler.task_context import NestedWait, current_task_id, in_task
+from scaler.task_context import SCHEDULER_ADDRESS_VARIABLE, NestedWait, current_task_id, in_task
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Client:
 
     def __init__(
         self,
-        address: str,
+        address: str | None = None,
         profiling: bool = False,
         timeout_seconds: float = 60,
         heartbeat_interval_seconds: float = 2,
@@ -134,6 +134,7 @@ class Client:
         shared_memory: bool | int = True,
         scheduler_restart_grace_seconds: float = SCHEDULER_RESTART_GRACE_SECONDS,
     ) -> None:
+        address = _address_or_the_tasks(address)
         parse_address(address)
         threshold = _shared_memory_threshold(shared_memory)
         self._options = check_options(Options(), task_timeout, task_retries, task_priority, stream_output)
@@ -273,8 +274,69 @@ class Client:
         """
         return self._submit(self._options, fn, args, kwargs)
 
-    def _submit(self, options: Options, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> ScalerFuture:
-        profiling = bool(kwargs.pop("profiling", self._profiling))
+    def submit_verbose(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        capabilities: Mapping[str, Any] | Iterable[str] | None = None,
+        *,
+        profiling: bool | None = None,
+    ) -> ScalerFuture:
+        """fn(*args, **kwargs) on a worker, as submit() but with the arguments given whole (opengris-scaler 2.x's
+        form): every keyword of `kwargs` goes to fn, `profiling` included. capabilities: what the worker must offer
+        (as client.options(capabilities=...)).
+
+        >>> client.submit_verbose(round, args=(3.15,), kwargs={}, capabilities={"gpu": -1})
+        """
+        return self._submit_verbose(self._options, fn, args, kwargs, capabilities, profiling)
+
+    def _submit_verbose(
+        self,
+        options: Options,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        capabilities: Any,
+        profiling: bool | None,
+    ) -> ScalerFuture:
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"submit_verbose() takes args as a tuple, not {type(args).__name__}: args=({args!r},)")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"submit_verbose() takes kwargs as a dict, not {type(kwargs).__name__}")
+        if capabilities is not None:
+            options = check_options(options, KEEP, KEEP, KEEP, KEEP, capabilities)
+        return self._submit(options, fn, tuple(args), dict(kwargs or {}), profiling)
+
+    def starmap(
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[Iterable[Any]],
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
+    ) -> list[Any]:
+        """fn(*item) for every item of `iterable` (each a tuple or other iterable of arguments); the results, in order
+        (itertools.starmap's form, opengris-scaler 2.x's). As map() otherwise.
+
+        >>> client.starmap(pow, [(2, 1), (2, 2), (2, 3)])
+        [2, 4, 8]
+        """
+        return self._map(self._options, fn, (_starred(iterable),), timeout, progress)
+
+    def _submit(
+        self,
+        options: Options,
+        fn: Callable[..., Any],
+        args: Any,
+        kwargs: dict[str, Any],
+        verbatim_profiling: bool | object | None = KEEP,
+    ) -> ScalerFuture:
+        """verbatim_profiling: (submit_verbose) whether to profile; every keyword then goes to fn."""
+        if verbatim_profiling is KEEP:
+            profiling = bool(kwargs.pop("profiling", self._profiling))
+        else:
+            profiling = self._profiling if verbatim_profiling is None else bool(verbatim_profiling)
         if kwargs and kwargs.keys() & DASK_KEYWORDS:  # (no set made for a call without keywords)
             check_dask_keywords(fn, kwargs)
         connection = self._live()
@@ -340,6 +402,7 @@ class Client:
         _check_timeout(timeout, "map()")
         items = _argument_tuples(iterables)
         function_id = self._function_object(fn)
+        self._check_map_call(fn, function_id, items, len(iterables))
         flags = options.flags  # not profiling: map returns values, not futures, so there is nowhere to read it from
         ids = connection.mint(len(items))
         tasks = []
@@ -856,7 +919,14 @@ class Client:
         if not self._connection.closed.is_set():
             self._connection.submit_one(FreeRequest(object_id))
 
-    def _check_call(self, fn: Any, function_id: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _check_call(
+        self,
+        fn: Any,
+        function_id: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        rule: str = "submit checks the call",
+    ) -> None:
         """Raise at submit the TypeError that calling fn(*args, **kwargs) would raise on the worker for missing or
         unknown arguments. The signature is read once per cached function; a function without one (some builtins)
         passes, and so does a decorated one (functools.wraps): its wrapper's own signature is used, not the wrapped
@@ -872,7 +942,24 @@ class Client:
             try:
                 check.signature.bind(*args, **kwargs)
             except TypeError as exc:
-                raise TypeError(f"{_label(fn)}() {exc}, as calling it would (submit checks the call)") from None
+                raise TypeError(f"{_label(fn)}() {exc}, as calling it would ({rule})") from None
+
+    def _check_map_call(self, fn: Any, function_id: int, items: list[tuple[Any, ...]], iterables: int) -> None:
+        """map()'s check of its first task's call (as submit's), with the rule it follows said in the error."""
+        if not items:
+            return
+        first = items[0]
+        label = _label(fn)
+        if iterables > 1:
+            rule = f"with {iterables} iterables, map calls {label}(a, b, ...) with one item of each"
+        elif len(first) == 1:
+            rule = f"map calls {label}(item) with each item that is not a tuple"
+        else:
+            rule = (
+                f"map calls {label}(*item) with each tuple item: {label}{first!r:.60}; to pass a tuple whole, "
+                f"wrap each item in a 1-tuple: client.map({label}, [(item,) for item in items])"
+            )
+        self._check_call(fn, function_id, first, {}, rule)
 
     def _encode_arguments(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -1263,6 +1350,34 @@ def _release_shared(sinks: Iterable[ResultSink]) -> None:
 
 def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:
     return all(f.done() for f in futures)
+
+
+def _address_or_the_tasks(address: str | None) -> str:
+    """`address`, or, left out inside a task, the address of the scheduler its worker serves (opengris-scaler 2.x's
+    nested Client()); a TypeError that says what to give anywhere else."""
+    if address is not None:
+        return address
+    if in_task():
+        inherited = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
+        if inherited:
+            return inherited
+    raise TypeError(
+        "Client() needs the scheduler's address: Client('tcp://HOST:PORT') (only inside a task may it be left out: "
+        "the task's client then connects to the scheduler its worker serves)"
+    )
+
+
+def _starred(iterable: Iterable[Iterable[Any]]) -> list[tuple[Any, ...]]:
+    """starmap()'s items as argument tuples (each item's own iterable), or a TypeError naming the item that is not."""
+    items = []
+    for index, item in enumerate(iterable):
+        if isinstance(item, tuple):
+            items.append(item)
+        elif isinstance(item, (str, bytes)) or not isinstance(item, Iterable):
+            raise TypeError(f"starmap() takes an iterable of argument tuples; item {index} is {item!r:.60}")
+        else:
+            items.append(tuple(item))
+    return items
 
 
 def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:

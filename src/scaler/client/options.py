@@ -174,6 +174,18 @@ class ClientOptions:
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ScalerFuture:
         return self._client._submit(self._options, fn, args, kwargs)
 
+    def submit_verbose(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        capabilities: Any = None,
+        *,
+        profiling: bool | None = None,
+    ) -> ScalerFuture:
+        """As Client.submit_verbose, with these options (capabilities=, if given, replaces theirs)."""
+        return self._client._submit_verbose(self._options, fn, args, kwargs, capabilities, profiling)
+
     def map(
         self,
         fn: Callable[..., Any],
@@ -183,6 +195,18 @@ class ClientOptions:
         progress: bool = False,
     ) -> list[Any]:
         return self._client._map(self._options, fn, (iterable, *iterables), timeout, progress)
+
+    def starmap(
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[Iterable[Any]],
+        *,
+        timeout: float | None = None,
+        progress: bool = False,
+    ) -> list[Any]:
+        from scaler.client.client import _starred
+
+        return self._client._map(self._options, fn, (_starred(iterable),), timeout, progress)
 
     def get(
         self,

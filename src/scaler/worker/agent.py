@@ -54,6 +54,7 @@ from scaler.io.sockets import (
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode
 from scaler.security.keys import PeerKeys
+from scaler.task_context import SCHEDULER_ADDRESS_VARIABLE
 from scaler.worker import link, pipe_codec
 from scaler.worker.processor import run_processor
 
@@ -99,6 +100,9 @@ class WorkerAgent:
 
     def _start(self) -> None:
         driver = self.driver
+        os.environ[SCHEDULER_ADDRESS_VARIABLE] = (
+            self.address
+        )  # (its processors, forked, inherit it: Client() in a task)
         self.scheduler = new_dealer(self.identity, self.ctx, self.keys)
         self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker", links=True)
         self.scheduler.connect(self.address)
