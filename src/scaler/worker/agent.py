@@ -56,7 +56,7 @@ from scaler.protocol.messages import ACCEPTED_BY_WORKER, Refused, decode
 from scaler.security.keys import PeerKeys
 from scaler.task_context import SCHEDULER_ADDRESS_VARIABLE
 from scaler.worker import link, pipe_codec
-from scaler.worker.processor import run_processor
+from scaler.worker.processor import WORKER_NAME_VARIABLE, run_processor
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +100,9 @@ class WorkerAgent:
 
     def _start(self) -> None:
         driver = self.driver
-        os.environ[SCHEDULER_ADDRESS_VARIABLE] = (
-            self.address
-        )  # (its processors, forked, inherit it: Client() in a task)
+        # its processors inherit these (fork): Client() in a task connects to this scheduler; errors name the worker
+        os.environ[SCHEDULER_ADDRESS_VARIABLE] = self.address
+        os.environ[WORKER_NAME_VARIABLE] = self.config.name
         self.scheduler = new_dealer(self.identity, self.ctx, self.keys)
         self.watch = HandshakeWatch(self.scheduler, self.address, self.keys, "worker", links=True)
         self.scheduler.connect(self.address)

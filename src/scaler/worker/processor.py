@@ -12,6 +12,7 @@ import gc
 import logging
 import mmap
 import os
+import pickletools
 import select
 import signal
 import socket
@@ -270,7 +271,10 @@ class Processor:
         start = time.perf_counter_ns()
         baseline = cpu_start = 0
         try:
-            serializer, function = self._function(function_id)
+            try:
+                serializer, function = self._function(function_id)
+            except ImportError as exc:  # a module the function needs is not on this worker: say which, and what to do
+                raise _not_loadable(exc, "the task's function", self.raw_objects.get(function_id)) from exc
             if flags & FLAG_SHARED_ARGUMENTS:
                 try:
                     args, kwargs = self._shared_arguments(serializer, arg_refs, keywords, payloads)
@@ -278,7 +282,10 @@ class Processor:
                     self._add(task_id, TaskStatus.FAILED, unreachable.payload(), 0, 0, False)
                     return
             else:
-                args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
+                try:
+                    args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
+                except ImportError as exc:
+                    raise _not_loadable(exc, f"an argument of {_name_of(function)}", None) from exc
             if profiling:
                 baseline = _reset_peak_memory()
                 cpu_start = time.process_time_ns()
@@ -546,6 +553,62 @@ class Processor:
             self.help.clear()
             self.resumes_owed += 1
         self._send(pm.Unblocked())
+
+
+WORKER_NAME_VARIABLE = "SCALER_WORKER_NAME"  # the agent's name, which its processors inherit (errors name it)
+
+
+def _not_loadable(exc: ImportError, what: str, raw: Any) -> ImportError:
+    """The error of a task whose function or argument needs a module this worker cannot import: of the same class
+    (except ModuleNotFoundError: still works), naming what could not be loaded, the worker, and what to do."""
+    module = exc.name or "the module"
+    if raw is not None:
+        qualname = _pickled_name(bytes(raw), exc.name)
+        if qualname:
+            what = f"the task's function {qualname}"
+    worker = os.environ.get(WORKER_NAME_VARIABLE) or f"pid {os.getppid()}"
+    text = (
+        f"{what} cannot be loaded on worker {worker} (host {socket.gethostname()}): {exc}. Install {module!r} on the "
+        f"workers (the version the client has), or send its code along: cloudpickle.register_pickle_by_value({module})"
+        " in the client before submitting (docs/client.md, 'Functions and modules the workers lack')"
+    )
+    try:
+        return type(exc)(text, name=exc.name, path=exc.path)
+    except TypeError:  # (a subclass that takes other arguments)
+        return ImportError(text, name=exc.name, path=exc.path)
+
+
+def _pickled_name(raw: bytes, module: str | None) -> str:
+    """module.qualname of the first global a pickle names from `module` (or a submodule of it): what the function
+    is, when it cannot be unpickled here. "" if none is found (only read on this error's path)."""
+    if not module:
+        return ""
+    strings: list[str] = []
+    try:
+        for opcode, argument, _ in pickletools.genops(raw):
+            if isinstance(argument, bytes) and argument[:1] == b"\x80":  # a pickle inside (the function's own bytes)
+                inner = _pickled_name(argument, module)
+                if inner:
+                    return inner
+            elif isinstance(argument, str):
+                strings.append(argument)
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                owner, name = strings[-2], strings[-1]
+                if owner == module or owner.startswith(module + "."):
+                    return f"{owner}.{name}"
+            if opcode.name == "GLOBAL" and isinstance(argument, str) and " " in argument:
+                owner, name = argument.split(" ", 1)
+                if owner == module or owner.startswith(module + "."):
+                    return f"{owner}.{name}"
+    except Exception:  # (a pickle this reader does not follow)
+        return ""
+    return ""
+
+
+def _name_of(function: Any) -> str:
+    name = getattr(function, "__qualname__", None) or type(function).__name__
+    module = getattr(function, "__module__", None)
+    return f"{module}.{name}" if module and module != "__main__" else str(name)
 
 
 def _trim(exc: BaseException) -> BaseException:
