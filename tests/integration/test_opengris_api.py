@@ -3,12 +3,15 @@ task, and map()'s TypeError saying its tuple rule. Against the module's real clu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from scaler import Client
+from scaler import Client, SchedulerClusterCombo
 from scaler.errors import MissingCapabilityError
+from tests.integration.test_client_faults import docs_example
 
 TIMEOUT = 20
 
@@ -73,3 +76,35 @@ def test_map_says_its_tuple_rule_when_the_first_call_would_fail(client: Client) 
     assert client.map(area, [(r,) for r in rectangles]) == [6, 20]  # as the error says
     with pytest.raises(TypeError, match="with 3 iterables, map calls add"):
         client.map(add, [1], [2], [3])
+
+
+# ----------------------------------------------------------------------------------- dask.distributed habits
+def test_scatter_and_gather_as_a_dask_user_writes_them(client: Client) -> None:
+    [numbers] = client.scatter([[1, 2, 3]])
+    single = client.scatter({"a": 10})
+    futures = [client.submit(sum, numbers), client.submit(add, single["a"], 1)]
+    assert client.gather(futures) == [6, 11]
+    assert client.gather({"x": futures[0], "nested": (futures[1], 5)}) == {"x": 6, "nested": (11, 5)}
+    failing = client.submit(add, 1, "a")
+    with pytest.raises(TypeError):
+        client.gather([futures[0], failing])
+    assert client.gather([futures[0], failing], errors="skip") == [6]
+    with pytest.raises(ValueError, match='errors must be "raise" or "skip"'):
+        client.gather(futures, errors="warn")
+    assert client.submit(len, client.scatter("abc", broadcast=True)).result(TIMEOUT) == 3
+
+
+def test_dask_client_methods_scaler_lacks_say_what_to_use(client: Client) -> None:
+    with pytest.raises(AttributeError, match=r"no compute\(\).*dask\.compute\(x, scheduler=client\)"):
+        client.compute  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match=r"no persist\(\)"):
+        client.persist  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(client, "compute")  # (an AttributeError all the same: duck typing is not fooled)
+    with pytest.raises(AttributeError, match="has no attribute 'frobnicate'"):
+        client.frobnicate  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_docs_example_runs_as_written(cluster: SchedulerClusterCombo) -> None:
+    source = docs_example("### Habits from dask.distributed").replace("tcp://127.0.0.1:2345", cluster.address)
+    out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout == "[6, 3]\n"

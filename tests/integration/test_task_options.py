@@ -142,6 +142,15 @@ def test_dask_style_keywords_get_a_clear_error_at_submit(one_worker: SchedulerCl
         with pytest.raises(TypeError, match=r"does not take retries.*client\.options\(retries=2\)\.submit"):
             client.submit(inc, 1, retries=2)
         assert client.submit(takes_retries, 1, retries=2).result(timeout=30) == 3  # the function's own keyword
+        # the advice for each is one that works (issue 29: pure= was advised as client.options(pure=False))
+        with pytest.raises(TypeError, match=r"for pure: leave it out") as pure:
+            client.submit(inc, 1, pure=False)
+        assert "options(pure" not in str(pure.value)
+        with pytest.raises(TypeError, match=r"client\.options\(idempotency_key='inc-1'\)"):
+            client.submit(inc, 1, key="inc-1")
+        assert client.options(idempotency_key="inc-1").submit(inc, 1).result(timeout=30) == 2
+        with pytest.raises(TypeError, match=r"for workers: Scaler places tasks itself.*capabilities=\[NAME\]"):
+            client.submit(inc, 1, workers=["w1"])
 
 
 # ----------------------------------------------------------------------------------------------- memory limit

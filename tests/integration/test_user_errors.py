@@ -17,7 +17,7 @@ import pytest
 from scaler import Client
 
 TIMEOUT = 20
-SOURCE = '''
+SOURCE = """
 class Rectangle:
     def __init__(self, width, height):
         self.width, self.height = width, height
@@ -25,7 +25,7 @@ class Rectangle:
 
 def area(rectangle):
     return rectangle.width * rectangle.height
-'''
+"""
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_a_function_the_workers_cannot_import_names_itself_the_worker_and_the_fi
 
 
 def test_an_argument_the_workers_cannot_import_says_whose_it_is(client: Client, lonely: ModuleType) -> None:
-    with pytest.raises(ModuleNotFoundError, match="an argument of builtins.repr cannot be loaded on worker"):
+    with pytest.raises(ModuleNotFoundError, match=r"an argument of builtins\.repr cannot be loaded on worker"):
         client.submit(repr, lonely.Rectangle(2, 3)).result(TIMEOUT)
 
 

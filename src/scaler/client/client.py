@@ -20,7 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from scaler.client.connection import Collector, CollectorSlot, Connection, FutureSink, ResultSink
 from scaler.client.dask_graph import DASK_GET_MOVED, as_task_tuples, dask_form
@@ -746,6 +746,38 @@ class Client:
         """
         return ScalerExecutor(self, self._options)
 
+    # ------------------------------------------------------------------------------------------- Dask habits
+    def scatter(self, data: Any, broadcast: bool = False, direct: Any = None, hash: bool = True, **_: Any) -> Any:
+        """dask.distributed's scatter: send `data` to the scheduler once (send_object); returns an ObjectReference to
+        pass to tasks, or, for a list, tuple or dict, a list or dict of references, one per item. broadcast, direct,
+        hash, workers and timeout are taken and ignored: the scheduler sends each object to the workers that need it.
+
+        >>> [big] = client.scatter([frame])
+        >>> client.submit(len, big).result()
+        """
+        if isinstance(data, dict):
+            return {key: self.send_object(value) for key, value in data.items()}
+        if isinstance(data, (list, tuple)):
+            return [self.send_object(value) for value in data]
+        return self.send_object(data)
+
+    def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """dask.distributed's gather: the values of `futures` (a future, or a list, tuple, set or dict of them, nested),
+        in the same shape; anything else is returned as it is. errors="skip" leaves failed futures out (of lists and
+        dicts), as Dask does; "raise" (the default) raises the first failure."""
+        if errors not in ("raise", "skip"):
+            raise ValueError(f'errors must be "raise" or "skip", not {errors!r}')
+        return _gathered(futures, errors == "skip")
+
+    if not TYPE_CHECKING:  # (hidden from type checkers: a typo stays an error for them)
+
+        def __getattr__(self, name: str) -> Any:
+            """dask.distributed's Client methods that Scaler's has not: an AttributeError that says what to use."""
+            hint = _DASK_INSTEAD.get(name)
+            if hint is None or name.startswith("_"):
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(f"Scaler's Client has no {name}() (dask.distributed's): {hint}")
+
     # ------------------------------------------------------------------------------------------- objects
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
         """Send obj to the scheduler once; returns a reference to pass to tasks as an argument.
@@ -1350,6 +1382,53 @@ def _release_shared(sinks: Iterable[ResultSink]) -> None:
 
 def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:
     return all(f.done() for f in futures)
+
+
+_DASK_INSTEAD = {
+    "compute": (
+        "dask.compute(x, scheduler=client) or x.compute(scheduler=client) computes Dask collections here and returns "
+        "their values; for futures of a graph, client.submit_graph(graph, keys) (docs/client.md, 'Dask collections')"
+    ),
+    "persist": (
+        "dask.persist(x, scheduler=client) or x.persist(scheduler=client) computes the collection here and keeps its "
+        "values in this process (docs/client.md, 'Dask collections')"
+    ),
+    "upload_file": "send the module's code with the function: cloudpickle.register_pickle_by_value(module)",
+    "run": "client.submit(fn) runs fn on one worker; Scaler has no run-on-every-worker",
+    "restart": "restart the workers with scaler_cluster (they reconnect by themselves)",
+    "who_has": "objects live at the scheduler, sent to the workers that need them (client.cluster_resources())",
+    "has_what": "objects live at the scheduler, sent to the workers that need them (client.cluster_resources())",
+    "rebalance": "the scheduler balances queued tasks between workers by itself",
+    "replicate": "the scheduler sends each object to the workers that need it",
+    "publish_dataset": "pass the ObjectReference of client.send_object() to the other client's tasks",
+    "get_dataset": "pass the ObjectReference of client.send_object() to the other client's tasks",
+    "wait_for_workers": "client.cluster_resources() says how many workers are connected",
+    "upload": "send the module's code with the function: cloudpickle.register_pickle_by_value(module)",
+}
+
+
+def _gathered(value: Any, skip: bool) -> Any:
+    if isinstance(value, ScalerFuture):
+        return value.result()
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            try:
+                out[key] = _gathered(item, skip)
+            except Exception:
+                if not skip:
+                    raise
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = []
+        for item in value:
+            try:
+                items.append(_gathered(item, skip))
+            except Exception:
+                if not skip:
+                    raise
+        return type(value)(items) if not isinstance(value, list) else items
+    return value
 
 
 def _address_or_the_tasks(address: str | None) -> str:

@@ -140,13 +140,31 @@ def check_dask_keywords(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         return
     unknown = sorted(name for name in kwargs.keys() & DASK_KEYWORDS if name not in parameters)
     if unknown:
-        given = ", ".join(f"{name}={kwargs[name]!r}" for name in unknown)
         name = getattr(fn, "__qualname__", repr(fn))
+        advice = "; ".join(_dask_advice(keyword, kwargs[keyword]) for keyword in unknown)
         raise TypeError(
             f"{name}() does not take {', '.join(unknown)}: Scaler passes every keyword of submit() to the function. "
-            f"Task options go through client.options(): client.options({given}).submit(...) "
-            "(options: timeout, retries, priority, stream_output, capabilities, idempotency_key)"
+            f"{advice} (task options: timeout, retries, priority, stream_output, capabilities, idempotency_key)"
         )
+
+
+def _dask_advice(keyword: str, value: Any) -> str:
+    """What to do instead of Dask's submit keyword `keyword` (only what works here)."""
+    if keyword in ("retries", "priority"):
+        return f"for {keyword}: client.options({keyword}={value!r}).submit(...)"
+    if keyword == "pure":
+        return (
+            "for pure: leave it out (Scaler runs every submit; to reuse a result, name the work: "
+            "client.options(idempotency_key=...).submit(...))"
+        )
+    if keyword == "key":
+        return f"for key: client.options(idempotency_key={str(value)!r}).submit(...) names the work"
+    if keyword == "resources":
+        return "for resources: client.options(capabilities={...}) with workers started with --capability NAME"
+    return (
+        f"for {keyword}: Scaler places tasks itself; to run on some workers only, start them with --capability NAME "
+        "and submit with client.options(capabilities=[NAME])"
+    )
 
 
 class ClientOptions:
