@@ -17,6 +17,7 @@ from scaler.security.keys import SECRET_SUFFIX, PeerKeys, load_peer_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
 from scaler.settings.config_file import add_config_option, apply_config
+from scaler.settings.opengris import translated
 from scaler.settings.worker import ClusterSettings
 
 
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     prog = os.path.basename(sys.argv[0]) if argv is None else "scaler_cluster"
     p = parser(prog if prog in ("scaler_cluster", "scaler_worker") else "scaler_cluster")
     words = take_address_out_of_paths(sys.argv[1:] if argv is None else argv)
+    words = translated(p, words, "cluster")
     apply_config(p, words, "cluster")
     settings = settings_from(p, ClusterSettings, p.parse_args(words))
     assert settings.address is not None  # a positional argument: argparse requires it (or the --config file gives it)

@@ -16,6 +16,7 @@ from scaler.security.keys import ServerKeys, load_server_keys
 from scaler.settings.cli import add_settings, settings_from
 from scaler.settings.common import keys_directory
 from scaler.settings.config_file import add_config_option, apply_config
+from scaler.settings.opengris import translated
 from scaler.settings.scheduler import SchedulerSettings
 
 
@@ -34,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     words = take_address_out_of_paths(sys.argv[1:] if argv is None else argv)
+    words = translated(p, words, "scheduler")
     apply_config(p, words, "scheduler")
     settings = settings_from(p, SchedulerSettings, p.parse_args(words))
     assert settings.address is not None  # a positional argument: argparse requires it (or the --config file gives it)

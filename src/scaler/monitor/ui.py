@@ -53,6 +53,7 @@ from scaler.monitor.top import Subscription, add_monitor_arguments, checked_moni
 from scaler.protocol.messages import Status
 from scaler.security.keys import PeerKeys
 from scaler.settings.config_file import add_config_option, apply_config
+from scaler.settings.opengris import translated
 
 logger = logging.getLogger(__name__)
 
@@ -428,7 +429,7 @@ def checked_token(p: argparse.ArgumentParser, given: str | None) -> tuple[str, s
 
 def main(argv: list[str] | None = None) -> None:
     p = parser()
-    words = sys.argv[1:] if argv is None else argv
+    words = translated(p, sys.argv[1:] if argv is None else argv, "ui")
     apply_config(p, words, "ui")
     args = p.parse_args(words)
     keys = checked_monitor(p, args)

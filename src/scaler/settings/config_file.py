@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scaler.settings import opengris
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover (Python 3.9 and 3.10: PyPy's scheduler)
@@ -59,11 +61,14 @@ def read_document(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as file:
             document: dict[str, Any] = tomllib.load(file)
-            return document
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    try:
+        return opengris.translate_document(document, path)  # (opengris-scaler 2.x's tables and keys)
+    except opengris.Refused as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def table_of(document: Mapping[str, Any], section: str, path: str) -> dict[str, Any]:
@@ -75,7 +80,10 @@ def table_of(document: Mapping[str, Any], section: str, path: str) -> dict[str, 
             close = difflib.get_close_matches(unknown[0], STACK_TABLES, n=1)
             hint = f" (did you mean [{close[0]}]?)" if close else ""
             raise ConfigError(f"{path}: [{unknown[0]}] is not a table Scaler knows{hint}: {', '.join(STACK_TABLES)}")
-        return dict(document)
+        try:
+            return opengris.translate_table(dict(document), section.partition(".")[0], path)
+        except opengris.Refused as exc:
+            raise ConfigError(str(exc)) from None
     name, _, number = section.partition(".")
     if name not in STACK_TABLES:
         raise ConfigError(f"{SECTION_FLAG} {section}: the tables are {', '.join(STACK_TABLES)}")
