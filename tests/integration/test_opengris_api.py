@@ -108,3 +108,41 @@ def test_the_docs_example_runs_as_written(cluster: SchedulerClusterCombo) -> Non
     source = docs_example("### Habits from dask.distributed").replace("tcp://127.0.0.1:2345", cluster.address)
     out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout == "[6, 3]\n"
+
+
+def slow_inc(x: int) -> int:
+    import time
+
+    time.sleep(0.01)
+    return x + 1
+
+
+def chain_graph(length: int) -> dict[str, Any]:
+    graph: dict[str, Any] = {"n0": 0}
+    for i in range(1, length + 1):
+        graph[f"n{i}"] = (slow_inc, f"n{i - 1}")
+    return graph
+
+
+def test_get_tells_every_task_of_the_graph_not_only_the_keys_asked_for(client: Client) -> None:
+    ended: list[Any] = []
+    assert client.get(chain_graph(40), keys=["n40"], on_task_end=ended.append) == {"n40": 40}
+    assert sorted(ended, key=lambda k: int(k[1:])) == [f"n{i}" for i in range(1, 41)]  # 40 tasks: each once
+    with pytest.raises(TypeError, match="on_task_end must be callable"):
+        client.get(chain_graph(1), keys=["n1"], on_task_end=3)  # type: ignore[arg-type]
+
+
+def test_dasks_progress_bar_and_callbacks_see_every_task(client: Client) -> None:
+    import io
+
+    import dask
+    from dask.callbacks import Callback
+    from dask.diagnostics import ProgressBar
+
+    seen: list[Any] = []
+    total = dask.delayed(sum)([dask.delayed(slow_inc)(i) for i in range(40)])
+    out = io.StringIO()
+    with ProgressBar(out=out, dt=0.01), Callback(posttask=lambda key, *_: seen.append(key)):
+        assert dask.compute(total, scheduler=client) == (sum(range(1, 41)),)
+    assert "100% Completed" in out.getvalue()
+    assert len(seen) == 41  # 40 increments and the sum: every task, each once

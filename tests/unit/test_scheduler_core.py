@@ -29,6 +29,7 @@ from scaler.core.scheduler.tasks import (
 )
 from scaler.protocol.messages import (
     FLAG_PROFILING,
+    FLAG_REPORT_END,
     FLAG_SILENT,
     PROTOCOL_VERSION,
     BalanceRequest,
@@ -269,6 +270,14 @@ def test_silent_task_result_is_not_sent() -> None:
     d.recv(C, submit((t(1), F, []), flags=FLAG_SILENT))
     assert d.recv(W1, ok(t(1))) == []
     assert d.core.tasks == {}
+
+
+def test_a_silent_task_flagged_report_end_is_said_to_have_ended_without_its_result() -> None:
+    """(A graph watched for progress: get(progress=True), Dask's ProgressBar.) Its status, no payload."""
+    d = with_function()
+    d.worker(W1)
+    d.recv(C, submit((t(1), F, []), flags=FLAG_SILENT | FLAG_REPORT_END))
+    assert sends(d.recv(W1, ok(t(1), payload=b"big"))) == [(C, TaskResults([t(1)], bytes([TaskStatus.SUCCESS]), [b""]))]
 
 
 def test_keywords_travel_with_their_tasks_and_are_padded_for_tasks_without() -> None:

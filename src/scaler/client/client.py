@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from scaler.client.connection import Collector, CollectorSlot, Connection, FutureSink, ResultSink
+from scaler.client.connection import Collector, CollectorSlot, Connection, EndSink, FutureSink, ResultSink
 from scaler.client.dask_graph import DASK_GET_MOVED, as_task_tuples, dask_form
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import ScalerFuture, check_may_wait
@@ -39,7 +39,7 @@ from scaler.client.options import (
     check_options,
     graph_task_key,
 )
-from scaler.client.progress import report_wait, wait_futures_with_bar, wait_with_bar
+from scaler.client.progress import GraphCount, report_wait, wait_futures_with_bar, wait_graph_with_bar, wait_with_bar
 from scaler.client.resources import ClusterResources
 from scaler.client.shared import SharedSink
 from scaler.core.client.session import (
@@ -71,7 +71,7 @@ from scaler.protocol.messages import (
     Payload,
     TaskStatus,
 )
-from scaler.protocol.records import FLAG_SHARED_ARGUMENTS
+from scaler.protocol.records import FLAG_REPORT_END, FLAG_SHARED_ARGUMENTS
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer, _is_plain, serializer_input
 from scaler.shm import DEFAULT_THRESHOLD, Parts, SharedArguments, pickle_parts, untag
@@ -493,6 +493,7 @@ class Client:
         timeout: float | None = None,
         progress: bool = False,
         group: int | None = None,
+        on_task_end: Callable[[Hashable], None] | None = None,
     ) -> Any:
         """Compute a dask-style graph; returns {key: value} for the keys asked for.
 
@@ -501,8 +502,10 @@ class Client:
 
         block=False returns {key: future} at once instead (as scaler 1.9 did). timeout: seconds to wait for the keys
         (None, the default: no limit); past it, get raises TimeoutError and cancels the graph's unfinished tasks.
-        progress: show a live progress bar of the keys computed while waiting (see scaler.progress).
+        progress: show a live progress bar of the graph's tasks done while waiting (see scaler.progress).
         group: run up to this many nodes per task (see submit_graph).
+        on_task_end: called with the key of each of the graph's tasks as it ends (in the client's I/O thread; not with
+        group=): a progress of your own, or Dask's callbacks (scaler.integrations.dask).
         It answers {key: value} whoever calls it. Dask's scheduler protocol is dask_get (or the client itself:
         dask.compute(..., scheduler=client)). A call in a shape only Dask gives (a graph that is not a dict, keys
         nested in lists, a single key) is still answered as dask_get answers, with a FutureWarning (deprecated).
@@ -510,7 +513,7 @@ class Client:
         if dask_form(graph, keys):
             warnings.warn(DASK_GET_MOVED, FutureWarning, stacklevel=2)
             return self.dask_get(graph, keys, block=block, timeout=timeout, progress=progress, group=group)
-        return self._get(self._options, graph, keys, timeout, block, progress, group)
+        return self._get(self._options, graph, keys, timeout, block, progress, group, on_task_end)
 
     def dask_get(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
         """Dask's scheduler protocol: Dask collections computed by the cluster (docs/client.md, "Dask collections").
@@ -539,8 +542,14 @@ class Client:
         block: bool = True,
         bar: bool = False,
         group: int | None = None,
+        watch: Callable[[Hashable], None] | None = None,
     ) -> dict[Hashable, Any]:
+        """watch: told each graph key whose task ended (get's on_task_end)."""
         _check_timeout(timeout, "get()")
+        if watch is not None and not callable(watch):
+            raise TypeError(f"on_task_end must be callable, not {type(watch).__name__}")
+        if watch is not None and (group is not None or not block):
+            raise TypeError("get(on_task_end=...) is for a blocking get without group=")
         _check_unique(keys)
         if bar and not block:
             raise TypeError("get(block=False) returns futures at once: progress= is for block=True only")
@@ -548,15 +557,21 @@ class Client:
             if timeout is not None:
                 raise TypeError("get(block=False) returns futures at once: timeout= is for block=True only")
             return dict(zip(keys, self._submit_graph(options, graph, keys, False, group)[0], strict=True))
-        futures, task_ids = self._submit_graph(options, graph, keys, False, group)
+        counted = GraphCount() if (bar or watch is not None) and group is None else None  # (a group's tasks: blocks)
+        ended = counted.ended if counted is not None else None
+        futures, task_ids = self._submit_graph(options, graph, keys, False, group, ended)
         started = time.monotonic()
+        if counted is not None:
+            counted.start(len(task_ids), keys, futures, watch)
 
         def progress() -> str:
             done = sum(future.done() for future in futures)
             return f"get(): {done:,} of {len(keys):,} keys computed after {time.monotonic() - started:.0f}s"
 
         left = timeout
-        if bar:
+        if bar and counted is not None:  # every task of the graph counted, not only the keys asked for
+            left = wait_graph_with_bar(futures, counted, "get()", timeout)
+        elif bar:
             left = wait_futures_with_bar(list(futures), "get()", timeout, "get()")
         if not self._wait_futures(futures, left, progress):
             unfinished = sum(not future.done() for future in futures)
@@ -592,8 +607,10 @@ class Client:
         keys: Sequence[Hashable],
         profiling: bool | None,
         group: int | None = None,
+        ended: Callable[[Hashable], None] | None = None,
     ) -> tuple[list[ScalerFuture], list[int]]:
-        """submit_graph, also returning the ids of all the graph's tasks."""
+        """submit_graph, also returning the ids of all the graph's tasks. ended: told the key of each silent task
+        that ends (the scheduler is asked to say so: FLAG_REPORT_END); not with `group` (its tasks are blocks)."""
         if not isinstance(keys, (list, tuple)):
             raise TypeError(f"keys must be a list of graph keys, not {type(keys).__name__}")
         if group is not None:  # the graph becomes a graph of block tasks, submitted below as any graph
@@ -604,7 +621,7 @@ class Client:
             return submit_grouped(grouped, list(keys), submit, self._cancel_many)
         connection = self._live()
         with collector_paused():
-            return self._send_graph(connection, options, graph, keys, profiling)
+            return self._send_graph(connection, options, graph, keys, profiling, ended)
 
     def _send_graph(
         self,
@@ -613,6 +630,7 @@ class Client:
         graph: Mapping[Any, Any],
         keys: Sequence[Hashable],
         profiling: bool | None,
+        ended: Callable[[Hashable], None] | None = None,
     ) -> tuple[list[ScalerFuture], list[int]]:
         plan = plan_graph(as_task_tuples(graph), keys)
         requests: list[Request] = []
@@ -632,6 +650,7 @@ class Client:
         sinks: list[tuple[int, ResultSink]] = []
         profiled = bool(self._profiling if profiling is None else profiling)
         flags_base = (FLAG_PROFILING if profiled else 0) | options.flags
+        silent = FLAG_SILENT if ended is None else FLAG_SILENT | FLAG_REPORT_END  # (told when it ends: progress)
         tasks: list[Request] = []
         task_ids = list(connection.mint(len(plan.tasks)))
         function_ids: dict[int, int] = {}  # id(function) -> its object id; the graph keeps the functions alive
@@ -652,7 +671,7 @@ class Client:
                     except _Unserializable as exc:
                         raise exc.error(f"argument {position} of key {node.key!r}") from exc.__cause__
             ids[node.key] = task_id
-            flags = flags_base | (0 if node.key in wanted else FLAG_SILENT)
+            flags = flags_base | (0 if node.key in wanted else silent)
             key = graph_task_key(options, node.key)
             tasks.append(
                 NewTask(task_id, function_id, flags, tuple(refs), None, tuple(payloads), options.task, required, key)
@@ -661,6 +680,7 @@ class Client:
                 future = ScalerFuture(task_id, f"key {node.key!r}", self._cancel, connection.io_thread, running=True)
                 futures[node.key] = future
                 sinks.append((task_id, FutureSink(future, self._serializer, profiled, required)))
+        sinks += _end_sinks(plan.tasks, task_ids, wanted, ended)
         connection.register(sinks)
         _print_graph_output(connection, options, plan.tasks, task_ids, list(futures.values()))
         connection.submit(requests + tasks)
@@ -1429,6 +1449,15 @@ def _gathered(value: Any, skip: bool) -> Any:
                     raise
         return type(value)(items) if not isinstance(value, list) else items
     return value
+
+
+def _end_sinks(
+    nodes: Sequence[TaskNode], task_ids: Sequence[int], wanted: set[Hashable], ended: Callable[[Hashable], None] | None
+) -> list[tuple[int, ResultSink]]:
+    """(A graph watched for progress.) A sink for each silent task's end, telling `ended` its key."""
+    if ended is None:
+        return []
+    return [(task_id, EndSink(ended, node.key)) for node, task_id in zip(nodes, task_ids) if node.key not in wanted]
 
 
 def _address_or_the_tasks(address: str | None) -> str:

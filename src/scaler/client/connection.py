@@ -20,7 +20,7 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import zmq
@@ -127,6 +127,25 @@ class Collector:
         if self.error is None:
             self.error = exc
         self.done.set()
+
+
+class EndSink:
+    """(A graph watched for progress.) A silent task's end: its key is told to `ended`, nothing else is kept."""
+
+    __slots__ = ("ended", "key")
+
+    def __init__(self, ended: Callable[[Hashable], None], key: Hashable) -> None:
+        self.ended = ended
+        self.key = key
+
+    def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None:
+        self.ended(self.key)
+
+    def fail(self, exc: BaseException) -> None:
+        self.ended(self.key)
+
+    def cancel(self) -> None:
+        self.ended(self.key)
 
 
 class CollectorSlot:

@@ -235,11 +235,12 @@ class ClientOptions:
         timeout: float | None = None,
         progress: bool = False,
         group: int | None = None,
+        on_task_end: Callable[[Hashable], None] | None = None,
     ) -> Any:
         if dask_form(graph, keys):  # deprecated, as in Client.get
             warnings.warn(DASK_GET_MOVED, FutureWarning, stacklevel=2)
             return self.dask_get(graph, keys, block=block, timeout=timeout, progress=progress, group=group)
-        return self._client._get(self._options, graph, keys, timeout, block, progress, group)
+        return self._client._get(self._options, graph, keys, timeout, block, progress, group, on_task_end)
 
     def dask_get(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
         """Dask's scheduler protocol with these task options (see Client.dask_get)."""

@@ -7,11 +7,12 @@ only waits and draws: it submits nothing and cancels nothing.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, TextIO
 
 from scaler.client.future import ScalerFuture, check_may_wait
@@ -189,3 +190,65 @@ def _check_timeout(timeout: object) -> None:
         raise TypeError(f"progress(): timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if not timeout >= 0:
         raise ValueError(f"progress(): timeout must be >= 0 seconds, not {timeout!r}")
+
+
+class GraphCount:
+    """(get(progress=True), Dask's progress callbacks.) The tasks of a graph that ended: the silent ones the scheduler
+    told of (ended(), FLAG_REPORT_END) and the futures of the keys asked for. `watch`, if given, is told each key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = 0
+        self.total = 0
+        self.all_done = threading.Event()  # every future of a key asked for is done
+        self._watch: Callable[[Hashable], None] | None = None
+        self._early: list[Hashable] | None = []  # keys ended before start() (then None)
+
+    def ended(self, key: Hashable) -> None:
+        with self._lock:
+            self._ended += 1
+            if self._early is not None:
+                self._early.append(key)
+                return
+            watch = self._watch
+        if watch is not None:
+            watch(key)
+
+    def start(
+        self,
+        total: int,
+        keys: Iterable[Hashable],
+        futures: list[ScalerFuture],
+        watch: Callable[[Hashable], None] | None,
+    ) -> None:
+        """The graph is submitted: `total` tasks, `futures` of `keys`."""
+        with self._lock:
+            self.total = total
+            self._watch = watch
+            early, self._early = self._early or [], None
+        for key in early:
+            if watch is not None:
+                watch(key)
+        counter = _Counter(len(futures))
+        for key, future in zip(keys, futures):
+            if future.task_id:  # (a key whose value is a literal is no task)
+                future.add_done_callback(functools.partial(self._key_done, key))
+            future.add_done_callback(counter.one_done)
+        self.all_done = counter.all_done
+
+    def _key_done(self, key: Hashable, _: concurrent.futures.Future[Any]) -> None:
+        self.ended(key)
+
+    def count(self) -> int:
+        return self._ended
+
+
+def wait_graph_with_bar(
+    futures: list[ScalerFuture], counted: GraphCount, description: str | None, timeout: float | None
+) -> float | None:
+    """Draw a bar of every task of a graph that ended until its keys' futures are all done or timeout seconds passed
+    (None: no limit); returns the seconds of the timeout left."""
+    for future in futures:
+        if not future.done():
+            check_may_wait("get()", future._pid, future._io_thread)
+    return wait_with_bar(description, max(counted.total, 1), counted.count, counted.all_done, timeout)

@@ -12,6 +12,7 @@ Imports dask only when given one of its objects: scaler runs without it. No priv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -27,8 +28,81 @@ def get(client: Any, graph: Any, keys: Any, **kwargs: Any) -> Any:
     plain = as_task_tuples(graph)
     if not isinstance(plain, dict):
         raise TypeError(f"a Dask graph is a dict, a HighLevelGraph or a Dask expression, not {type(graph).__name__}")
-    values = client.get(plain, flat_keys(keys), **kwargs)
-    return shaped(keys, values)
+    callbacks = _active_callbacks()
+    if not callbacks:
+        return shaped(keys, client.get(plain, flat_keys(keys), **kwargs))
+    return shaped(keys, _get_with_callbacks(client, plain, flat_keys(keys), callbacks, **kwargs))
+
+
+def _active_callbacks() -> list[Any]:
+    """Dask's callbacks active now (dask.callbacks.Callback: ProgressBar, Profiler, ...), or none."""
+    try:
+        from dask.callbacks import Callback
+    except ImportError:
+        return []
+    return list(Callback.active)
+
+
+def _get_with_callbacks(
+    client: Any,
+    graph: dict[Hashable, Any],
+    keys: list[Hashable],
+    callbacks: list[Any],
+    timeout: float | None = None,
+    progress: bool = False,
+    group: int | None = None,
+) -> dict[Hashable, Any]:
+    """client.get, calling Dask's callbacks as its local schedulers do (start, start_state, pretask, posttask,
+    finish) with a `state` whose "waiting" and "finished" sets follow the tasks as they end: dask.diagnostics'
+    ProgressBar draws every task of the graph."""
+    from dask.callbacks import unpack_callbacks
+
+    starts, start_states, pretasks, posttasks, finishes = unpack_callbacks(callbacks)
+    tasks = [key for key, value in graph.items() if _is_task(value)]
+    state: dict[str, Any] = {
+        "cache": {},
+        "ready": [],
+        "running": set(),
+        "waiting": set(tasks),
+        "finished": set(),
+        "released": set(),
+        "dependencies": {},
+        "dependents": {},
+        "waiting_data": {},
+    }
+    lock = threading.Lock()
+
+    def ended(key: Hashable) -> None:
+        with lock:
+            if key not in state["waiting"]:
+                return
+            state["waiting"].discard(key)
+            state["finished"].add(key)
+        for posttask in posttasks:
+            posttask(key, None, graph, state, 0)
+
+    for start in starts:
+        start(graph)
+    for start_state in start_states:
+        start_state(graph, state)
+    for key in tasks:  # all of them go to the scheduler now
+        for pretask in pretasks:
+            pretask(key, graph, state)
+    errored = True
+    try:
+        if group is not None:  # (its tasks are blocks of nodes: no end of a node is told)
+            values: dict[Hashable, Any] = client.get(graph, keys, timeout=timeout, progress=progress, group=group)
+        else:
+            values = client.get(graph, keys, timeout=timeout, progress=progress, on_task_end=ended)
+        errored = False
+        return values
+    finally:
+        for finish in finishes:
+            finish(graph, state, errored)
+
+
+def _is_task(value: Any) -> bool:
+    return isinstance(value, tuple) and bool(value) and callable(value[0])
 
 
 def flat_keys(keys: Any) -> list[Hashable]:

@@ -150,7 +150,9 @@ struct TaskBatch {
   functionIds @1 :Data;         # u64 column: object id holding the task's function
   flags @2 :Data;               # u8 column: bit 0 profile the run; bit 1 silent: do not send the result to
                                 #   the client (graph nodes only other nodes need); bit 2 stream output: the
-                                #   worker sends what the task prints (taskOutput), the scheduler forwards it
+                                #   worker sends what the task prints (taskOutput), the scheduler forwards it;
+                                #   bit 3 shared arguments (Python peers); bit 4 report end: with bit 1, the
+                                #   client is told the task ended (status, empty payload), for progress
   argCounts @3 :Data;           # u16 column: arguments of each task (positional, then keyword)
   argRefs @4 :Data;             # u64 column over all arguments: 0 = the next payload; else object/task id
   keywords @5 :List(Text);      # one per argument ("" = positional), or empty when every argument is positional

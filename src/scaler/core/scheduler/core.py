@@ -72,6 +72,7 @@ from scaler.core.scheduler.tasks import STATE_NAMES, TRANSITION_TABLE, Task, Tas
 from scaler.protocol.capabilities import missing_text
 from scaler.protocol.records import (
     DEFAULT_OPTIONS,
+    FLAG_REPORT_END,
     FLAG_SILENT,
     ID_COUNTER_MASK,
     ID_PREFIX_SHIFT,
@@ -698,7 +699,7 @@ class SchedulerCore:
             if not task.flags & FLAG_SILENT and self.clients.get(client.identity) is client:
                 client.outbox.add(task.task_id, status, payload, duration_us, peak, cpu_us)
                 self._dirty_clients[client] = None
-            elif self._journaled and task.flags & FLAG_SILENT:
+            elif task.flags & FLAG_SILENT and (self._journaled or task.flags & FLAG_REPORT_END):
                 self._silent_end(task, status)
             if task.dependents:
                 dependencies.ended_dependents(self, task, status, payload, pending)
