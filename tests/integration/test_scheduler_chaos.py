@@ -59,7 +59,7 @@ def processors(cluster: subprocess.Popen[bytes]) -> list[psutil.Process]:
 def test_a_journaled_scheduler_killed_again_and_again_under_load_loses_nothing(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     address, marks, command, scheduler, cluster = journaled_cluster(tmp_path)
-    tasks, keyed = 600, 200
+    tasks, keyed = 400, 150
     kills = sorted(rng.sample(range(10, 85), 4))  # percent of the first tasks done at each kill
     sigterm = rng.randrange(4)  # which kill is a SIGTERM (a clean stop) instead of kill -9
     print(f"seed {SEED}: kills at {kills} % (SIGTERM at #{sigterm + 1})")
@@ -67,6 +67,7 @@ def test_a_journaled_scheduler_killed_again_and_again_under_load_loses_nothing(t
     keyed_marks.mkdir()
     try:
         with Client(address) as client:
+            wait_until(lambda: len(psutil.Process(cluster.pid).children()) == 2, timeout=30, what="the two agents")
             agents = {p.pid for p in psutil.Process(cluster.pid).children()}
             futures = [client.submit(marked, str(marks), i) for i in range(tasks)]
             graph, root, total = graph_of(64)

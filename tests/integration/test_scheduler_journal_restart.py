@@ -56,6 +56,7 @@ def test_a_killed_journaled_scheduler_started_again_finishes_every_task(tmp_path
         with Client(address) as client:  # default settings
             futures = [client.submit(marked, str(marks), i) for i in range(TASKS)]
             wait_until(lambda: sum(f.done() for f in futures) >= TASKS * 0.3, timeout=120, what="30 % done")
+            wait_until(lambda: len(psutil.Process(cluster.pid).children()) == 2, timeout=30, what="the two agents")
             agents = {p.pid for p in psutil.Process(cluster.pid).children()}
             scheduler.send_signal(signal.SIGKILL)
             scheduler.wait(10)
