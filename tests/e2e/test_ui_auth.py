@@ -69,7 +69,7 @@ def bearer(url: str) -> dict[str, str]:
 def fake() -> Iterator[FakeScheduler]:
     folder = tempfile.mkdtemp(prefix="scaler_ui_")  # short: an ipc path has a length limit
     try:
-        with FakeScheduler(f"ipc://{folder}/monitor", 0.3, n_workers=4, processors=2) as running:
+        with FakeScheduler(f"ipc://{folder}/monitor", 0.3, n_workers=4, processors=2, speed=5.0) as running:
             yield running
     finally:
         shutil.rmtree(folder, ignore_errors=True)
