@@ -59,6 +59,7 @@ logging_level = "WARNING"
 scheduler_address = "{address}"
 num_of_workers = 1
 per_worker_capabilities = "linux,gpu"
+task_timeout_seconds = 600
 
 [object_storage_server]
 object_storage_address = "tcp://127.0.0.1:6379"
@@ -89,7 +90,6 @@ web_port = 8081
     [
         (SCHEDULER, ["--adapter-webhook-url", "http://127.0.0.1:8080"], "through scaler_worker_manager"),
         (SCHEDULER, ["-ap", "round_robin"], "one placement policy"),
-        (CLUSTER, ["--task-timeout-seconds", "600"], r"client.options(timeout=SECONDS)"),
     ],
 )
 def test_what_has_no_meaning_here_is_refused_naming_the_replacement(

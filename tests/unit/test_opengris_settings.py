@@ -47,7 +47,9 @@ def test_config_files() -> None:
         translate_document({"scheduler": {}, "symphony_worker_adapter": {}}, "f.toml")
     with pytest.raises(Refused, match="allocate_policy = 'fancy'"):
         translate_table({"allocate_policy": "fancy"}, "scheduler", "f.toml")
-    with pytest.raises(Refused, match=r"task_timeout_seconds.*client\.options\(timeout=SECONDS\)"):
-        translate_table({"task_timeout_seconds": 600}, "cluster", "f.toml")
+    assert translate_table({"task_timeout_seconds": 600, "num_of_workers": 2}, "cluster", "f.toml") == {
+        "num_of_workers": 2
+    }  # (ignored, said on stderr: the task's timeout is the client's here)
+    assert translate_argv(["--task-timeout-seconds", "600", "tcp://h:1"], "cluster") == ["tcp://h:1"]
     untouched = {"top": {"monitor_address": "x"}}
     assert translate_document(untouched, "f.toml") is untouched

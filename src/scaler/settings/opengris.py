@@ -7,7 +7,8 @@ Command lines (translate_argv, before argparse reads them):
 - scaler_scheduler `--allocate-policy/-ap even|capability`: taken and ignored (one placement policy here, capabilities
   always honoured); `--object-storage-address/-osa ADDRESS`: taken and ignored (objects live in the scheduler);
   `--adapter-webhook-url`: refused, naming scaler_worker_manager;
-- scaler_cluster `--task-timeout-seconds`: refused, naming client.options(timeout=...);
+- scaler_cluster `--task-timeout-seconds`: taken and ignored (a task's timeout is the client's here:
+  client.options(timeout=...)), as scaler 1.9.9's task_timeout_seconds keyword is;
 - scaler_ui `--web-port N`: `--port N`.
 Config files (translate_document, before the tables are read): the tables `[webui]` (as `[ui]`) and
 `[object_storage_server]` (dropped), the worker adapters' tables refused; in the tables, the keys of the flags above,
@@ -35,12 +36,12 @@ _REFUSED = {
         "--adapter-webhook-url: Scaler grows and shrinks workers through scaler_worker_manager (native, slurm, "
         "kubernetes), which connects to the scheduler itself: start one instead (docs/deploying.md)"
     ),
-    "--task-timeout-seconds": (
-        "--task-timeout-seconds: a task's timeout is the client's here: client.options(timeout=SECONDS) or "
-        "Client(..., task_timeout=SECONDS) (docs/client.md)"
-    ),
 }
-_REFUSED_FLAGS = frozenset({("scheduler", "--adapter-webhook-url"), ("cluster", "--task-timeout-seconds")})
+_REFUSED_FLAGS = frozenset({("scheduler", "--adapter-webhook-url")})
+_IGNORED_TIMEOUT = (
+    "{flag} {value}: a task's timeout is the client's here (client.options(timeout=SECONDS) or "
+    "Client(..., task_timeout=SECONDS)); the workers do not stop tasks on their own: the option is ignored"
+)
 _WORKER_ADAPTER_TABLES = ("native_worker_adapter", "symphony_worker_adapter", "worker_adapter")
 
 
@@ -70,6 +71,8 @@ def translate_argv(argv: Sequence[str], command: str) -> list[str]:
             note(_IGNORED_ALLOCATE.format(flag=flag, value=value))
         elif command == "scheduler" and flag in ("--object-storage-address", "-osa"):
             note(_IGNORED_STORAGE.format(flag=flag, value=value))
+        elif command == "cluster" and flag == "--task-timeout-seconds":
+            note(_IGNORED_TIMEOUT.format(flag=flag, value=value))
         elif command == "ui" and flag == "--web-port":
             out += ["--port", value]
         elif (command, flag) in _REFUSED_FLAGS:
@@ -126,7 +129,8 @@ def translate_table(table: dict[str, Any], command: str, where: str) -> dict[str
             given = _split(value) if isinstance(value, str) else list(value)
             out["capability"] = [*out.get("capability", []), *given]
         if "task_timeout_seconds" in out:
-            raise Refused(f"{where} task_timeout_seconds: {_REFUSED['--task-timeout-seconds'].split(': ', 1)[1]}")
+            value = out.pop("task_timeout_seconds")
+            note(_IGNORED_TIMEOUT.format(flag=f"{where} task_timeout_seconds", value=repr(value)))
     elif command == "ui" and "web_port" in out:
         out["port"] = out.pop("web_port")
     return out
