@@ -123,6 +123,31 @@ def test_the_results_kept_are_bounded_and_the_oldest_go_first() -> None:
     d.core.validate()
 
 
+def test_a_client_that_fills_the_store_pushes_out_its_own_results_not_anothers() -> None:
+    """One bound for all credentials, but past it the heaviest namespace gives way: mallory's flood of keyed results
+    lets go of mallory's oldest, and alice's result stays."""
+    payload = b"x" * 1000
+    one = 1000 + OVERHEAD_BYTES + 40 + 4 * 2  # a result of 1,000 bytes under a 40-byte namespace and a 2-letter key
+    d = Driver(SchedulerConfig(keyed_results_bytes=4 * one + 10))
+    alice = PeerKey(PeerKind.CLIENT, "alice", b"A" * 40)
+    mallory = PeerKey(PeerKind.CLIENT, "mallory", b"M" * 40)
+    pa, pm = d.client(C, key=alice), d.client(C2, key=mallory)
+    from scaler.protocol.messages import PutObjects
+
+    d.recv(C, PutObjects([tid(pa, 1)], [b"fn"]), alice)
+    d.recv(C2, PutObjects([tid(pm, 1)], [b"fn"]), mallory)
+    d.worker(W, capacity=1)
+    d.recv(C, keyed(((tid(pa, 2), tid(pa, 1), [b"x"]), "a1")), alice)
+    d.recv(W, ok(tid(pa, 2), payload=payload))
+    for n in range(10):
+        d.recv(C2, keyed(((tid(pm, 10 + n), tid(pm, 1), [b"x"]), f"m{n}")), mallory)
+        d.recv(W, ok(tid(pm, 10 + n), payload=payload))
+    kept = [name for name, _ in d.core.keyed.items()]
+    assert (b"A" * 40, "a1") in kept and len(kept) == 4 and d.core.keyed.evicted == 7
+    assert [key for namespace, key in kept if namespace == b"M" * 40] == ["m7", "m8", "m9"]  # its newest three
+    d.core.validate()
+
+
 def test_a_key_over_the_limit_fails_its_task_with_a_clear_error_and_it_does_not_run() -> None:
     d, p, f = setup()
     d.worker(W, capacity=1)

@@ -96,7 +96,8 @@ class SchedulerSettings(ProcessSettings):
         _CORE.keyed_results_bytes,
         metavar="SIZE",
         help="the results of idempotent-keyed tasks (client.options(idempotency_key=...)) kept by key weigh at most "
-        "this much (K, M, G suffixes); past it the oldest are let go, and a task sent again with such a key runs again",
+        "this much (K, M, G suffixes); past it the oldest of the credentials that keep the most are let go, and a "
+        "task sent again with such a key runs again",
         rule=SIZE_RULE,
     )
     capability_grace_seconds: float = setting(

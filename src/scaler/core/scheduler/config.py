@@ -42,5 +42,6 @@ class SchedulerConfig:
     # would send again), and their sessions opening and ending go to SchedulerCore.journal (ADR 0023).
     journaled: bool = False
     # The results of idempotent-keyed tasks kept by key (Client.options(idempotency_key=...)) weigh at most this many
-    # bytes: past it the oldest are let go (a task sent later with such a key runs again).
+    # bytes: past it the oldest of the namespace (credentials) that weighs the most are let go (a task sent later with
+    # such a key runs again).
     keyed_results_bytes: int = DEFAULT_KEYED_RESULTS_BYTES

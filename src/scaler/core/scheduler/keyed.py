@@ -8,8 +8,10 @@ client's credentials (the public key its connection authenticated with; one name
 client cannot read what another's tasks computed by guessing a key. A journaled scheduler journals each kept result
 (JournalKeyed) before the result is sent: it is never computed again, across restarts.
 
-The results kept are bounded in bytes (SchedulerConfig.keyed_results_bytes): past it the oldest are let go, and a task
-sent with such a key runs again. Pure, like the core. Python 3.9 (the scheduler runs on PyPy).
+The results kept are bounded in bytes (SchedulerConfig.keyed_results_bytes): past it, the oldest result of the
+namespace that weighs the most is let go (so a client that fills the store pushes out its own results first, not
+another credential's), and a task sent with such a key runs again. Pure, like the core. Python 3.9 (the scheduler runs
+on PyPy).
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ OVERHEAD_BYTES = 160  # what one entry costs besides its key and payload (dict s
 
 
 class KeyedResults:
-    """The results kept by key, oldest first, within `max_bytes` (at least the newest one is kept)."""
+    """The results kept by key, in the order kept, within `max_bytes` (at least one is kept). Past the bound, the
+    oldest result of the heaviest namespace goes first (a result heavier than what the others weigh together may so
+    go at once: it is not kept)."""
 
-    __slots__ = ("_results", "bytes", "evicted", "max_bytes", "served")
+    __slots__ = ("_by_namespace", "_results", "bytes", "evicted", "max_bytes", "served", "weights")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._results: OrderedDict[Name, Payload] = OrderedDict()
+        self._by_namespace: dict[bytes, OrderedDict[str, None]] = {}  # each namespace's keys, oldest first
+        self.weights: dict[bytes, int] = {}  # what each namespace's results weigh
         self.bytes = 0  # what the kept results weigh (keys, payloads, OVERHEAD_BYTES each)
         self.served = 0  # tasks answered from a kept result (they did not run)
         self.evicted = 0  # results let go to stay within max_bytes
@@ -46,13 +52,28 @@ class KeyedResults:
         """Keep `payload` under `name` unless a result is kept there already; whether it was kept."""
         if name in self._results:
             return False
+        namespace = name[0]
         self._results[name] = payload
-        self.bytes += _weight(name, payload)
+        self._by_namespace.setdefault(namespace, OrderedDict())[name[1]] = None
+        weight = _weight(name, payload)
+        self.weights[namespace] = self.weights.get(namespace, 0) + weight
+        self.bytes += weight
         while self.bytes > self.max_bytes and len(self._results) > 1:
-            old, old_payload = self._results.popitem(last=False)
-            self.bytes -= _weight(old, old_payload)
-            self.evicted += 1
+            self._evict()
         return True
+
+    def _evict(self) -> None:
+        """Let go the oldest result of the namespace that weighs the most (ties: the first one kept)."""
+        namespace = max(self.weights, key=self.weights.__getitem__)
+        keys = self._by_namespace[namespace]
+        key, _ = keys.popitem(last=False)
+        name = (namespace, key)
+        weight = _weight(name, self._results.pop(name))
+        self.bytes -= weight
+        self.weights[namespace] -= weight
+        if not keys:
+            del self._by_namespace[namespace], self.weights[namespace]
+        self.evicted += 1
 
     def names(self) -> set[Name]:
         return set(self._results)

@@ -239,6 +239,7 @@ def validate(core: SchedulerCore, skip: tuple[Callable[[SchedulerCore], None], .
     stray = [task_id for task_id in core.keyed_tasks if task_id not in core.tasks]
     _check(not stray, "keyed tasks {} are not held", [f"{task_id:#x}" for task_id in stray[:5]])
     _check(core.keyed.bytes <= core.keyed.max_bytes or len(core.keyed) <= 1, "{!r} is over its bound", core.keyed)
+    _check(sum(core.keyed.weights.values()) == core.keyed.bytes, "{!r} miscounts its namespaces", core.keyed)
     for worker in workers.values():
         limit = worker.capacity + worker.allowance_peak
         _check(len(worker.assigned) <= limit, "{!r} is over capacity", worker)
