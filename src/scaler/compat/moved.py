@@ -4,11 +4,13 @@ scaler.io) as a finder tried after every other one, for those two packages' name
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Sequence
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (importlib.abc pulls in importlib.resources: ~9 ms at every scaler process's start for nothing)
+    import importlib.machinery
+    from collections.abc import Sequence
+    from types import ModuleType
 
 _INSTEAD = {
     "scaler.utility.graph": "graphs are scaler.Client.get / submit_graph (docs/client.md)",
@@ -23,7 +25,9 @@ _INSTEAD = {
 _PACKAGES = ("scaler.utility.", "scaler.io.")
 
 
-class _Moved(importlib.abc.MetaPathFinder):
+class _Moved:
+    """A meta path finder (the protocol: find_spec), raising for 1.9.9's module names no other finder found."""
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
