@@ -306,7 +306,8 @@ class Client:
             raise TypeError(f"submit_verbose() takes kwargs as a dict, not {type(kwargs).__name__}")
         if capabilities is not None:
             options = check_options(options, KEEP, KEEP, KEEP, KEEP, capabilities)
-        return self._submit(options, fn, tuple(args), dict(kwargs or {}), profiling)
+        profiled = self._profiling if profiling is None else bool(profiling)
+        return self._submit(options, fn, tuple(args), dict(kwargs or {}), profiled)
 
     def starmap(
         self,
@@ -330,13 +331,12 @@ class Client:
         fn: Callable[..., Any],
         args: Any,
         kwargs: dict[str, Any],
-        verbatim_profiling: bool | object | None = KEEP,
+        profiling: bool | None = None,
     ) -> ScalerFuture:
-        """verbatim_profiling: (submit_verbose) whether to profile; every keyword then goes to fn."""
-        if verbatim_profiling is KEEP:
+        """profiling: whether to profile (submit_verbose: every keyword then goes to fn); None: submit's reserved
+        keyword `profiling`, else the client's setting."""
+        if profiling is None:
             profiling = bool(kwargs.pop("profiling", self._profiling))
-        else:
-            profiling = self._profiling if verbatim_profiling is None else bool(verbatim_profiling)
         if kwargs and kwargs.keys() & DASK_KEYWORDS:  # (no set made for a call without keywords)
             check_dask_keywords(fn, kwargs)
         connection = self._live()

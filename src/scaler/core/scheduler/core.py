@@ -585,9 +585,9 @@ class SchedulerCore:
         name = self.keyed_tasks.pop(task.task_id, None)
         if name is None or status != TaskStatus.SUCCESS:
             return status, payload
-        if not self.keyed.keep(name, payload):
-            kept = self.keyed.get(name)
-            return status, payload if kept is None else kept
+        earlier = self.keyed.keep(name, payload)
+        if earlier is not None:
+            return status, earlier
         if self._journaled:
             self.journal.append(JournalKeyed(name[0], name[1], payload))
         return status, payload
@@ -727,9 +727,10 @@ class SchedulerCore:
         )
 
     def _silent_end(self, task: Task, status: int) -> None:
-        """(A journaled scheduler.) A silent task ended: its client is told so, without its result (it then forgets
-        the task, and does not send it again after a restart; the journal marks it ended), unless it was run again
-        after a restart only for the tasks waiting on it (recovery: its client has its result)."""
+        """(A journaled scheduler, or a task flagged FLAG_REPORT_END.) A silent task ended: its client is told so,
+        without its result (a journaled client then forgets the task, and does not send it again after a restart; the
+        journal marks it ended; a graph's progress counts it), unless it was run again after a restart only for the
+        tasks waiting on it (recovery: its client has its result)."""
         reruns = self.reruns
         if reruns and task.task_id in reruns:
             reruns.discard(task.task_id)

@@ -48,10 +48,11 @@ class KeyedResults:
     def get(self, name: Name) -> Payload | None:
         return self._results.get(name)
 
-    def keep(self, name: Name, payload: Payload) -> bool:
-        """Keep `payload` under `name` unless a result is kept there already; whether it was kept."""
-        if name in self._results:
-            return False
+    def keep(self, name: Name, payload: Payload) -> Payload | None:
+        """Keep `payload` under `name`, unless a result is kept there already: then that one, and nothing is kept."""
+        earlier = self._results.get(name)
+        if earlier is not None:
+            return earlier
         namespace = name[0]
         self._results[name] = payload
         self._by_namespace.setdefault(namespace, OrderedDict())[name[1]] = None
@@ -60,7 +61,7 @@ class KeyedResults:
         self.bytes += weight
         while self.bytes > self.max_bytes and len(self._results) > 1:
             self._evict()
-        return True
+        return None
 
     def _evict(self) -> None:
         """Let go the oldest result of the namespace that weighs the most (ties: the first one kept)."""

@@ -123,7 +123,8 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
             if core.tasks.get(task.task_id) is task:  # (not ended meanwhile: cancelled, or with what it waited on)
                 _drop(core, task)
     for task in list(silenced.values()):  # a keyed one's result is kept: given to them, not computed again
-        kept = core.keyed.get(core.keyed_tasks.get(task.task_id) or _NO_NAME)
+        name = core.keyed_tasks.get(task.task_id)
+        kept = core.keyed.get(name) if name is not None else None
         if kept is not None and core.tasks.get(task.task_id) is task:
             del silenced[task.task_id]
             core.reruns.add(task.task_id)  # (nothing of it goes to its client: _silent_end)
@@ -134,9 +135,6 @@ def replay(core: SchedulerCore, now: float, entries: Sequence[JournalEntry]) -> 
     core.journal = [entry for entry in core.journal if type(entry) is JournalResult]
     held = sum(len(results.task_ids) for client in clients.values() for results in client.held)
     return Replayed(len(clients), len(core.tasks), held, ended, _kept(current, *live_ids(core)), len(core.keyed))
-
-
-_NO_NAME: Name = (b"", "")  # (no key is "")
 
 
 def _apply(
