@@ -219,6 +219,16 @@ def sweep(directory: str = SHM_DIR) -> int:
 
 
 # ------------------------------------------------------------------------------------------- writer (client)
+SMALL_KINDS = frozenset({int, float, bool, complex, type(None)})  # never big: no need to look for Parts
+SIZED_KINDS = frozenset({bytes, bytearray, str})  # plain, and their length says whether they may be big
+
+
+def may_be_big(value: Any, threshold: int) -> bool:
+    """False for a value that is surely smaller than threshold once pickled (a number; a short str or bytes)."""
+    kind = type(value)
+    return kind not in SMALL_KINDS and (kind not in SIZED_KINDS or len(value) >= threshold)
+
+
 class Parts:
     """A serialized argument as the pickler wrote it: small pieces and the big buffers themselves (bytes, bytearray,
     an array's memory), not yet copied into one bytes object. It is copied once, into a segment (or joined, should
@@ -264,6 +274,123 @@ def pickle_parts(value: Any, plain: bool, threshold: int) -> Any:
     return chunks[0] if len(chunks) == 1 and type(chunks[0]) is bytes else b"".join(chunks)
 
 
+# ------------------------------------------------------------------------------------------- objects in place
+# A send_object value in a segment (ADR 0024): pickled with protocol 5, its big buffers (an array's memory, a
+# bytearray) out of band. The segment's data: this table, one u64 size per buffer, then at 64-byte boundaries the
+# pickle stream and each buffer. A processor unpickles it with the buffers as slices of its read-only mapping: an
+# array is read in place, by every processor of the host, without a copy.
+_OBJECT_TABLE = struct.Struct("<8sIIQ")  # magic, number of buffers, 0, the pickle stream's size
+_OBJECT_MAGIC = b"SCLROBJ1"
+_BUFFER_SIZE = struct.Struct("<Q")
+_ALIGN = 64
+_MAX_BUFFERS = 1 << 20  # (a table saying more is refused before anything is computed from it)
+
+
+def _aligned(size: int) -> int:
+    return (size + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+def _object_offsets(stream_size: int, buffer_sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Where the stream and each buffer start in an object's data, and the data's size."""
+    offset = _aligned(_OBJECT_TABLE.size + _BUFFER_SIZE.size * len(buffer_sizes))
+    offsets = [offset]
+    end = offset + stream_size
+    for size in buffer_sizes:
+        offset = _aligned(end)
+        offsets.append(offset)
+        end = offset + size
+    return offsets, end
+
+
+def pickle_object(value: Any, plain: bool) -> Parts:
+    """value pickled as a segment's object data (see _OBJECT_TABLE): its big buffers are not copied here."""
+    stream = _Collect()
+    buffers: list[pickle.PickleBuffer] = []
+    if plain:
+        pickle.Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(value)
+    else:
+        cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=buffers.append).dump(value)
+    views = []
+    for buffer in buffers:
+        try:
+            views.append(buffer.raw())
+        except BufferError:  # not contiguous: copied (NumPy hands out only contiguous ones)
+            views.append(memoryview(memoryview(buffer).tobytes()))
+    stream_size = sum(memoryview(chunk).nbytes for chunk in stream.chunks)
+    sizes = [view.nbytes for view in views]
+    offsets, end = _object_offsets(stream_size, sizes)
+    table = _OBJECT_TABLE.pack(_OBJECT_MAGIC, len(views), 0, stream_size) + b"".join(
+        _BUFFER_SIZE.pack(size) for size in sizes
+    )
+    chunks: list[Any] = [table.ljust(offsets[0], b"\x00"), *stream.chunks]
+    position = offsets[0] + stream_size
+    for offset, view in zip(offsets[1:], views, strict=True):
+        chunks.append(bytes(offset - position))
+        chunks.append(view)
+        position = offset + view.nbytes
+    return Parts(chunks, end)
+
+
+def _object_views(data: memoryview) -> tuple[memoryview, list[memoryview]]:
+    """The pickle stream and the buffers of an object's data (a segment's, after its header); MalformedReference if
+    the table does not describe data of that size."""
+    if len(data) < _OBJECT_TABLE.size:
+        raise MalformedReference("a shared object's segment is too short for its table")
+    magic, count, _, stream_size = _OBJECT_TABLE.unpack_from(data)
+    if magic != _OBJECT_MAGIC or count > _MAX_BUFFERS or _OBJECT_TABLE.size + 8 * count > len(data):
+        raise MalformedReference("a shared object's segment has no valid table")
+    sizes = [_BUFFER_SIZE.unpack_from(data, _OBJECT_TABLE.size + 8 * k)[0] for k in range(count)]
+    offsets, end = _object_offsets(stream_size, sizes)
+    if end != len(data):
+        raise MalformedReference(f"a shared object's table describes {end} bytes of data, its segment has {len(data)}")
+    stream = data[offsets[0] : offsets[0] + stream_size]
+    return stream, [data[offset : offset + size] for offset, size in zip(offsets[1:], sizes, strict=True)]
+
+
+class _InPlace:
+    """Pickles as a call of load_object(reference): the payload a shared object has at the scheduler and workers."""
+
+    __slots__ = ("reference",)
+
+    def __init__(self, reference: bytes) -> None:
+        self.reference = reference
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return load_object, (self.reference,)
+
+
+def object_payload(ref: Reference) -> bytes:
+    """What a shared object's payload is: a small pickle that, unpickled on the segment's host, reads it in place."""
+    return pickle.dumps(_InPlace(encode_reference(ref)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+objects_loaded = [0]  # how many times load_object ran in this process (a processor tells in-place values by it)
+
+
+def load_object(reference: bytes, directory: str = SHM_DIR) -> Any:
+    """The value a shared object's segment holds, its buffers read in place (read-only views of the mapping, which
+    stays open while the value keeps one). SharedMemoryUnreachable if this process cannot read the segment."""
+    objects_loaded[0] += 1
+    ref = decode_reference(reference)
+    mapping = open_reference(ref, directory)
+    whole = memoryview(mapping)
+    data = whole[DATA_OFFSET:]
+    try:
+        stream, buffers = _object_views(data)
+        try:
+            return pickle.loads(stream, buffers=buffers)
+        finally:
+            stream.release()
+            buffers.clear()  # (the views the value did not take go now)
+    finally:
+        data.release()
+        whole.release()
+        try:
+            mapping.close()
+        except BufferError:  # the value holds a view of it: the mapping goes when the value does
+            pass
+
+
 def _write_all(fd: int, parts: Sequence[Any]) -> None:
     for part in parts:
         view = memoryview(part).cast("B")
@@ -282,6 +409,8 @@ class SharedArguments:
         self.token = host_token()
         pid = os.getpid()
         self._prefix = f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"
+        # Results of this client's tasks come back in segments named so (a processor adds 24 hex digits)
+        self.results_prefix = self._prefix + os.urandom(4).hex()
         self._live: dict[str, int] = {}  # name -> size
         self._lock = threading.Lock()
         self._inline_until = 0.0  # after a fallback, arguments go inline until then
@@ -291,7 +420,9 @@ class SharedArguments:
         self.fallbacks = 0
         if self.enabled:
             sweep(directory)
-        self._finalizer = weakref.finalize(self, _unlink_all, directory, self._live, self._lock, pid)
+        self._finalizer = weakref.finalize(
+            self, _unlink_all, directory, self._live, self._lock, pid, self.results_prefix
+        )
 
     def active(self) -> bool:
         """False for a while after a processor could not read a segment (see fell_back)."""
@@ -319,37 +450,30 @@ class SharedArguments:
         tagged = tuple(tag_inline(p) if ref is None else encode_reference(ref) for p, ref in pairs)
         return tagged, names
 
+    def share_object(self, value: Any, plain: bool) -> tuple[Reference, int] | None:
+        """A send_object value written to a segment (pickle_object), and its size there; None when it is smaller
+        than the threshold or no segment could be made (it then goes inline)."""
+        if time.monotonic() < self._inline_until:
+            return None
+        parts = pickle_object(value, plain)
+        if parts.size < self.threshold:
+            return None
+        ref = self._create(parts)
+        return None if ref is None else (ref, parts.size)
+
     def _create(self, payload: Any) -> Reference | None:
         size = len(payload)
-        if not self._room_for(size):
+        if not _room_for(self.directory, size):
             return None
         name = self._prefix + os.urandom(16).hex()
-        nonce = os.urandom(16)
-        path = os.path.join(self.directory, name)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError:
-            return None
-        try:
-            with self._lock:
-                self._live[name] = size
-            os.fchmod(fd, SEGMENT_MODE)  # whatever the umask: readers accept nothing else
-            chunks = payload.chunks if isinstance(payload, Parts) else [payload]
-            _write_all(fd, [encode_header(nonce, size), *chunks])
-        except OSError:  # ENOSPC: /dev/shm is full
+        with self._lock:
+            self._live[name] = size
+        ref = write_segment(self.directory, name, payload, self.token)
+        if ref is None:
             self.release([name])
             return None
-        finally:
-            os.close(fd)
         self.shared += 1
-        return Reference(name, size, nonce, self.token)
-
-    def _room_for(self, size: int) -> bool:
-        try:
-            st = os.statvfs(self.directory)
-        except OSError:
-            return False
-        return (st.f_bavail * st.f_frsize) - size - DATA_OFFSET >= st.f_blocks * st.f_frsize * KEEP_FREE_FRACTION
+        return ref
 
     def read_back(self, name: str) -> bytes:
         """The argument's bytes, for a task sent again inline (checked as a processor checks a segment: the file may
@@ -387,6 +511,14 @@ class SharedArguments:
         """A task with shared arguments succeeded: a worker on this host reads them."""
         self._backoff = 1.0
 
+    def reply_trailer(self, limit: int) -> bytes:
+        """What follows this client's function objects (after their pickle, which pickle.loads stops before): where
+        and from what size a processor on this host may write the results of its tasks flagged FLAG_SHARED_RESULT,
+        and up to what size (the scheduler's payload limit: a bigger result goes inline, and the scheduler fails it
+        as it does any payload over its limit)."""
+        prefix = self.results_prefix.encode("ascii")
+        return _REPLY.pack(_REPLY_MAGIC, self.token, self.threshold, limit) + prefix + bytes((len(prefix),))
+
     @property
     def live(self) -> list[str]:
         with self._lock:
@@ -396,17 +528,136 @@ class SharedArguments:
         self._finalizer()
 
 
-def _unlink_all(directory: str, live: dict[str, int], lock: threading.Lock, owner: int) -> None:
+def _room_for(directory: str, size: int) -> bool:
+    """Whether a segment of `size` bytes leaves a quarter of /dev/shm free."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return (st.f_bavail * st.f_frsize) - size - DATA_OFFSET >= st.f_blocks * st.f_frsize * KEEP_FREE_FRACTION
+
+
+def write_segment(directory: str, name: str, payload: Any, token: bytes) -> Reference | None:
+    """A new segment `name` holding payload (bytes or Parts), mode 0600; its reference, None if it could not be made
+    (the name taken, /dev/shm full: what was made is unlinked)."""
+    size = len(payload)
+    nonce = os.urandom(16)
+    path = os.path.join(directory, name)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        os.fchmod(fd, SEGMENT_MODE)  # whatever the umask: readers accept nothing else
+        chunks = payload.chunks if isinstance(payload, Parts) else [payload]
+        _write_all(fd, [encode_header(nonce, size), *chunks])
+    except OSError:  # ENOSPC: /dev/shm is full
+        _unlink_quietly(path)
+        return None
+    finally:
+        os.close(fd)
+    return Reference(name, size, nonce, token)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _unlink_all(directory: str, live: dict[str, int], lock: threading.Lock, owner: int, results: str) -> None:
+    """A client's close: its argument and object segments, and the results of its tasks it did not read (named
+    `results`...)."""
     if os.getpid() != owner:  # a forked copy of the client's process, exiting: the segments are the parent's
         return
     with lock:
         names = list(live)
         live.clear()
+    try:
+        names += [entry.name for entry in os.scandir(directory) if entry.name.startswith(results)]
+    except OSError:
+        pass
     for name in names:
-        try:
-            os.unlink(os.path.join(directory, name))
-        except OSError:
-            pass
+        _unlink_quietly(os.path.join(directory, name))
+
+
+# ------------------------------------------------------------------------------------------- results
+# A client with shared memory on ends its function objects with a reply trailer (SharedArguments.reply_trailer): magic,
+# its host token, the size from which results go by shared memory, the size up to which they may (the scheduler's
+# payload limit), the prefix of their segments' names, and that prefix's length in the last byte. A processor whose
+# token is the same writes a task's result of a size in that range
+# (a task flagged FLAG_SHARED_RESULT: its result goes to its client only) into a segment and sends result_payload's
+# small pickle instead; the client's unpickling of it reads the result (one copy out) and unlinks the segment.
+_REPLY_MAGIC = b"SCLRRPLY"
+_REPLY = struct.Struct("<8s16sQQ")
+_RESULTS_PREFIX = re.compile(r"scaler-\d{1,20}-\d{1,10}-\d{1,20}-[0-9a-f]{8}")
+
+
+@dataclass(frozen=True)
+class Reply:
+    token: bytes
+    threshold: int
+    prefix: str
+    limit: int
+
+
+def parse_reply(function_object: Any) -> Reply | None:
+    """The reply trailer of a function object, None if it has none (another client's, shared memory off)."""
+    view = memoryview(function_object)
+    if not len(view):
+        return None
+    length = view[-1]
+    start = len(view) - 1 - length - _REPLY.size
+    if length == 0 or start < 0:
+        return None
+    magic, token, threshold, limit = _REPLY.unpack_from(view, start)
+    if magic != _REPLY_MAGIC:
+        return None
+    try:
+        prefix = bytes(view[start + _REPLY.size : -1]).decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not _RESULTS_PREFIX.fullmatch(prefix) or not 1 <= threshold <= limit:
+        return None
+    return Reply(token, threshold, prefix, limit)
+
+
+class _Reply:
+    """Pickles as a call of load_result(reference): a result's payload when it came back by shared memory."""
+
+    __slots__ = ("reference",)
+
+    def __init__(self, reference: bytes) -> None:
+        self.reference = reference
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return load_result, (self.reference,)
+
+
+def share_result(payload: Any, reply: Reply, directory: str = SHM_DIR) -> bytes | None:
+    """A result's payload written to a segment for its client (whose reply trailer is `reply`), and the small payload
+    that stands for it; None when the client is on another host, the result is small, or no segment could be made:
+    it then goes inline."""
+    size = len(payload)
+    if not reply.threshold <= size <= reply.limit or reply.token != host_token() or not _room_for(directory, size):
+        return None
+    ref = write_segment(directory, reply.prefix + os.urandom(12).hex(), payload, reply.token)
+    if ref is None:
+        return None
+    return pickle.dumps(_Reply(encode_reference(ref)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_result(reference: bytes, directory: str = SHM_DIR) -> Any:
+    """A result a processor wrote to a segment: unpickled from the mapping, which is closed; the segment is then
+    unlinked if it is named for a client of this process (a result is read once, by the client that asked)."""
+    ref = decode_reference(reference)
+    try:
+        return read_argument(ref, pickle.loads, directory)
+    finally:
+        pid = os.getpid()
+        if ref.name.startswith(f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"):
+            _unlink_quietly(os.path.join(directory, ref.name))
 
 
 # ------------------------------------------------------------------------------------------- reader (processor)

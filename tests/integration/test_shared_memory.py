@@ -286,3 +286,221 @@ def test_a_worker_that_cannot_read_the_segment_still_runs_the_task(worker_elsewh
         client._shared._inline_until = 0.0
         assert client.submit(digest, data[3]).result(timeout=TIMEOUT) == digest(data[3])
         assert not segments(client)
+
+
+# ----------------------------------------------------------------------------------------------- objects in place
+ARRAY_ITEMS = 4 << 20  # 32 MiB of float64
+
+
+def mapped_from(value: Any) -> tuple[float, bool, list[str]]:
+    """The sum of a send_object array, whether the task may write into it, and the scaler segments this processor
+    has mapped (from /proc/self/maps): the array is read in place if its segment is among them."""
+    names = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/scaler-" in line:
+                names.add(line.rsplit("/", 1)[1].split()[0])
+    return float(value.sum()), bool(value.flags.writeable), sorted(names)
+
+
+def add_one_in_place(value: Any) -> None:
+    value += 1
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to count the scheduler's bytes")
+def test_a_big_object_is_read_in_place_by_every_processor(combo: SchedulerClusterCombo) -> None:
+    numpy = pytest.importorskip("numpy")
+    port = int(combo.address.rsplit(":", 1)[1])
+    array = numpy.random.default_rng(1).random(ARRAY_ITEMS)
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        assert client.submit(len, b"warm").result(timeout=TIMEOUT) == 4
+        before = scheduler_received(port)
+        ref = client.send_object(array, name="big")
+        (segment,) = segments(client)
+        assert ref.size >= array.nbytes  # the size it has in shared memory, not the reference's
+        results = [f.result(timeout=TIMEOUT) for f in [client.submit(mapped_from, ref) for _ in range(8)]]
+        results += client.map(mapped_from, [(ref,)] * 4, timeout=TIMEOUT)
+        through = scheduler_received(port) - before
+        assert through < 200_000, f"the scheduler received {through:,} bytes for an object of {array.nbytes:,}"
+        assert {r[0] for r in results} == {float(array.sum())}
+        assert {r[1] for r in results} == {False}  # read-only: it is the segment's memory
+        assert all(segment in r[2] for r in results)  # every call read it where it is, mapped
+        with pytest.raises(ValueError, match="read-only") as raised:
+            client.submit(add_one_in_place, ref).result(timeout=TIMEOUT)
+        if sys.version_info >= (3, 11):  # the error says why, and what to do
+            assert "numpy.array(x)" in "".join(getattr(raised.value, "__notes__", []))
+        # small objects, and the client's other values, go inline as before
+        small = client.send_object(list(range(10)))
+        assert client.submit(sum, small).result(timeout=TIMEOUT) == 45
+        assert segments(client) == [segment]
+        client.clear()  # frees the objects: the segment goes with them
+        assert not segments(client)
+        ref = client.send_object(array)
+        assert client.submit(mapped_from, ref).result(timeout=TIMEOUT)[0] == float(array.sum())
+        assert len(segments(client)) == 1
+        shared = client._shared
+    assert shared is not None and shared.fallbacks == 0
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(shared._prefix)]  # gone on disconnect
+
+
+def test_shared_memory_off_or_a_custom_serializer_send_objects_inline(combo: SchedulerClusterCombo) -> None:
+    numpy = pytest.importorskip("numpy")
+    from scaler.serializer import Serializer
+
+    class Plain(Serializer):
+        @staticmethod
+        def serialize(obj: object) -> bytes:
+            import pickle
+
+            return pickle.dumps(obj)
+
+        @staticmethod
+        def deserialize(payload: bytes) -> object:
+            import pickle
+
+            return pickle.loads(payload)
+
+    array = numpy.arange(1 << 18, dtype=numpy.float64)  # 2 MiB
+    for settings in ({"shared_memory": False}, {"serializer": Plain()}):
+        with Client(address=combo.address, timeout_seconds=TIMEOUT, **settings) as client:
+            ref = client.send_object(array)
+            total, writeable, _ = client.submit(mapped_from, ref).result(timeout=TIMEOUT)
+            assert total == float(array.sum()) and writeable  # the processor's own copy
+            assert not client._shared_objects
+
+
+def test_an_object_a_worker_cannot_read_in_place_is_sent_again_inline(worker_elsewhere: str) -> None:
+    numpy = pytest.importorskip("numpy")
+    array = numpy.random.default_rng(2).random(1 << 18)  # 2 MiB
+    with Client(address=worker_elsewhere, timeout_seconds=TIMEOUT) as client:
+        assert client._shared is not None
+        ref = client.send_object(array)
+        assert len(segments(client)) == 1
+        future = client.submit(mapped_from, ref)
+        task_id = future.task_id
+        total, writeable, mapped = future.result(timeout=TIMEOUT)
+        # read from an inline copy, read-only still: the object behaves as it does in place
+        assert total == float(array.sum()) and not writeable and not mapped
+        assert future.task_id != task_id and client._shared.fallbacks == 1
+        # the copy is sent once: the map's tasks (and a keyword) all use it
+        client._shared._inline_until = 0.0
+        results = client.map(mapped_from, [(ref,)] * 3, timeout=TIMEOUT)
+        results.append(client.submit(mapped_from, value=ref).result(timeout=TIMEOUT))
+        assert {r[0] for r in results} == {float(array.sum())}
+        assert len(client._inline_copies) == 1
+        # within the back-off, a new big object goes inline at once
+        client._shared._inline_until = time.monotonic() + 600
+        inline = client.send_object(array + 1)
+        assert client.submit(mapped_from, inline).result(timeout=TIMEOUT)[0] == float((array + 1).sum())
+        assert len(segments(client)) == 1
+
+
+def test_a_graph_given_a_shared_object_gets_an_inline_copy(combo: SchedulerClusterCombo) -> None:
+    numpy = pytest.importorskip("numpy")
+    array = numpy.arange(1 << 18, dtype=numpy.float64)  # 2 MiB
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        ref = client.send_object(array)
+        graph = {"a": ref, "total": (mapped_from, "a"), "again": (mapped_from, ref)}
+        got = client.get(graph, ["total", "again"], timeout=TIMEOUT)
+        assert got["total"][0] == got["again"][0] == float(array.sum())
+        assert not got["total"][2]  # not mapped: a copy, which any worker can read
+        assert len(client._inline_copies) == 1  # sent once for both
+
+
+# ----------------------------------------------------------------------------------------------- results
+def big_result(seed: int, size: int = BIG) -> bytes:
+    return seed.to_bytes(8, "little") * (size // 8)
+
+
+def big_array(n: int) -> Any:
+    import numpy
+
+    return numpy.full(n, 1.5)
+
+
+def results_left(client: Client) -> list[str]:
+    """Result segments of this client's tasks still in /dev/shm."""
+    assert client._shared is not None
+    return [name for name in os.listdir("/dev/shm") if name.startswith(client._shared.results_prefix)]
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to count the scheduler's bytes")
+def test_big_results_come_back_through_shared_memory(combo: SchedulerClusterCombo) -> None:
+    numpy = pytest.importorskip("numpy")
+    port = int(combo.address.rsplit(":", 1)[1])
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        assert client.submit(len, b"warm").result(timeout=TIMEOUT) == 4
+        before = scheduler_received(port)
+        futures = [client.submit(big_result, k) for k in range(3)]
+        values = [f.result(timeout=TIMEOUT) for f in futures] + client.map(big_result, range(3, 6), timeout=TIMEOUT)
+        array = client.submit(big_array, 1 << 18).result(timeout=TIMEOUT)
+        through = scheduler_received(port) - before
+        assert values == [big_result(k) for k in range(6)]
+        assert isinstance(array, numpy.ndarray) and array.flags.writeable and float(array.sum()) == 1.5 * (1 << 18)
+        assert through < 200_000, f"the scheduler received {through:,} bytes for 7 results of {BIG:,}"
+        assert results_left(client) == []  # each unlinked once read
+        assert client.submit(big_result, 7, 100).result(timeout=TIMEOUT) == big_result(7, 100)  # small: inline
+        # a result nobody reads stays until the client closes
+        unread = client.submit(big_result, 8)
+        wait_until(lambda: unread.done(), timeout=TIMEOUT, what="the unread task to end")
+        assert len(results_left(client)) == 1
+        shared = client._shared
+    assert shared is not None
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(shared.results_prefix)]
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to count the scheduler's bytes")
+def test_graph_keyed_and_custom_serializer_results_stay_inline(combo: SchedulerClusterCombo) -> None:
+    from scaler.serializer import Serializer
+
+    class Plain(Serializer):
+        @staticmethod
+        def serialize(obj: object) -> bytes:
+            import pickle
+
+            return pickle.dumps(obj)
+
+        @staticmethod
+        def deserialize(payload: bytes) -> object:
+            import pickle
+
+            return pickle.loads(payload)
+
+    port = int(combo.address.rsplit(":", 1)[1])
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        before = scheduler_received(port)
+        # a graph's result may feed other tasks, a keyed result is kept by the scheduler: both must be real bytes
+        got = client.get({"a": (big_result, 1), "n": (len, "a")}, ["a", "n"], timeout=TIMEOUT)
+        assert got == {"a": big_result(1), "n": BIG}
+        keyed = client.options(idempotency_key="big-result").submit(big_result, 2)
+        assert keyed.result(timeout=TIMEOUT) == big_result(2)
+        assert client.options(idempotency_key="big-result").submit(big_result, 2).result(TIMEOUT) == big_result(2)
+        assert scheduler_received(port) - before > 2 * BIG
+    with Client(address=combo.address, timeout_seconds=TIMEOUT, serializer=Plain()) as client:
+        before = scheduler_received(port)
+        assert client.submit(big_result, 3).result(timeout=TIMEOUT) == big_result(3)
+        assert scheduler_received(port) - before > BIG
+
+
+def test_a_big_result_for_a_client_on_another_host_comes_inline(worker_elsewhere: str) -> None:
+    with Client(address=worker_elsewhere, timeout_seconds=TIMEOUT) as client:
+        assert client.map(big_result, range(2), timeout=TIMEOUT) == [big_result(0), big_result(1)]
+        assert client._shared is not None and client._shared.fallbacks == 0  # nothing to fall back from
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    """docs/client.md's "Large objects and results" example against a real cluster (only the address changes)."""
+    pytest.importorskip("numpy")
+    import re
+
+    section = (ROOT / "docs" / "client.md").read_text().split("\n### Large objects and results\n", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None
+    address = free_address()
+    script = tmp_path / "example.py"
+    script.write_text(match.group(1).replace("tcp://127.0.0.1:2345", address))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    with SchedulerClusterCombo(address=address, n_workers=2, **FAST):
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == [str([16_000_000.0] * 16), "2000000"]

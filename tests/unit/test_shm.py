@@ -318,3 +318,132 @@ def test_a_segment_is_0600_whatever_the_umask(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert read_argument(ref, bytes, str(tmp_path)) == b"s" * 100
     shared.close()
+
+
+# ----------------------------------------------------------------------------------------------- objects in place
+def test_an_object_is_read_in_place_and_its_mapping_lives_as_long_as_the_value(tmp_path: Path) -> None:
+    numpy = pytest.importorskip("numpy")
+    shared = SharedArguments(1000, str(tmp_path))
+    value = {"array": numpy.arange(4096, dtype=numpy.float64), "bytes": bytearray(b"b" * 5000), "n": 7}
+    made = shared.share_object(value, plain=True)
+    assert made is not None
+    ref, size = made
+    assert size == ref.size and (tmp_path / ref.name).stat().st_size == DATA_OFFSET + size
+    payload = shm.object_payload(ref)
+    assert len(payload) < 200  # what the scheduler and workers carry
+    loaded = shm.load_object(encode_reference(ref), str(tmp_path))  # (what pickle.loads(payload) calls)
+    assert (loaded["array"] == value["array"]).all() and loaded["bytes"] == value["bytes"] and loaded["n"] == 7
+    assert not loaded["array"].flags.writeable
+    assert ref.name in Path("/proc/self/maps").read_text()  # the array is the mapping's memory
+    del loaded
+    assert ref.name not in Path("/proc/self/maps").read_text()  # gone with the value
+    plain = shared.share_object(list(range(5000)), plain=True)  # no buffer: read and unmapped at once
+    assert plain is not None
+    assert shm.load_object(encode_reference(plain[0]), str(tmp_path)) == list(range(5000))
+    assert plain[0].name not in Path("/proc/self/maps").read_text()
+    assert shared.share_object(b"small", plain=True) is None  # under the threshold: inline
+    shared.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _forged_object(shared: SharedArguments, data: bytes) -> bytes:
+    """A segment holding `data` as an object's data, made as a client makes one: its reference payload."""
+    ref = shared._create(data)
+    assert ref is not None
+    return encode_reference(ref)
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"short", "too short"),
+        (b"NOTATABL" + bytes(60), "no valid table"),
+        (shm._OBJECT_TABLE.pack(b"SCLROBJ1", 1 << 30, 0, 0) + bytes(40), "no valid table"),
+        (shm._OBJECT_TABLE.pack(b"SCLROBJ1", 0, 0, 1 << 40) + bytes(40), "describes"),
+        (shm._OBJECT_TABLE.pack(b"SCLROBJ1", 1, 0, 0) + (1 << 62).to_bytes(8, "little") + bytes(40), "describes"),
+    ],
+)
+def test_a_forged_object_segment_is_refused_clearly(tmp_path: Path, data: bytes, says: str) -> None:
+    shared = SharedArguments(1, str(tmp_path))
+    with pytest.raises(MalformedReference, match=says):
+        shm.load_object(_forged_object(shared, data), str(tmp_path))
+    assert ref_maps_clean(tmp_path)
+    shared.close()
+
+
+def ref_maps_clean(tmp_path: Path) -> bool:
+    """No segment of tmp_path is still mapped by this process."""
+    return str(tmp_path) not in Path("/proc/self/maps").read_text()
+
+
+# ----------------------------------------------------------------------------------------------- results
+def test_a_function_objects_reply_trailer_is_read_back_and_anything_else_is_none(tmp_path: Path) -> None:
+    shared = SharedArguments(4096, str(tmp_path))
+    function_object = pickle.dumps((None, b"function bytes")) + shared.reply_trailer(1 << 30)
+    assert pickle.loads(function_object) == (None, b"function bytes")  # a worker that knows no trailer ignores it
+    reply = shm.parse_reply(function_object)
+    assert reply == shm.Reply(shm.host_token(), 4096, shared.results_prefix, 1 << 30)
+    assert shm.parse_reply(pickle.dumps((None, b"function bytes"))) is None
+    assert shm.parse_reply(b"") is None
+    trailer = shared.reply_trailer(1 << 30)
+    for forged in (
+        trailer[:-1] + b"\xff",  # a length longer than the payload
+        trailer.replace(b"SCLRRPLY", b"SCLRXXXX"),
+        trailer.replace(shared.results_prefix.encode(), b"../../etc/passwd1234567"[: len(shared.results_prefix)]),
+        shm._REPLY.pack(b"SCLRRPLY", b"t" * 16, 0, 1) + trailer[shm._REPLY.size :],  # threshold 0
+        shm._REPLY.pack(b"SCLRRPLY", b"t" * 16, 4096, 100) + trailer[shm._REPLY.size :],  # a limit under it
+    ):
+        assert shm.parse_reply(b"pickle" + forged) is None
+    shared.close()
+
+
+def test_a_result_is_shared_only_for_this_host_and_read_once(tmp_path: Path) -> None:
+    shared = SharedArguments(100, str(tmp_path))
+    reply = shm.parse_reply(shared.reply_trailer(5000))
+    assert reply is not None
+    big = pickle.dumps(b"r" * 1000)
+    assert shm.share_result(big[:50], reply, str(tmp_path)) is None  # under the client's threshold
+    elsewhere = shm.Reply(b"o" * 16, reply.threshold, reply.prefix, reply.limit)
+    assert shm.share_result(big, elsewhere, str(tmp_path)) is None  # the client is on another host
+    assert shm.share_result(big * 10, reply, str(tmp_path)) is None  # over the limit: inline, the scheduler says
+    payload = shm.share_result(big, reply, str(tmp_path))
+    assert payload is not None and len(payload) < 200
+    (segment,) = list(tmp_path.iterdir())
+    assert segment.name.startswith(shared.results_prefix)
+    called, reference = called_in(payload)
+    assert called is shm.load_result  # what the client's pickle.loads(payload) runs
+    assert shm.load_result(reference, str(tmp_path)) == b"r" * 1000
+    assert list(tmp_path.iterdir()) == []  # read once: unlinked by the client that read it
+    with pytest.raises(SharedMemoryUnreachable, match="is gone"):
+        shm.load_result(reference, str(tmp_path))
+    shared.close()
+
+
+def test_reading_a_result_unlinks_only_a_segment_named_for_this_process(tmp_path: Path) -> None:
+    shared = SharedArguments(1, str(tmp_path))
+    ref = shared._create(pickle.dumps("argument"))  # named for this process, as a result would be
+    assert ref is not None
+    foreign = Reference(NAME, ref.size, ref.nonce, ref.token)  # another process's name
+    os.link(tmp_path / ref.name, tmp_path / NAME)
+    assert shm.load_result(encode_reference(foreign), str(tmp_path)) == "argument"
+    assert (tmp_path / NAME).exists()  # not ours to unlink
+    assert shm.load_result(encode_reference(ref), str(tmp_path)) == "argument"
+    assert not (tmp_path / ref.name).exists()
+    os.unlink(tmp_path / NAME)
+    shared.close()
+
+
+def called_in(payload: bytes) -> tuple[Any, bytes]:
+    """The function a payload's pickle calls and its one argument, found without calling it."""
+    found: list[Any] = []
+
+    class Catch(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            function = super().find_class(module, name)
+            found.append(function)
+            return lambda argument: argument
+
+    import io
+
+    argument = Catch(io.BytesIO(payload)).load()
+    return found[0], argument

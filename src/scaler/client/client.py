@@ -71,17 +71,28 @@ from scaler.protocol.messages import (
     Payload,
     TaskStatus,
 )
-from scaler.protocol.records import FLAG_REPORT_END, FLAG_SHARED_ARGUMENTS
+from scaler.protocol.records import FLAG_REPORT_END, FLAG_SHARED_ARGUMENTS, FLAG_SHARED_RESULT
 from scaler.security.keys import PeerKeys, load_peer_keys, resolve
 from scaler.serializer import DEFAULT_SERIALIZER, DefaultSerializer, Serializer, _is_plain, serializer_input
-from scaler.shm import DEFAULT_THRESHOLD, Parts, SharedArguments, pickle_parts, untag
+from scaler.shm import (
+    DEFAULT_THRESHOLD,
+    SIZED_KINDS,
+    SMALL_KINDS,
+    Parts,
+    Reference,
+    SharedArguments,
+    encode_reference,
+    load_object,
+    may_be_big,
+    object_payload,
+    pickle_parts,
+    untag,
+)
 from scaler.task_context import SCHEDULER_ADDRESS_VARIABLE, NestedWait, current_task_id, in_task
 
 logger = logging.getLogger(__name__)
 
 _UNREAD: Any = object()  # a function's signature not read yet
-_SMALL_KINDS = frozenset({int, float, bool, complex, type(None)})  # never big: no need to look for Parts
-_SIZED_KINDS = frozenset({bytes, bytearray, str})  # plain, and their length says whether they may be big
 _MAP_CHUNK = 2000  # requests handed to the I/O thread at once by map()
 _NO_REFERENCE = (0,)  # the references of a task whose one argument is a value
 _MANY_ARGUMENTS = 1024  # a task with more arguments than this may not fit in one message: checked (_check_header)
@@ -112,6 +123,8 @@ class Client:
         shared_memory: arguments of submit and map at least this many bytes once serialized (True: 1 MiB) are
             written once to shared memory (/dev/shm) and read from there by workers on this host, past the
             scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
+            With the default serializer, send_object values that big are read in place (read-only) by the
+            workers of this host, and results that big come back the same way ("Large objects and results").
             False: always inline.
         scheduler_restart_grace_seconds: with a scheduler that keeps a journal (scaler_scheduler --journal), how long
             to wait for it to come back after its connection closed (a restart) before pending futures fail; the
@@ -168,6 +181,10 @@ class Client:
         self._functions: dict[int, tuple[Any, int]] = {}  # id(function) -> (weakref or function, object id)
         self._signatures: dict[int, _CallCheck | None] = {}  # function object id -> how to check a call, if any
         self._objects: set[int] = set()
+        # send_object values in shared memory (ADR 0024): object id -> (its segment's reference, its name); and the
+        # inline copy sent for one when a worker on another host could not read it
+        self._shared_objects: dict[int, tuple[Reference, str]] = {}
+        self._inline_copies: dict[int, int] = {}
         # Reentrant: a function's weakref callback (_forget_function) may run in whatever thread the garbage
         # collector interrupts, this one included while it holds the lock.
         self._lock = threading.RLock()
@@ -191,9 +208,12 @@ class Client:
             self._shared = shared if shared.enabled else None
         # Arguments at least this big are pickled in pieces (Parts), copied once, into shared memory.
         self._parts_from = threshold if self._shared is not None and type(serializer) is DefaultSerializer else None
-        # With the default serializer, arguments of the kinds that are never big (_SMALL_KINDS) are pickled at once:
+        # With the default serializer, arguments of the kinds that are never big (SMALL_KINDS) are pickled at once:
         # DefaultSerializer.serialize gives them pickle.dumps' bytes.
         self._plain_serializer = type(serializer) is DefaultSerializer
+        # Tasks whose result comes to this client only (submit, map; not graphs, not keyed) may get it back through
+        # shared memory from a worker of this host: the processor writes it, this client reads and unlinks it.
+        self._result_flag = FLAG_SHARED_RESULT if self._parts_from is not None else 0
         self._renamed: dict[int, int] = {}  # a map's task id -> the id it was sent again under (inline)
 
     # ------------------------------------------------------------------------------------------- context
@@ -347,12 +367,12 @@ class Client:
         refs, keywords, payloads = self._encode_arguments(fn, args, kwargs)
         task_id = connection.mint(1)[0]
         future = ScalerFuture(task_id, _label(fn), self._cancel, connection.io_thread, connection.wait, running=True)
-        flags = (FLAG_PROFILING if profiling else 0) | options.flags
+        flags = (FLAG_PROFILING if profiling else 0) | options.flags | (0 if options.key else self._result_flag)
         task = NewTask(
             task_id, function_id, flags, refs, keywords, payloads, options.task, options.requirement, options.key
         )
         sink: ResultSink = FutureSink(future, self._serializer, profiling, options.requirement)
-        if self._shared is not None and self._shared.wanted(payloads):
+        if self._shared is not None and (self._shared.wanted(payloads) or self._refers_shared(refs)):
             task, sink = self._share(connection, task, sink, fn, functools.partial(_retarget_future, future))
         try:
             connection.register([(task_id, sink)])
@@ -403,7 +423,8 @@ class Client:
         items = _argument_tuples(iterables)
         function_id = self._function_object(fn)
         self._check_map_call(fn, function_id, items, len(iterables))
-        flags = options.flags  # not profiling: map returns values, not futures, so there is nowhere to read it from
+        # not profiling: map returns values, not futures, so there is nowhere to read it from
+        flags = options.flags | (0 if options.key else self._result_flag)
         ids = connection.mint(len(items))
         tasks = []
         collector = Collector(len(items))
@@ -415,7 +436,7 @@ class Client:
                 task = NewTask(task_id, function_id, flags, refs, None, payloads, task_options, requirement)
                 if key:
                     task = task._replace(key=f"{key}/{index}")
-                if shared is not None and shared.wanted(payloads):
+                if shared is not None and (shared.wanted(payloads) or self._refers_shared(refs)):
                     retarget = functools.partial(self._renamed.__setitem__, task_id)
                     task, sinks[index] = self._share(connection, task, sinks[index], fn, retarget)
                 tasks.append(task)
@@ -637,7 +658,7 @@ class Client:
         ids: dict[Hashable, int] = {}
         for (key, value), object_id in zip(plan.literals.items(), connection.mint(len(plan.literals))):
             if isinstance(value, ObjectReference):  # the object it refers to (already in the scheduler)
-                ids[key] = self._check_reference(value)
+                ids[key] = self._graph_reference(value)
                 continue
             try:
                 payload = self._serialize(value)
@@ -663,7 +684,7 @@ class Client:
                 if isinstance(arg, KeyArg):
                     refs.append(ids[arg.key])
                 elif isinstance(arg.value, ObjectReference):
-                    refs.append(self._check_reference(arg.value))
+                    refs.append(self._graph_reference(arg.value))
                 else:
                     refs.append(0)
                     try:
@@ -819,16 +840,67 @@ class Client:
             else:
                 raise TypeError(f"send_object(obj, name=None): name must be a str, not {type(name).__name__}")
         connection = self._live()
-        try:
-            payload = self._serialize(obj)
-        except _Unserializable as exc:
-            raise exc.error("the object") from exc.__cause__
+        shared = self._share_object(obj)
+        if shared is None:
+            try:
+                payload = self._serialize(obj)
+            except _Unserializable as exc:
+                raise exc.error("the object") from exc.__cause__
+            size = len(payload)
+        else:
+            payload, size = object_payload(shared[0]), shared[1]
+            if size > self._max_payload:  # (the limit is the same by any road: an inline copy may have to be sent)
+                assert self._shared is not None
+                self._shared.release([shared[0].name])
+                raise PayloadTooLargeError(self._too_large("the object", size))
         object_id = connection.mint(1)[0]
         label = name if name is not None else f"object-{object_id & ((1 << ID_PREFIX_SHIFT) - 1)}"
-        connection.submit_one(NewObject(object_id, payload, label))
         with self._lock:
             self._objects.add(object_id)
-        return ObjectReference(label, object_id, len(payload))
+            if shared is not None:
+                self._shared_objects[object_id] = (shared[0], label)
+        connection.submit_one(NewObject(object_id, payload, label))
+        return ObjectReference(label, object_id, size)
+
+    def _share_object(self, obj: Any) -> tuple[Reference, int] | None:
+        """send_object's value written to shared memory, read in place by the workers of this host (ADR 0024): with
+        the default serializer, when it is at least the shared-memory threshold; None: it goes inline."""
+        if self._parts_from is None or self._shared is None:
+            return None
+        if not may_be_big(obj, self._parts_from):
+            return None
+        try:
+            return self._shared.share_object(obj, _is_plain(obj))
+        except Exception:  # (not picklable: the inline path says so, in its words)
+            return None
+
+    def _inline_refs(self, refs: tuple[int, ...]) -> tuple[int, ...]:
+        """A task's object references with each shared object's replaced by an inline copy of it (sent now, once),
+        for a task sent again because its worker could not read the segment (another host)."""
+        return tuple(self._inline_copy(ref) if ref in self._shared_objects else ref for ref in refs)
+
+    def _inline_copy(self, object_id: int) -> int:
+        with self._lock:
+            copy = self._inline_copies.get(object_id)
+            entry = self._shared_objects.get(object_id)
+        if copy is not None:
+            return copy
+        if entry is None:
+            raise ValueError(f"object {object_id:#x} was freed")
+        reference, label = entry
+        value = load_object(encode_reference(reference))
+        try:
+            payload = self._serialize(value)
+        except _Unserializable as exc:
+            raise exc.error(f"the object {label!r}") from exc.__cause__
+        del value
+        copy = self._connection.mint(1)[0]
+        with self._lock:
+            self._inline_copies[object_id] = copy
+            self._objects.add(copy)
+        self._connection.submit_one(NewObject(copy, payload, label))
+        logger.info("object %r sent again inline: a worker on another host could not read it in place", label)
+        return copy
 
     def clear(self) -> None:
         """Cancel every unfinished task of this client and free every object it sent (references die). Their
@@ -840,7 +912,12 @@ class Client:
             self._objects.clear()
             self._functions.clear()
             self._signatures.clear()
+            segments = [reference.name for reference, _ in self._shared_objects.values()]
+            self._shared_objects.clear()
+            self._inline_copies.clear()
         connection.submit([FreeRequest(object_id) for object_id in object_ids])
+        if segments and self._shared is not None:
+            self._shared.release(segments)  # (a processor that maps one keeps its pages until it drops the object)
 
     # ------------------------------------------------------------------------------------------- lifetime
     def disconnect(self) -> None:
@@ -938,6 +1015,8 @@ class Client:
             return entry[1]
         try:
             payload = pack_function(self._serializer, fn)
+            if self._parts_from is not None and self._shared is not None:  # results may come back by shared memory
+                payload += self._shared.reply_trailer(self._max_payload)
         except Exception as exc:
             raise TypeError(f"the function {_label(fn)} could not be serialized: {exc}") from exc
         if len(payload) > self._max_payload:
@@ -1051,7 +1130,7 @@ class Client:
         here without the five calls per task that path makes (about 5 % of a map of no-op tasks: ADR 0020;
         tests/integration/test_map_encoding.py checks both give the same bytes)."""
         plain = self._plain_serializer
-        small, dumps, protocol, limit = _SMALL_KINDS, pickle.dumps, pickle.HIGHEST_PROTOCOL, self._max_payload
+        small, dumps, protocol, limit = SMALL_KINDS, pickle.dumps, pickle.HIGHEST_PROTOCOL, self._max_payload
         for item in items:
             if plain and len(item) == 1 and type(item[0]) in small:
                 payload = dumps(item[0], protocol)
@@ -1060,6 +1139,12 @@ class Client:
                     continue
             refs, _, payloads = self._encode_arguments(fn, item, {})
             yield refs, payloads
+
+    def _graph_reference(self, ref: ObjectReference) -> int:
+        """The object a graph's task is given for `ref`: an object in shared memory is given as its inline copy
+        (sent once), since a graph's task cannot be sent again alone should its worker be on another host."""
+        object_id = self._check_reference(ref)
+        return self._inline_copy(object_id) if object_id in self._shared_objects else object_id
 
     def _check_reference(self, ref: ObjectReference) -> int:
         if ref.object_id >> ID_PREFIX_SHIFT != self._prefix:
@@ -1089,12 +1174,27 @@ class Client:
         when it ends, or sends it again inline if its worker cannot read them; as it was if no segment could be
         made."""
         assert self._shared is not None
-        shared = self._shared.share(task.payloads)
-        if shared is None:
-            return task._replace(payloads=untag(task.payloads)), sink
-        payloads, names = shared
-        task = task._replace(flags=task.flags | FLAG_SHARED_ARGUMENTS, payloads=payloads)
-        return task, SharedSink(connection, self._shared, sink, task, names, fn, _label(fn), retarget)
+        names: list[str] = []
+        if self._shared.wanted(task.payloads):
+            shared = self._shared.share(task.payloads)
+            if shared is None:
+                task = task._replace(payloads=untag(task.payloads))
+            else:
+                payloads, names = shared
+                task = task._replace(flags=task.flags | FLAG_SHARED_ARGUMENTS, payloads=payloads)
+        objects = self._inline_refs if self._refers_shared(task.arg_refs) else None
+        if not names and objects is None:
+            return task, sink
+        return task, SharedSink(connection, self._shared, sink, task, names, fn, _label(fn), retarget, objects)
+
+    def _refers_shared(self, refs: tuple[int, ...]) -> bool:
+        """Whether a task's arguments include an object sent by shared memory."""
+        shared = self._shared_objects
+        if shared:  # (empty for most clients: one test per task)
+            for ref in refs:
+                if ref in shared:
+                    return True
+        return False
 
     def _current_id(self, task_id: int) -> int:
         """The id a map's task runs under now (another if it was sent again with its arguments inline)."""
@@ -1110,10 +1210,10 @@ class Client:
         segment); raises _Unserializable."""
         threshold = self._parts_from
         kind = type(value)
-        if threshold is None or kind in _SMALL_KINDS or (kind in _SIZED_KINDS and len(value) < threshold):
+        if threshold is None or kind in SMALL_KINDS or (kind in SIZED_KINDS and len(value) < threshold):
             return self._serialize(value)
         plain = _is_plain(value)
-        if plain and kind not in _SIZED_KINDS:  # a tuple or list of plain values: not worth looking into
+        if plain and kind not in SIZED_KINDS:  # a tuple or list of plain values: not worth looking into
             return self._serialize(value)
         try:
             payload = pickle_parts(value, plain, threshold)

@@ -22,7 +22,18 @@ logger = logging.getLogger(__name__)
 class SharedSink:
     """Wraps the sink of a task whose large arguments went by shared memory (names: its segments)."""
 
-    __slots__ = ("cancelled", "connection", "function", "inner", "label", "names", "retarget", "shared", "task")
+    __slots__ = (
+        "cancelled",
+        "connection",
+        "function",
+        "inner",
+        "label",
+        "names",
+        "objects",
+        "retarget",
+        "shared",
+        "task",
+    )
 
     def __init__(
         self,
@@ -34,7 +45,10 @@ class SharedSink:
         function: Any,
         label: str,
         retarget: Callable[[int], None],
+        objects: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None,
     ) -> None:
+        """objects: for a task given objects that went by shared memory (send_object, ADR 0024), what makes its
+        object references inline copies, should it be sent again."""
         self.connection = connection
         self.shared = shared
         self.inner = inner
@@ -45,6 +59,7 @@ class SharedSink:
         self.function = function
         self.label = label
         self.retarget = retarget  # told the new task id when the task is sent again
+        self.objects = objects
         self.cancelled = False
 
     def deliver(self, status: int, payload: Payload, profiling: ProfilingInfo | None) -> None:
@@ -75,10 +90,12 @@ class SharedSink:
 
     def _send_inline(self, reason: Payload) -> None:
         task = self.task
-        payloads = tuple(self._inline(p) for p in task.payloads)
+        shared_arguments = task.flags & FLAG_SHARED_ARGUMENTS
+        payloads = tuple(self._inline(p) for p in task.payloads) if shared_arguments else task.payloads
+        refs = task.arg_refs if self.objects is None else self.objects(task.arg_refs)
         new_id = self.connection.mint(1)[0]
         logger.debug(
-            "task %#x sent again as %#x with its arguments inline: %s",
+            "task %#x sent again as %#x with its arguments and objects inline: %s",
             task.task_id,
             new_id,
             bytes(reason).decode(errors="replace"),  # type: ignore[call-overload]
@@ -90,7 +107,7 @@ class SharedSink:
         if task.flags & FLAG_STREAM_OUTPUT:
             self.connection.output.expect((new_id,), self.label)
         flags = task.flags & ~FLAG_SHARED_ARGUMENTS
-        self.connection.submit_one(task._replace(task_id=new_id, flags=flags, payloads=payloads))
+        self.connection.submit_one(task._replace(task_id=new_id, flags=flags, arg_refs=refs, payloads=payloads))
         if not _wanted(self.inner):  # cancelled by another thread meanwhile, under the old id
             self.connection.cancel(new_id)
         self.function = None

@@ -23,6 +23,7 @@ FLAG_SILENT = 2
 FLAG_STREAM_OUTPUT = 4
 FLAG_SHARED_ARGUMENTS = 8  # Python payloads: every payload is tagged, some refer to shared memory (scaler.shm)
 FLAG_REPORT_END = 16  # with FLAG_SILENT: the client is told the task ended all the same (status, no payload): progress
+FLAG_SHARED_RESULT = 32  # Python payloads: the result may come back by shared memory (scaler.shm; read by the client)
 
 # TaskOutput.streams
 OUTPUT_STDOUT = 1

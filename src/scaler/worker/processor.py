@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from scaler import task_context
+from scaler import shm, task_context
 from scaler.client import client as client_module
 from scaler.core.outbox import MeasuredResultColumns, OutputColumns, Pieces
 from scaler.core.worker import messages as pm
@@ -32,14 +32,21 @@ from scaler.io.lifetime import die_with_parent
 from scaler.io.loop import DEFAULT_GC_THRESHOLDS
 from scaler.payloads import pack_exception, unpack_function
 from scaler.protocol.messages import FLAG_PROFILING, FLAG_STREAM_OUTPUT, Payload, TaskStatus
-from scaler.protocol.records import FLAG_SHARED_ARGUMENTS, OUTPUT_ERROR
-from scaler.serializer import Serializer, serializer_input
+from scaler.protocol.records import FLAG_SHARED_ARGUMENTS, FLAG_SHARED_RESULT, OUTPUT_ERROR
+from scaler.serializer import DEFAULT_SERIALIZER, Serializer, _is_plain, serializer_input
 from scaler.shm import (
     TAG_INLINE,
     MalformedReference,
+    Parts,
+    Reply,
     SharedMemoryUnreachable,
     decode_reference,
+    host_token,
+    may_be_big,
+    parse_reply,
+    pickle_parts,
     read_argument,
+    share_result,
     split_payload,
 )
 from scaler.source_lines import register_shipped
@@ -78,8 +85,11 @@ class Processor:
         self.running_task = running  # shared with the agent: which task runs now, should we die running it
         self.raw_objects: dict[int, Payload] = {}
         self.functions: dict[int, tuple[Serializer, Any]] = {}
+        # function object id -> where its client takes results by shared memory (its reply trailer), if it does
+        self.replies: dict[int, Reply | None] = {}
         # object id -> {serializer identity: deserialized object}: a free message forgets an object's values by id
         self.values: dict[int, dict[int, Any]] = {}
+        self.in_place: set[int] = set()  # objects among those whose value was read in place (scaler.shm.load_object)
         self.pending: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()
         self.pending_lock = threading.Lock()  # a task is either started (popped) or discarded, never both
         self.send_lock = threading.Lock()
@@ -248,7 +258,9 @@ class Processor:
         for object_id in object_ids:
             self.raw_objects.pop(object_id, None)
             self.functions.pop(object_id, None)
+            self.replies.pop(object_id, None)
             self.values.pop(object_id, None)
+            self.in_place.discard(object_id)
 
     def _on_discard(self, message: pm.Discard) -> None:
         discard = set(message.task_ids)
@@ -275,17 +287,16 @@ class Processor:
                 serializer, function = self._function(function_id)
             except ImportError as exc:  # a module the function needs is not on this worker: say which, and what to do
                 raise _not_loadable(exc, "the task's function", self.raw_objects.get(function_id)) from exc
-            if flags & FLAG_SHARED_ARGUMENTS:
-                try:
+            try:
+                if flags & FLAG_SHARED_ARGUMENTS:
                     args, kwargs = self._shared_arguments(serializer, arg_refs, keywords, payloads)
-                except SharedMemoryUnreachable as unreachable:  # the client sends the task again, inline
-                    self._add(task_id, TaskStatus.FAILED, unreachable.payload(), 0, 0, False)
-                    return
-            else:
-                try:
+                else:
                     args, kwargs = self._arguments(serializer, arg_refs, keywords, payloads)
-                except ImportError as exc:
-                    raise _not_loadable(exc, f"an argument of {_name_of(function)}", None) from exc
+            except SharedMemoryUnreachable as unreachable:  # an argument or object: the client sends it again inline
+                self._add(task_id, TaskStatus.FAILED, unreachable.payload(), 0, 0, False)
+                return
+            except ImportError as exc:
+                raise _not_loadable(exc, f"an argument of {_name_of(function)}", None) from exc
             if profiling:
                 baseline = _reset_peak_memory()
                 cpu_start = time.process_time_ns()
@@ -298,13 +309,19 @@ class Processor:
             duration = time.perf_counter_ns() - start
             cpu = time.process_time_ns() - cpu_start if profiling else 0
             error = _trim(exc)
+            if isinstance(error, ValueError) and self.in_place and "read-only" in str(error):
+                _note_read_only(error, arg_refs, self.in_place)
             self._stage_output(task_id, [(OUTPUT_ERROR, error_text(error))])  # for monitors: before the result
             self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling, cpu)
             return
         duration = time.perf_counter_ns() - start
         cpu = time.process_time_ns() - cpu_start if profiling else 0
         try:
-            payload: Payload = serializer.serialize(result)
+            reply = self.replies.get(function_id) if flags & FLAG_SHARED_RESULT else None
+            if reply is not None and may_be_big(result, reply.threshold):  # its client is on this host
+                payload: Payload = _shared_result(result, reply)
+            else:
+                payload = serializer.serialize(result)
         except BaseException as exc:
             error = TypeError(f"the task's result ({type(result).__name__}) could not be serialized: {exc}")
             error.__cause__ = exc
@@ -356,6 +373,8 @@ class Processor:
             function_object = bytes(raw)  # type: ignore[call-overload]
             entry = unpack_function(function_object)
             register_shipped(function_object)  # for tracebacks: the lines of code that came by value
+            reply = parse_reply(function_object) if entry[0] is DEFAULT_SERIALIZER else None
+            self.replies[function_id] = reply if reply is not None and reply.token == host_token() else None
             if client_module.nested_clients_made() == made:  # one that brought a client is unpickled for every task
                 self.functions[function_id] = entry
         return entry
@@ -421,10 +440,12 @@ class Processor:
         raw = self.raw_objects.get(object_id)
         if raw is None:
             raise RuntimeError(f"object {object_id:#x} never reached this worker")
-        made = client_module.nested_clients_made()
+        made, loaded = client_module.nested_clients_made(), shm.objects_loaded[0]
         value = serializer.deserialize(serializer_input(serializer, raw))
         if client_module.nested_clients_made() != made:  # it brought a client: unpickled for every task, not kept
             return value
+        if shm.objects_loaded[0] != loaded:
+            self.in_place.add(object_id)  # (read in place from shared memory: read-only)
         if values is None:
             values = self.values[object_id] = {}
         values[key] = value
@@ -605,10 +626,33 @@ def _pickled_name(raw: bytes, module: str | None) -> str:
     return ""
 
 
+def _shared_result(result: Any, reply: Reply) -> Payload:
+    """A result pickled (as the default serializer does) into a segment its client reads, when it is big enough (the
+    pickler's big buffers copied once, into the segment); else, or if no segment could be made, inline."""
+    payload = pickle_parts(result, _is_plain(result), reply.threshold)
+    if isinstance(payload, Parts):
+        return share_result(payload, reply) or payload.join()
+    return payload  # type: ignore[no-any-return]
+
+
 def _name_of(function: Any) -> str:
     name = getattr(function, "__qualname__", None) or type(function).__name__
     module = getattr(function, "__module__", None)
     return f"{module}.{name}" if module and module != "__main__" else str(name)
+
+
+def _note_read_only(error: ValueError, arg_refs: tuple[int, ...], in_place: set[int]) -> None:
+    """A task given an object read in place tried to write into it (NumPy's "assignment destination is read-only"):
+    say why, and what to do."""
+    if not any(ref in in_place for ref in arg_refs):
+        return
+    note = (
+        "scaler: an argument of this task is a send_object value read in place from shared memory, so it is "
+        "read-only; copy it to change it (numpy.array(x)), or send it with Client(shared_memory=False)"
+    )
+    add_note = getattr(error, "add_note", None)  # (Python 3.11 and later)
+    if add_note is not None:
+        add_note(note)
 
 
 def _trim(exc: BaseException) -> BaseException:
