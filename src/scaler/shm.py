@@ -347,21 +347,26 @@ def _object_views(data: memoryview) -> tuple[memoryview, list[memoryview]]:
     return stream, [data[offset : offset + size] for offset, size in zip(offsets[1:], sizes, strict=True)]
 
 
-class _InPlace:
-    """Pickles as a call of load_object(reference): the payload a shared object has at the scheduler and workers."""
+class _Call:
+    """Pickles as a call of function(reference): the small payload standing for a value in a segment, which
+    unpickling reads (load_object, load_result)."""
 
-    __slots__ = ("reference",)
+    __slots__ = ("function", "reference")
 
-    def __init__(self, reference: bytes) -> None:
-        self.reference = reference
+    def __init__(self, function: Callable[[bytes], Any], ref: Reference) -> None:
+        self.function = function
+        self.reference = encode_reference(ref)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return load_object, (self.reference,)
+        return self.function, (self.reference,)
+
+    def dumps(self) -> bytes:
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def object_payload(ref: Reference) -> bytes:
     """What a shared object's payload is: a small pickle that, unpickled on the segment's host, reads it in place."""
-    return pickle.dumps(_InPlace(encode_reference(ref)), protocol=pickle.HIGHEST_PROTOCOL)
+    return _Call(load_object, ref).dumps()
 
 
 objects_loaded = [0]  # how many times load_object ran in this process (a processor tells in-place values by it)
@@ -623,18 +628,6 @@ def parse_reply(function_object: Any) -> Reply | None:
     return Reply(token, threshold, prefix, limit)
 
 
-class _Reply:
-    """Pickles as a call of load_result(reference): a result's payload when it came back by shared memory."""
-
-    __slots__ = ("reference",)
-
-    def __init__(self, reference: bytes) -> None:
-        self.reference = reference
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return load_result, (self.reference,)
-
-
 def share_result(payload: Any, reply: Reply, directory: str = SHM_DIR) -> bytes | None:
     """A result's payload written to a segment for its client (whose reply trailer is `reply`), and the small payload
     that stands for it; None when the client is on another host, the result is small, or no segment could be made:
@@ -645,7 +638,7 @@ def share_result(payload: Any, reply: Reply, directory: str = SHM_DIR) -> bytes 
     ref = write_segment(directory, reply.prefix + os.urandom(12).hex(), payload, reply.token)
     if ref is None:
         return None
-    return pickle.dumps(_Reply(encode_reference(ref)), protocol=pickle.HIGHEST_PROTOCOL)
+    return _Call(load_result, ref).dumps()
 
 
 def load_result(reference: bytes, directory: str = SHM_DIR) -> Any:

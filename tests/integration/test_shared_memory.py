@@ -10,6 +10,7 @@ Every process killed here is a descendant of this test process (checked before e
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import psutil
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.serializer import Serializer
 from tests.helpers import digest, free_address, kill_tree, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -289,6 +291,18 @@ def test_a_worker_that_cannot_read_the_segment_still_runs_the_task(worker_elsewh
 
 
 # ----------------------------------------------------------------------------------------------- objects in place
+class Plain(Serializer):
+    """A serializer of the user's own (plain pickle): objects and results then always travel inline."""
+
+    @staticmethod
+    def serialize(obj: object) -> bytes:
+        return pickle.dumps(obj)
+
+    @staticmethod
+    def deserialize(payload: bytes) -> object:
+        return pickle.loads(payload)
+
+
 ARRAY_ITEMS = 4 << 20  # 32 MiB of float64
 
 
@@ -345,21 +359,6 @@ def test_a_big_object_is_read_in_place_by_every_processor(combo: SchedulerCluste
 
 def test_shared_memory_off_or_a_custom_serializer_send_objects_inline(combo: SchedulerClusterCombo) -> None:
     numpy = pytest.importorskip("numpy")
-    from scaler.serializer import Serializer
-
-    class Plain(Serializer):
-        @staticmethod
-        def serialize(obj: object) -> bytes:
-            import pickle
-
-            return pickle.dumps(obj)
-
-        @staticmethod
-        def deserialize(payload: bytes) -> object:
-            import pickle
-
-            return pickle.loads(payload)
-
     array = numpy.arange(1 << 18, dtype=numpy.float64)  # 2 MiB
     for settings in ({"shared_memory": False}, {"serializer": Plain()}):
         with Client(address=combo.address, timeout_seconds=TIMEOUT, **settings) as client:
@@ -451,21 +450,6 @@ def test_big_results_come_back_through_shared_memory(combo: SchedulerClusterComb
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to count the scheduler's bytes")
 def test_graph_keyed_and_custom_serializer_results_stay_inline(combo: SchedulerClusterCombo) -> None:
-    from scaler.serializer import Serializer
-
-    class Plain(Serializer):
-        @staticmethod
-        def serialize(obj: object) -> bytes:
-            import pickle
-
-            return pickle.dumps(obj)
-
-        @staticmethod
-        def deserialize(payload: bytes) -> object:
-            import pickle
-
-            return pickle.loads(payload)
-
     port = int(combo.address.rsplit(":", 1)[1])
     with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
         before = scheduler_received(port)
