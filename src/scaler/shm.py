@@ -50,6 +50,7 @@ _NAME = re.compile(r"scaler-(\d{1,20})-(\d{1,10})-(\d{1,20})-[0-9a-f]{32}")
 # with its arguments inline; any other `failed` is the task's own outcome.
 UNREACHABLE_PREFIX = b"scaler: shared memory unreachable: "
 
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # (Linux 5.14; Python 3.11 has no name for it)
 _READ_CHUNK = 1 << 30  # os.pread/os.write move at most about 2 GiB per call
 SEGMENT_MODE = 0o600
 # A segment is opened without following a link, without blocking (a FIFO or a device named like a segment must not
@@ -302,21 +303,32 @@ def _object_offsets(stream_size: int, buffer_sizes: Sequence[int]) -> tuple[list
     return offsets, end
 
 
-def pickle_object(value: Any, plain: bool) -> Parts:
-    """value pickled as a segment's object data (see _OBJECT_TABLE): its big buffers are not copied here."""
+def pickle_object(value: Any, plain: bool, threshold: int) -> Parts | bytes:
+    """value pickled (protocol 5) as a segment's object data (see _OBJECT_TABLE), each of its buffers of at least
+    `threshold` bytes out of band and not copied here; or, when it has none and its pickle is smaller than
+    `threshold`, that pickle as bytes (an ordinary payload, as DefaultSerializer would give)."""
     stream = _Collect()
     buffers: list[pickle.PickleBuffer] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:  # (False: out of band)
+        if memoryview(buffer).nbytes < threshold:
+            return True
+        buffers.append(buffer)
+        return False
+
     if plain:
-        pickle.Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(value)
+        pickle.Pickler(stream, protocol=5, buffer_callback=out_of_band).dump(value)
     else:
-        cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=buffers.append).dump(value)
+        cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=out_of_band).dump(value)
+    stream_size = sum(memoryview(chunk).nbytes for chunk in stream.chunks)
+    if not buffers and stream_size < threshold:
+        return b"".join(stream.chunks)
     views = []
     for buffer in buffers:
         try:
             views.append(buffer.raw())
         except BufferError:  # not contiguous: copied (NumPy hands out only contiguous ones)
             views.append(memoryview(memoryview(buffer).tobytes()))
-    stream_size = sum(memoryview(chunk).nbytes for chunk in stream.chunks)
     sizes = [view.nbytes for view in views]
     offsets, end = _object_offsets(stream_size, sizes)
     table = _OBJECT_TABLE.pack(_OBJECT_MAGIC, len(views), 0, stream_size) + b"".join(
@@ -369,15 +381,12 @@ def object_payload(ref: Reference) -> bytes:
     return _Call(load_object, ref).dumps()
 
 
-objects_loaded = [0]  # how many times load_object ran in this process (a processor tells in-place values by it)
-
-
 def load_object(reference: bytes, directory: str = SHM_DIR) -> Any:
-    """The value a shared object's segment holds, its buffers read in place (read-only views of the mapping, which
-    stays open while the value keeps one). SharedMemoryUnreachable if this process cannot read the segment."""
-    objects_loaded[0] += 1
+    """The value a shared object's segment holds, its big buffers read in place: slices of a private, copy-on-write
+    mapping, which stays open while the value keeps one. The value is this process's own: writing into it copies
+    the pages written, and the segment never changes. SharedMemoryUnreachable if this process cannot read it."""
     ref = decode_reference(reference)
-    mapping = open_reference(ref, directory)
+    mapping = open_reference(ref, directory, private=True)
     whole = memoryview(mapping)
     data = whole[DATA_OFFSET:]
     try:
@@ -460,8 +469,8 @@ class SharedArguments:
         than the threshold or no segment could be made (it then goes inline)."""
         if time.monotonic() < self._inline_until:
             return None
-        parts = pickle_object(value, plain)
-        if parts.size < self.threshold:
+        parts = pickle_object(value, plain, self.threshold)
+        if not isinstance(parts, Parts):
             return None
         ref = self._create(parts)
         return None if ref is None else (ref, parts.size)
@@ -642,11 +651,12 @@ def share_result(payload: Any, reply: Reply, directory: str = SHM_DIR) -> bytes 
 
 
 def load_result(reference: bytes, directory: str = SHM_DIR) -> Any:
-    """A result a processor wrote to a segment: unpickled from the mapping, which is closed; the segment is then
-    unlinked if it is named for a client of this process (a result is read once, by the client that asked)."""
+    """A result a processor wrote to a segment (as an object: pickle_object), read in place as load_object reads one;
+    the segment is then unlinked if it is named for a client of this process (a result is read once, by the client
+    that asked; a value read in place keeps its pages until it goes)."""
     ref = decode_reference(reference)
     try:
-        return read_argument(ref, pickle.loads, directory)
+        return load_object(reference, directory)
     finally:
         pid = os.getpid()
         if ref.name.startswith(f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"):
@@ -654,13 +664,13 @@ def load_result(reference: bytes, directory: str = SHM_DIR) -> Any:
 
 
 # ------------------------------------------------------------------------------------------- reader (processor)
-def open_reference(ref: Reference, directory: str = SHM_DIR) -> mmap.mmap:
-    """The segment's mapping (read-only, header checked); the caller closes it. SharedMemoryUnreachable if this
-    process cannot read it."""
+def open_reference(ref: Reference, directory: str = SHM_DIR, private: bool = False) -> mmap.mmap:
+    """The segment's mapping (header checked): read-only and shared, or private (copy-on-write: writable, writes
+    never reach the segment); the caller closes it. SharedMemoryUnreachable if this process cannot read it."""
     token = host_token()
     if not token or token != ref.token:
         raise SharedMemoryUnreachable("the worker is on another host, /dev/shm or user than the client")
-    mapping = _map_segment(os.path.join(directory, ref.name), ref.size)
+    mapping = _map_segment(os.path.join(directory, ref.name), ref.size, private)
     try:
         check_header(mapping[:DATA_OFFSET], ref)
     except BaseException:
@@ -669,9 +679,10 @@ def open_reference(ref: Reference, directory: str = SHM_DIR) -> mmap.mmap:
     return mapping
 
 
-def _map_segment(path: str, size: int) -> mmap.mmap:
-    """The read-only mapping of the segment at `path`, whose data is `size` bytes: opened without blocking or
-    following a link, and mapped only if fstat says it is a regular file of this user, mode 0600, of that size."""
+def _map_segment(path: str, size: int, private: bool = False) -> mmap.mmap:
+    """The mapping of the segment at `path`, whose data is `size` bytes (read-only, or private: copy-on-write):
+    opened without blocking or following a link, and mapped only if fstat says it is a regular file of this user,
+    mode 0600, of that size."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
@@ -684,8 +695,16 @@ def _map_segment(path: str, size: int) -> mmap.mmap:
         problem = _segment_problem(os.fstat(fd), DATA_OFFSET + size, os.geteuid())
         if problem is not None:
             raise SharedMemoryUnreachable(f"segment {path} {problem}")
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        return mmap.mmap(fd, DATA_OFFSET + size, flags=flags, prot=mmap.PROT_READ)
+        if not private:
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            return mmap.mmap(fd, DATA_OFFSET + size, flags=flags, prot=mmap.PROT_READ)
+        # (MAP_POPULATE would copy every page of a private writable mapping: the pages are read ahead instead)
+        mapping = mmap.mmap(fd, DATA_OFFSET + size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            mapping.madvise(_MADV_POPULATE_READ)
+        except (OSError, ValueError):  # (a kernel before 5.14): the pages come on first touch
+            pass
+        return mapping
     except OSError as exc:  # mmap refused it (out of memory, say)
         raise SharedMemoryUnreachable(f"segment {path} cannot be mapped ({exc.strerror})") from None
     finally:

@@ -26,6 +26,7 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.serializer import Serializer
+from scaler.shm import encode_reference, load_object
 from tests.helpers import digest, free_address, kill_tree, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -317,8 +318,9 @@ def mapped_from(value: Any) -> tuple[float, bool, list[str]]:
     return float(value.sum()), bool(value.flags.writeable), sorted(names)
 
 
-def add_one_in_place(value: Any) -> None:
+def add_one_in_place(value: Any) -> float:
     value += 1
+    return float(value.sum())
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to count the scheduler's bytes")
@@ -337,12 +339,12 @@ def test_a_big_object_is_read_in_place_by_every_processor(combo: SchedulerCluste
         through = scheduler_received(port) - before
         assert through < 200_000, f"the scheduler received {through:,} bytes for an object of {array.nbytes:,}"
         assert {r[0] for r in results} == {float(array.sum())}
-        assert {r[1] for r in results} == {False}  # read-only: it is the segment's memory
+        assert {r[1] for r in results} == {True}  # the processor's own (copy-on-write), as an unpickled value is
         assert all(segment in r[2] for r in results)  # every call read it where it is, mapped
-        with pytest.raises(ValueError, match="read-only") as raised:
-            client.submit(add_one_in_place, ref).result(timeout=TIMEOUT)
-        if sys.version_info >= (3, 11):  # the error says why, and what to do
-            assert "numpy.array(x)" in "".join(getattr(raised.value, "__notes__", []))
+        # a write reaches the writer's pages only: the segment, and so every other reader, keeps the value sent
+        assert client.submit(add_one_in_place, ref).result(timeout=TIMEOUT) == float((array + 1).sum())
+        reference = client._shared_objects[ref.object_id][0]
+        assert (load_object(encode_reference(reference)) == array).all()
         # small objects, and the client's other values, go inline as before
         small = client.send_object(list(range(10)))
         assert client.submit(sum, small).result(timeout=TIMEOUT) == 45
@@ -378,8 +380,7 @@ def test_an_object_a_worker_cannot_read_in_place_is_sent_again_inline(worker_els
         future = client.submit(mapped_from, ref)
         task_id = future.task_id
         total, writeable, mapped = future.result(timeout=TIMEOUT)
-        # read from an inline copy, read-only still: the object behaves as it does in place
-        assert total == float(array.sum()) and not writeable and not mapped
+        assert total == float(array.sum()) and writeable and not mapped  # read from an inline copy
         assert future.task_id != task_id and client._shared.fallbacks == 1
         # the copy is sent once: the map's tasks (and a keyword) all use it
         client._shared._inline_until = 0.0
@@ -436,6 +437,7 @@ def test_big_results_come_back_through_shared_memory(combo: SchedulerClusterComb
         through = scheduler_received(port) - before
         assert values == [big_result(k) for k in range(6)]
         assert isinstance(array, numpy.ndarray) and array.flags.writeable and float(array.sum()) == 1.5 * (1 << 18)
+        array += 1  # the caller's own: read in place, copy-on-write
         assert through < 200_000, f"the scheduler received {through:,} bytes for 7 results of {BIG:,}"
         assert results_left(client) == []  # each unlinked once read
         assert client.submit(big_result, 7, 100).result(timeout=TIMEOUT) == big_result(7, 100)  # small: inline
@@ -488,3 +490,19 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
         run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.splitlines() == [str([16_000_000.0] * 16), "2000000"]
+
+
+def test_the_same_big_argument_to_many_tasks_says_once_to_use_send_object(
+    combo: SchedulerClusterCombo, caplog: pytest.LogCaptureFixture
+) -> None:
+    numpy = pytest.importorskip("numpy")
+    array = numpy.arange(1 << 18, dtype=numpy.float64)  # 2 MiB
+    with Client(address=combo.address, timeout_seconds=TIMEOUT) as client:
+        with caplog.at_level("WARNING", logger="scaler.client.client"):
+            client.map(mapped_from, [(numpy.ones(1 << 18),), (array,), (numpy.zeros(1 << 18),)], timeout=TIMEOUT)
+            assert "send_object" not in caplog.text  # three arrays: nothing to say
+            assert len(client.map(mapped_from, [(array,)] * 4, timeout=TIMEOUT)) == 4
+            [client.submit(mapped_from, array).result(timeout=TIMEOUT) for _ in range(3)]
+        hints = [r.getMessage() for r in caplog.records if "send_object" in r.getMessage()]
+        assert len(hints) == 1, hints  # once per client
+        assert "the same ndarray argument (2,097," in hints[0] and "ref = client.send_object(value)" in hints[0]

@@ -333,15 +333,18 @@ def test_an_object_is_read_in_place_and_its_mapping_lives_as_long_as_the_value(t
     assert len(payload) < 200  # what the scheduler and workers carry
     loaded = shm.load_object(encode_reference(ref), str(tmp_path))  # (what pickle.loads(payload) calls)
     assert (loaded["array"] == value["array"]).all() and loaded["bytes"] == value["bytes"] and loaded["n"] == 7
-    assert not loaded["array"].flags.writeable
     assert ref.name in Path("/proc/self/maps").read_text()  # the array is the mapping's memory
-    del loaded
+    loaded["array"][:] = -1  # writable, copy-on-write: the segment keeps the value
+    again = shm.load_object(encode_reference(ref), str(tmp_path))
+    assert (again["array"] == value["array"]).all()
+    del loaded, again
     assert ref.name not in Path("/proc/self/maps").read_text()  # gone with the value
     plain = shared.share_object(list(range(5000)), plain=True)  # no buffer: read and unmapped at once
     assert plain is not None
     assert shm.load_object(encode_reference(plain[0]), str(tmp_path)) == list(range(5000))
     assert plain[0].name not in Path("/proc/self/maps").read_text()
     assert shared.share_object(b"small", plain=True) is None  # under the threshold: inline
+    assert shared.share_object([bytes([k]) * 600 for k in range(3)], plain=True) is not None  # 1,800 bytes in all
     shared.close()
     assert list(tmp_path.iterdir()) == []
 
@@ -401,11 +404,12 @@ def test_a_result_is_shared_only_for_this_host_and_read_once(tmp_path: Path) -> 
     shared = SharedArguments(100, str(tmp_path))
     reply = shm.parse_reply(shared.reply_trailer(5000))
     assert reply is not None
-    big = pickle.dumps(b"r" * 1000)
-    assert shm.share_result(big[:50], reply, str(tmp_path)) is None  # under the client's threshold
+    big = shm.pickle_object(b"r" * 1000, True, 100)
+    assert isinstance(big, Parts)
+    assert shm.share_result(b"small", reply, str(tmp_path)) is None  # under the client's threshold
     elsewhere = shm.Reply(b"o" * 16, reply.threshold, reply.prefix, reply.limit)
     assert shm.share_result(big, elsewhere, str(tmp_path)) is None  # the client is on another host
-    assert shm.share_result(big * 10, reply, str(tmp_path)) is None  # over the limit: inline, the scheduler says
+    assert shm.share_result(b"x" * 5001, reply, str(tmp_path)) is None  # over the limit: inline, the scheduler says
     payload = shm.share_result(big, reply, str(tmp_path))
     assert payload is not None and len(payload) < 200
     (segment,) = list(tmp_path.iterdir())
@@ -421,13 +425,13 @@ def test_a_result_is_shared_only_for_this_host_and_read_once(tmp_path: Path) -> 
 
 def test_reading_a_result_unlinks_only_a_segment_named_for_this_process(tmp_path: Path) -> None:
     shared = SharedArguments(1, str(tmp_path))
-    ref = shared._create(pickle.dumps("argument"))  # named for this process, as a result would be
+    ref = shared._create(shm.pickle_object("argument" * 10, True, 1))  # named for this process, as a result would be
     assert ref is not None
     foreign = Reference(NAME, ref.size, ref.nonce, ref.token)  # another process's name
     os.link(tmp_path / ref.name, tmp_path / NAME)
-    assert shm.load_result(encode_reference(foreign), str(tmp_path)) == "argument"
+    assert shm.load_result(encode_reference(foreign), str(tmp_path)) == "argument" * 10
     assert (tmp_path / NAME).exists()  # not ours to unlink
-    assert shm.load_result(encode_reference(ref), str(tmp_path)) == "argument"
+    assert shm.load_result(encode_reference(ref), str(tmp_path)) == "argument" * 10
     assert not (tmp_path / ref.name).exists()
     os.unlink(tmp_path / NAME)
     shared.close()

@@ -123,7 +123,7 @@ class Client:
         shared_memory: arguments of submit and map at least this many bytes once serialized (True: 1 MiB) are
             written once to shared memory (/dev/shm) and read from there by workers on this host, past the
             scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
-            With the default serializer, send_object values that big are read in place (read-only) by the
+            With the default serializer, send_object values that big are read in place (copy-on-write) by the
             workers of this host, and results that big come back the same way ("Large objects and results").
             False: always inline.
         scheduler_restart_grace_seconds: with a scheduler that keeps a journal (scaler_scheduler --journal), how long
@@ -215,6 +215,8 @@ class Client:
         # shared memory from a worker of this host: the processor writes it, this client reads and unlinks it.
         self._result_flag = FLAG_SHARED_RESULT if self._parts_from is not None else 0
         self._renamed: dict[int, int] = {}  # a map's task id -> the id it was sent again under (inline)
+        self._last_big: tuple[weakref.ref[Any] | None, int] = (None, 0)  # the latest big argument, how many times
+        self._hinted_send_object = False
 
     # ------------------------------------------------------------------------------------------- context
     def __enter__(self) -> Client:
@@ -1223,7 +1225,31 @@ class Client:
         if len(payload) > self._max_payload:
             size = len(payload)
             raise _Unserializable(lambda what: self._too_large(what, size), PayloadTooLargeError)
+        if isinstance(payload, Parts):
+            self._note_big_argument(value, payload.size)
         return payload  # type: ignore[no-any-return]
+
+    def _note_big_argument(self, value: Any, size: int) -> None:
+        """Say once, when the same big value (an array: what can be weakly referenced) is an argument of a third task
+        in a row, that send_object would send it once and let the workers of this host read it in place."""
+        last, count = self._last_big
+        if last is not None and last() is value:
+            count += 1
+        else:
+            try:
+                last, count = weakref.ref(value), 1
+            except TypeError:  # (bytes, a tuple...: no weak reference, no hint)
+                last, count = None, 0
+        self._last_big = (last, count)
+        if count == 3 and not self._hinted_send_object:
+            self._hinted_send_object = True
+            logger.warning(
+                "the same %s argument (%s bytes) went to 3 tasks in a row, written to shared memory for each: send "
+                "it once with ref = client.send_object(value) and pass ref instead; the workers of this host then "
+                'read it in place (docs/client.md, "Large objects and results")',
+                type(value).__name__,
+                f"{size:,}",
+            )
 
     def _too_large(self, what: str, size: int) -> str:
         return (

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from scaler import shm, task_context
+from scaler import task_context
 from scaler.client import client as client_module
 from scaler.core.outbox import MeasuredResultColumns, OutputColumns, Pieces
 from scaler.core.worker import messages as pm
@@ -44,7 +44,7 @@ from scaler.shm import (
     host_token,
     may_be_big,
     parse_reply,
-    pickle_parts,
+    pickle_object,
     read_argument,
     share_result,
     split_payload,
@@ -89,7 +89,6 @@ class Processor:
         self.replies: dict[int, Reply | None] = {}
         # object id -> {serializer identity: deserialized object}: a free message forgets an object's values by id
         self.values: dict[int, dict[int, Any]] = {}
-        self.in_place: set[int] = set()  # objects among those whose value was read in place (scaler.shm.load_object)
         self.pending: deque[tuple[pm.ProcessorTask, tuple[Payload, ...]]] = deque()
         self.pending_lock = threading.Lock()  # a task is either started (popped) or discarded, never both
         self.send_lock = threading.Lock()
@@ -260,7 +259,6 @@ class Processor:
             self.functions.pop(object_id, None)
             self.replies.pop(object_id, None)
             self.values.pop(object_id, None)
-            self.in_place.discard(object_id)
 
     def _on_discard(self, message: pm.Discard) -> None:
         discard = set(message.task_ids)
@@ -309,8 +307,6 @@ class Processor:
             duration = time.perf_counter_ns() - start
             cpu = time.process_time_ns() - cpu_start if profiling else 0
             error = _trim(exc)
-            if isinstance(error, ValueError) and self.in_place and "read-only" in str(error):
-                _note_read_only(error, arg_refs, self.in_place)
             self._stage_output(task_id, [(OUTPUT_ERROR, error_text(error))])  # for monitors: before the result
             self._add(task_id, TaskStatus.ERROR, pack_exception(error), duration, baseline, profiling, cpu)
             return
@@ -440,12 +436,10 @@ class Processor:
         raw = self.raw_objects.get(object_id)
         if raw is None:
             raise RuntimeError(f"object {object_id:#x} never reached this worker")
-        made, loaded = client_module.nested_clients_made(), shm.objects_loaded[0]
+        made = client_module.nested_clients_made()
         value = serializer.deserialize(serializer_input(serializer, raw))
         if client_module.nested_clients_made() != made:  # it brought a client: unpickled for every task, not kept
             return value
-        if shm.objects_loaded[0] != loaded:
-            self.in_place.add(object_id)  # (read in place from shared memory: read-only)
         if values is None:
             values = self.values[object_id] = {}
         values[key] = value
@@ -627,32 +621,19 @@ def _pickled_name(raw: bytes, module: str | None) -> str:
 
 
 def _shared_result(result: Any, reply: Reply) -> Payload:
-    """A result pickled (as the default serializer does) into a segment its client reads, when it is big enough (the
-    pickler's big buffers copied once, into the segment); else, or if no segment could be made, inline."""
-    payload = pickle_parts(result, _is_plain(result), reply.threshold)
+    """A result pickled into a segment its client reads in place, when it is big enough (its big buffers copied once,
+    into the segment: scaler.shm.pickle_object); else its ordinary pickle, inline (also if no segment could be
+    made)."""
+    payload = pickle_object(result, _is_plain(result), reply.threshold)
     if isinstance(payload, Parts):
-        return share_result(payload, reply) or payload.join()
-    return payload  # type: ignore[no-any-return]
+        return share_result(payload, reply) or DEFAULT_SERIALIZER.serialize(result)
+    return payload
 
 
 def _name_of(function: Any) -> str:
     name = getattr(function, "__qualname__", None) or type(function).__name__
     module = getattr(function, "__module__", None)
     return f"{module}.{name}" if module and module != "__main__" else str(name)
-
-
-def _note_read_only(error: ValueError, arg_refs: tuple[int, ...], in_place: set[int]) -> None:
-    """A task given an object read in place tried to write into it (NumPy's "assignment destination is read-only"):
-    say why, and what to do."""
-    if not any(ref in in_place for ref in arg_refs):
-        return
-    note = (
-        "scaler: an argument of this task is a send_object value read in place from shared memory, so it is "
-        "read-only; copy it to change it (numpy.array(x)), or send it with Client(shared_memory=False)"
-    )
-    add_note = getattr(error, "add_note", None)  # (Python 3.11 and later)
-    if add_note is not None:
-        add_note(note)
 
 
 def _trim(exc: BaseException) -> BaseException:
