@@ -296,8 +296,8 @@ def test_the_browser_gets_the_401_text_without_the_token_and_the_dashboard_with_
         assert page.outside_requests() == [] and page.errors == [], (page.outside_requests(), page.errors)
 
 
-def test_the_readme_command_starts_and_prints_the_url_with_its_token() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_documented_command_starts_and_prints_the_url_with_its_token() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
     command = "scaler_ui ipc:///tmp/127.0.0.1_2345_monitor --port 8081"
     assert f"\n{command}\n" in readme
     with socket.socket() as probe:

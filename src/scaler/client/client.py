@@ -115,8 +115,11 @@ class Client:
         keys: the keys directory (scaler_keygen) for a scheduler that requires keys: its scheduler.key and
             client.key_secret are used. Default: $SCALER_KEYS if set, else no keys; False: no keys, whatever
             $SCALER_KEYS says. See docs/security.md.
-        task_timeout, task_retries, task_priority: the task options every task of this client gets unless
-            client.options(...) says otherwise (see options()).
+        task_timeout: the timeout in seconds every task of this client gets unless client.options(timeout=...) says
+            otherwise (see options()).
+        task_retries: how many times a task of this client runs again after it fails, unless
+            client.options(retries=...) says otherwise.
+        task_priority: the priority of this client's tasks, unless client.options(priority=...) says otherwise.
         stream_output: print what this client's tasks write to sys.stdout and sys.stderr here, in this process's
             sys.stdout and sys.stderr, each line prefixed "(function task 0x...) " (docs/client.md, "Task output");
             client.options(stream_output=True) for some tasks only.

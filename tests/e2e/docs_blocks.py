@@ -1,0 +1,99 @@
+"""The code blocks of the documentation (docs/*.md and README.md), read as a reader sees them.
+
+A ```python block runs in the suite (tests/e2e/test_docs_code.py) unless the line just before it says why it cannot:
+
+    <!-- docs-test: skip: needs a worker with a GPU -->
+
+A block may also say what it needs: `<!-- docs-test: own-cluster -->` (it starts its own scheduler: it gets a port of
+its own instead of the shared cluster's).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+MARK = re.compile(r"<!--\s*docs-test:\s*([\w-]+)(?::\s*(.*?))?\s*-->\s*$")
+ADDRESS = re.compile(r"127\.0\.0\.1:(2345|2346|2347|8516)\b")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: str  # relative to the repository root
+    line: int  # of the opening fence
+    language: str
+    code: str
+    mark: str | None  # "skip", "own-cluster", or None
+    reason: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    @property
+    def starts_a_cluster(self) -> bool:
+        return self.mark == "own-cluster" or "SchedulerClusterCombo(" in self.code or "Scheduler(" in self.code
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(path: Path) -> list[Block]:
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for match in FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = MARK.search(before)
+        found.append(
+            Block(
+                str(path.relative_to(ROOT)),
+                line,
+                match.group(1),
+                match.group(2),
+                mark.group(1) if mark else None,
+                mark.group(2) if mark else None,
+            )
+        )
+    return found
+
+
+def run(items_file: str) -> None:
+    """Run the blocks listed in items_file (JSON: name, code, timeout) one after another, each in a fresh namespace
+    named __main__, printing one JSON line per block: its error (a traceback) or None, and what it printed."""
+    import contextlib
+    import io
+    import json
+    import signal
+    import time
+    import traceback
+
+    def too_long(signum: int, frame: object) -> None:
+        raise TimeoutError("the block ran past its time")
+
+    signal.signal(signal.SIGALRM, too_long)
+    for item in json.loads(Path(items_file).read_text()):
+        printed = io.StringIO()
+        start = time.monotonic()
+        error = None
+        signal.alarm(int(item["timeout"]))
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(item["code"], item["name"], "exec"), {"__name__": "__main__"})
+        except BaseException:
+            error = traceback.format_exc(limit=-8)
+        finally:
+            signal.alarm(0)
+        seconds = round(time.monotonic() - start, 2)
+        record = {"name": item["name"], "error": error, "stdout": printed.getvalue()[-2000:], "seconds": seconds}
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(sys.argv[1])
