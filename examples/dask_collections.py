@@ -1,4 +1,4 @@
-# docs/client.md, "Dask collections": Dask arrays, bags, dataframes and delayed values computed by a Scaler cluster,
+# docs/guide/graphs.md, "Dask collections": Dask arrays, bags, dataframes and delayed values computed by a Scaler cluster,
 # with the client as Dask's scheduler.
 import dask
 import dask.array as da

@@ -602,7 +602,7 @@ def test_a_result_that_comes_after_clear_is_dropped(stand_in: StandIn) -> None:
 
 @pytest.mark.timeout(60)
 def test_disconnect_cancels_the_pending_futures(cluster: SchedulerClusterCombo) -> None:
-    """docs/client.md: futures pending at disconnect() are cancelled (CancelledError), as README says."""
+    """docs/guide/tasks.md: futures pending at disconnect() are cancelled (CancelledError)."""
     client = Client(cluster.address, timeout_seconds=TIMEOUT)
     futures = [client.submit(sleep_and_return, 60, i) for i in range(4)]
     client.disconnect()
@@ -617,9 +617,14 @@ def test_disconnect_cancels_the_pending_futures(cluster: SchedulerClusterCombo) 
 
 # ----------------------------------------------------------------------------------------------- the docs' example
 def docs_example(heading: str) -> str:
-    """The first python block of the docs/client.md section `heading`."""
-    text = (ROOT / "docs" / "client.md").read_text()
-    section = text.split(f"\n{heading}\n", 1)[1]
+    """The first python block of the documentation's section `heading` (its text; "### " and the like are ignored, as
+    sections move between pages and levels), on whichever page of docs/ holds it."""
+    title = heading.lstrip("# ")
+    pattern = re.compile(rf"^#{{1,6}} {re.escape(title)}\n", re.M)
+    pages = [page.read_text() for page in sorted((ROOT / "docs").rglob("*.md"))]
+    found = [pattern.split(text, 1)[1] for text in pages if pattern.search(text)]
+    assert len(found) == 1, f"{len(found)} sections of docs/ are titled {title!r}"
+    section = found[0]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None, f"no python example under {heading}"
     return match.group(1)

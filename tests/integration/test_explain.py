@@ -53,7 +53,7 @@ def test_explain_of_many_tasks_goes_in_several_messages_and_keeps_their_order() 
 
 
 def test_the_docs_example_runs_as_written() -> None:
-    """docs/client.md's explain example, against a real scheduler (only the address changes)."""
+    """docs/guide/tasks.md's explain example, against a real scheduler (only the address changes)."""
     source = docs_example("### explain")
     with running_scheduler() as address:
         script = source.replace("tcp://127.0.0.1:2345", address)

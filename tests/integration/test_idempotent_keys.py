@@ -121,8 +121,8 @@ def test_a_kept_result_survives_kill_9_of_a_journaled_scheduler_and_is_never_com
 
 
 def test_the_docs_example_runs_as_written(combo: SchedulerClusterCombo) -> None:
-    """docs/client.md's idempotent-keyed example against a real cluster (only the address changes), twice: the second
-    run computes nothing."""
+    """docs/guide/options.md's idempotent-keyed example against a real cluster (only the address changes), twice: the
+    second run computes nothing."""
     source = docs_example("### Idempotent-keyed tasks").replace("tcp://127.0.0.1:2345", combo.address)
     outputs = [
         subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True).stdout

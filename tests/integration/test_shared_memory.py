@@ -475,11 +475,11 @@ def test_a_big_result_for_a_client_on_another_host_comes_inline(worker_elsewhere
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:
-    """docs/client.md's "Large objects and results" example against a real cluster (only the address changes)."""
+    """docs/guide/data.md's "Large objects and results" example against a real cluster (only the address changes)."""
     pytest.importorskip("numpy")
     import re
 
-    section = (ROOT / "docs" / "client.md").read_text().split("\n### Large objects and results\n", 1)[1]
+    section = (ROOT / "docs" / "guide" / "data.md").read_text().split("\n## Large objects and results\n", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None
     address = free_address()

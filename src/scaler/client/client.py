@@ -1,7 +1,8 @@
 """Client: the API applications use to run functions on a Scaler cluster.
 
 Serializes functions (once per function object) and arguments in the caller's thread, hands requests to the
-connection's I/O thread, and returns standard futures. See docs/client.md for every method with examples.
+connection's I/O thread, and returns standard futures. See docs/client.md (and the guide pages it lists) for every
+method with examples.
 """
 
 from __future__ import annotations
@@ -121,17 +122,17 @@ class Client:
             client.options(retries=...) says otherwise.
         task_priority: the priority of this client's tasks, unless client.options(priority=...) says otherwise.
         stream_output: print what this client's tasks write to sys.stdout and sys.stderr here, in this process's
-            sys.stdout and sys.stderr, each line prefixed "(function task 0x...) " (docs/client.md, "Task output");
+            sys.stdout and sys.stderr, each line prefixed "(function task 0x...) " (docs/guide/tasks.md, "Task output");
             client.options(stream_output=True) for some tasks only.
         shared_memory: arguments of submit and map at least this many bytes once serialized (True: 1 MiB) are
             written once to shared memory (/dev/shm) and read from there by workers on this host, past the
-            scheduler; a worker on another host gets them inline, sent again (docs/client.md, "Large arguments").
+            scheduler; a worker on another host gets them inline, sent again (docs/guide/data.md, "Large arguments").
             With the default serializer, send_object values that big are read in place (copy-on-write) by the
             workers of this host, and results that big come back the same way ("Large objects and results").
             False: always inline.
         scheduler_restart_grace_seconds: with a scheduler that keeps a journal (scaler_scheduler --journal), how long
             to wait for it to come back after its connection closed (a restart) before pending futures fail; the
-            client keeps its unfinished tasks meanwhile and sends them again when it is back (docs/client.md,
+            client keeps its unfinished tasks meanwhile and sends them again when it is back (docs/guide/errors.md,
             "When the scheduler is lost").
     """
 
@@ -283,7 +284,7 @@ class Client:
             of a keyed task that succeeded (and, with --journal, across its restarts): a task sent later with the same
             key, by any client of the same credentials, gets that result at once and does not run, and a result once
             kept is never computed again. map's task i gets the key f"{key}/{i}", a graph's task f"{key}/{graph key}".
-            See docs/client.md, "Idempotent-keyed tasks".
+            See docs/guide/options.md, "Idempotent-keyed tasks".
 
         >>> client.options(idempotency_key="invoice-2026-12-04").submit(send_invoices, batch)
         """
@@ -542,7 +543,8 @@ class Client:
         return self._get(self._options, graph, keys, timeout, block, progress, group, on_task_end)
 
     def dask_get(self, graph: Any, keys: Any, **kwargs: Any) -> Any:
-        """Dask's scheduler protocol: Dask collections computed by the cluster (docs/client.md, "Dask collections").
+        """Dask's scheduler protocol: Dask collections computed by the cluster (docs/guide/graphs.md, "Dask
+        collections").
 
         >>> dask.compute(x.sum(), bag.count(), scheduler=client.dask_get)  # or scheduler=client
 
@@ -1249,7 +1251,7 @@ class Client:
             logger.warning(
                 "the same %s argument (%s bytes) went to 3 tasks in a row, written to shared memory for each: send "
                 "it once with ref = client.send_object(value) and pass ref instead; the workers of this host then "
-                'read it in place (docs/client.md, "Large objects and results")',
+                'read it in place (docs/guide/data.md, "Large objects and results")',
                 type(value).__name__,
                 f"{size:,}",
             )
@@ -1536,11 +1538,12 @@ def _all_done(futures: list[concurrent.futures.Future[Any]]) -> bool:
 _DASK_INSTEAD = {
     "compute": (
         "dask.compute(x, scheduler=client) or x.compute(scheduler=client) computes Dask collections here and returns "
-        "their values; for futures of a graph, client.submit_graph(graph, keys) (docs/client.md, 'Dask collections')"
+        "their values; for futures of a graph, client.submit_graph(graph, keys) "
+        "(docs/guide/graphs.md, 'Dask collections')"
     ),
     "persist": (
         "dask.persist(x, scheduler=client) or x.persist(scheduler=client) computes the collection here and keeps its "
-        "values in this process (docs/client.md, 'Dask collections')"
+        "values in this process (docs/guide/graphs.md, 'Dask collections')"
     ),
     "upload_file": "send the module's code with the function: cloudpickle.register_pickle_by_value(module)",
     "run": "client.submit(fn) runs fn on one worker; Scaler has no run-on-every-worker",

@@ -1,5 +1,5 @@
 """ClusterResources: what Client.cluster_resources() returns, the size of the cluster as the scheduler states it to
-this client (docs/client.md, "cluster_resources")."""
+this client (docs/guide/tasks.md, "cluster_resources")."""
 
 from __future__ import annotations
 

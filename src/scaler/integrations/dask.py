@@ -5,7 +5,7 @@ Dask calls its scheduler as get(graph, keys, **kwargs): the graph an expression,
 tuples or task-spec nodes), the keys a key, a list of keys or nested lists of them; it wants the values in the shape
 of the keys (a tuple for a list, nested as deep; the value alone for a key), as dask.local.get_sync answers. get
 turns that into Scaler's own client.get(dict, flat keys) and shapes the answer. (A Client is callable as Dask's
-scheduler: Dask takes a callable before it looks for a get method; see docs/client.md, "Dask collections".)
+scheduler: Dask takes a callable before it looks for a get method; see docs/guide/graphs.md, "Dask collections".)
 
 Imports dask only when given one of its objects: scaler runs without it. No private name of the client.
 """

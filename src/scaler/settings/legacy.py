@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Ignored:
-    """The defaults of the keywords taken and ignored (docs/client.md, "scaler 1.9.9")."""
+    """The defaults of the keywords taken and ignored (docs/guide/local-cluster.md, "SchedulerClusterCombo")."""
 
     worker_io_threads: int = 1
     scheduler_io_threads: int = 1

@@ -585,7 +585,7 @@ def _not_loadable(exc: ImportError, what: str, raw: Any) -> ImportError:
     text = (
         f"{what} cannot be loaded on worker {worker} (host {socket.gethostname()}): {exc}. Install {module!r} on the "
         f"workers (the version the client has), or send its code along: cloudpickle.register_pickle_by_value({module})"
-        " in the client before submitting (docs/client.md, 'Functions and modules the workers lack')"
+        " in the client before submitting (docs/guide/errors.md, 'Functions and modules the workers lack')"
     )
     try:
         return type(exc)(text, name=exc.name, path=exc.path)
