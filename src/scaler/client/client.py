@@ -189,6 +189,7 @@ class Client:
         # inline copy sent for one when a worker on another host could not read it
         self._shared_objects: dict[int, tuple[Reference, str]] = {}
         self._inline_copies: dict[int, int] = {}
+        self._copy_lock = threading.Lock()
         # Reentrant: a function's weakref callback (_forget_function) may run in whatever thread the garbage
         # collector interrupts, this one included while it holds the lock.
         self._lock = threading.RLock()
@@ -887,6 +888,10 @@ class Client:
         return tuple(self._inline_copy(ref) if ref in self._shared_objects else ref for ref in refs)
 
     def _inline_copy(self, object_id: int) -> int:
+        with self._copy_lock:  # (the I/O thread, for a task sent again, and a graph's thread may ask at once: one copy)
+            return self._make_inline_copy(object_id)
+
+    def _make_inline_copy(self, object_id: int) -> int:
         with self._lock:
             copy = self._inline_copies.get(object_id)
             entry = self._shared_objects.get(object_id)
