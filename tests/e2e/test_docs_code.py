@@ -158,3 +158,15 @@ def test_the_toml_blocks_parse() -> None:
                     pytest.fail(f"{block.name}: {exc}")
                 parsed += 1
     assert parsed >= 1
+
+
+SHOWN = ("text", "mermaid", "yaml", "promql", "capnp", "json")  # shown, not run: output, diagrams, configs of others
+
+
+def test_every_block_says_what_it_is() -> None:
+    """A block is python (run), a shell (its scaler commands checked), TOML (parsed), or one of the kinds shown and
+    not run, and says which (docs/development.md, "The documentation"): a block without a kind is neither."""
+    for path in documents():
+        for block in blocks(path):
+            known = ("python", *SHELL, "toml", *SHOWN)
+            assert block.language in known, f"{block.name}: a ``` block must name its kind, one of {known}"
