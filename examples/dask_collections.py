@@ -1,5 +1,5 @@
-# docs/guide/graphs.md, "Dask collections": Dask arrays, bags, dataframes and delayed values computed by a Scaler cluster,
-# with the client as Dask's scheduler.
+# docs/guide/graphs.md, "Dask collections": Dask arrays, bags, dataframes and delayed values computed by a Scaler
+# cluster, with the client as Dask's scheduler.
 import dask
 import dask.array as da
 import dask.bag as db
