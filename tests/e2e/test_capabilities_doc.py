@@ -27,7 +27,7 @@ def example_and_output() -> tuple[str, list[str]]:
     """The section's python block, and the lines of the plain block after it (what it prints)."""
     section = DOC.read_text(encoding="utf-8").split(f"\n{HEADING}\n", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S)
-    printed = re.search(r"It prints:\n\n```\n(.*?)```", section, re.S)
+    printed = re.search(r"It prints:\n\n```(?:text)?\n(.*?)```", section, re.S)
     assert code is not None and printed is not None, f"docs/capabilities.md: no example or output under {HEADING}"
     return code.group(1), printed.group(1).splitlines()
 
