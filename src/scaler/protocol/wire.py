@@ -284,7 +284,9 @@ class Reader:
             if (offset >> 3) >= view.data_bytes:
                 return False
             return bool(self.header[view.data + (offset >> 3)] >> (offset & 7) & 1)
-        if offset >= view.pointer_count:
+        if offset >= view.pointer_count:  # (a struct written with fewer pointers: the field is its default)
+            if kind.startswith("list:"):
+                return []  # (a new list each time: the caller may keep it)
             return _EMPTY[kind] if kind in _EMPTY else None
         at = view.pointers + 8 * offset
         if kind == "text":
