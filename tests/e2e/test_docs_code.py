@@ -29,17 +29,10 @@ PYTHON_DOCUMENTS = [path for path in documents() if any(b.language == "python" f
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SchedulerClusterCombo]:
-    combo = SchedulerClusterCombo(
-        address=f"tcp://127.0.0.1:{free_port()}",
-        n_workers=2,
-        capabilities=["gpu"],  # (the documents' examples of capabilities ask for a worker with a GPU)
-        heartbeat_interval_seconds=0.5,
-        logging_level="WARNING",
-    )
-    try:
+    address = f"tcp://127.0.0.1:{free_port()}"
+    # (the documents' examples of capabilities ask for a worker with a GPU)
+    with SchedulerClusterCombo(address, n_workers=2, capabilities=["gpu"], logging_level="WARNING") as combo:
         yield combo
-    finally:
-        combo.shutdown()
 
 
 def runnable(block: Block, shared_port: int) -> str:
