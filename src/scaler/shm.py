@@ -179,6 +179,19 @@ def _pid_namespace() -> int:
         return 0
 
 
+_prefixes: dict[int, str] = {}
+
+
+def process_prefix() -> str:
+    """The start of the names of this process's segments: scaler-<pid namespace>-<pid>-<start time>- (read from /proc
+    once per process: a forked child has its own)."""
+    pid = os.getpid()
+    prefix = _prefixes.get(pid)
+    if prefix is None:
+        prefix = _prefixes[pid] = f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"
+    return prefix
+
+
 def _start_time(pid: int) -> int | None:
     """The start time (clock ticks since boot) of a live process, None if there is no such process."""
     try:
@@ -422,7 +435,7 @@ class SharedArguments:
         self.directory = directory
         self.token = host_token()
         pid = os.getpid()
-        self._prefix = f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"
+        self._prefix = process_prefix()
         # Results of this client's tasks come back in segments named so (a processor adds 24 hex digits)
         self.results_prefix = self._prefix + os.urandom(4).hex()
         self._live: dict[str, int] = {}  # name -> size
@@ -454,7 +467,7 @@ class SharedArguments:
         """The tagged payloads of a task whose large ones were written to segments, and those segments' names; None
         if none could be made (/dev/shm full, a fallback not long ago): the task then goes inline, untagged (see
         untag)."""
-        if time.monotonic() < self._inline_until:
+        if not self.active():
             return None
         refs = [self._create(p) if len(p) >= self.threshold else None for p in payloads]
         names = [ref.name for ref in refs if ref is not None]
@@ -467,7 +480,7 @@ class SharedArguments:
     def share_object(self, value: Any, plain: bool) -> tuple[Reference, int] | None:
         """A send_object value written to a segment (pickle_object), and its size there; None when it is smaller
         than the threshold or no segment could be made (it then goes inline)."""
-        if time.monotonic() < self._inline_until:
+        if not self.active():
             return None
         parts = pickle_object(value, plain, self.threshold)
         if not isinstance(parts, Parts):
@@ -658,8 +671,7 @@ def load_result(reference: bytes, directory: str = SHM_DIR) -> Any:
     try:
         return load_object(reference, directory)
     finally:
-        pid = os.getpid()
-        if ref.name.startswith(f"scaler-{_pid_namespace()}-{pid}-{_start_time(pid) or 0}-"):
+        if ref.name.startswith(process_prefix()):
             _unlink_quietly(os.path.join(directory, ref.name))
 
 

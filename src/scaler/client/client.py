@@ -1221,9 +1221,9 @@ class Client:
         big one comes as Parts (the pickler's pieces, the big buffers not copied: _share copies them once, into a
         segment); raises _Unserializable."""
         threshold = self._parts_from
-        kind = type(value)
-        if threshold is None or kind in SMALL_KINDS or (kind in SIZED_KINDS and len(value) < threshold):
+        if threshold is None or not may_be_big(value, threshold):
             return self._serialize(value)
+        kind = type(value)
         plain = _is_plain(value)
         if plain and kind not in SIZED_KINDS:  # a tuple or list of plain values: not worth looking into
             return self._serialize(value)
