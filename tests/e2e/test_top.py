@@ -51,6 +51,22 @@ def test_once_without_a_scheduler_says_what_it_waited_for_and_fails(tmp_path: Pa
     assert f"waiting for the scheduler's status at {monitor}\u2026 (1s): none came" in done.stderr, done.stderr
 
 
+def test_the_screen_without_a_terminal_says_to_use_once(tmp_path: Path) -> None:
+    """scaler_top started with no terminal (from a script, a pipe, a service) said nothing useful: curses raised
+    "cbreak() returned ERR" in a traceback. It says what it needs and what to run instead, and exits 2."""
+    done = subprocess.run(
+        [cli("scaler_top"), f"ipc://{tmp_path}/monitor"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**ENV, "TERM": "xterm"},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "needs a terminal" in done.stderr and "--once" in done.stderr, done.stderr
+
+
 class Terminal:
     """A program in a pseudo-terminal, 120x40; what it writes is collected by a thread, escapes and all."""
 

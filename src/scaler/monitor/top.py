@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> None:
     keys = checked_monitor(p, args)
     if args.once:
         sys.exit(run_once(args.monitor_address, args.timeout, keys))
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        p.exit(
+            2,
+            f"{p.prog}: the full-screen view needs a terminal (standard input and output are not one here); "
+            "to print the status as text, run it with --once\n",
+        )
     try:
         curses.wrapper(run_screen, args.monitor_address, keys)
     except KeyboardInterrupt:
