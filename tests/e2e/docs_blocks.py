@@ -10,14 +10,19 @@ its own instead of the shared cluster's).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
 MARK = re.compile(r"<!--\s*docs-test:\s*([\w-]+)(?::\s*(.*?))?\s*-->\s*$")
-ADDRESS = re.compile(r"127\.0\.0\.1:(2345|2346|2347|8516)\b")
+# the documents' scheduler addresses (also in a monitor's ipc path: 127.0.0.1_2345_monitor)
+ADDRESS = re.compile(r"127\.0\.0\.1([:_])(2345|2346|2347|8516)(?!\d)")
+# a line that prints and says what it prints: `print(...)  # what it prints`
+SAYS = re.compile(r"^(\s*)print\((.*)\)\s+#\s*(.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,48 @@ def blocks(path: Path) -> list[Block]:
     return found
 
 
+def expected_output(comment: str) -> str:
+    """What a `print(...)  # comment` line says it prints: the comment without a closing remark in parentheses
+    (`# 36 (the task's lines go to the worker's output)` says 36)."""
+    if comment.endswith(")"):
+        depth = 0
+        for index in range(len(comment) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(comment[index], 0)
+            if depth == 0:
+                if index > 0 and comment[index - 1] == " ":
+                    return comment[: index - 1].rstrip()
+                break
+    return comment
+
+
+def prints_as_said(comment: str, printed: str) -> bool:
+    """Whether `printed` is what the comment says, `...` standing for any text."""
+    pattern = ".*".join(re.escape(part) for part in expected_output(comment).split("..."))
+    return re.fullmatch(pattern, printed, re.S) is not None
+
+
+def instrumented(code: str) -> str:
+    """The code with each `print(...)  # comment` line calling __said__(line, comment)(...) instead of print(...):
+    the same output, and what was printed is kept beside the comment (the first time the line prints)."""
+    lines = code.split("\n")
+    for number, line in enumerate(lines, 1):
+        said = SAYS.match(line)
+        if said is not None:
+            indent, arguments, comment = said.groups()
+            lines[number - 1] = f"{indent}__said__({number}, {comment!r})({arguments})"
+    return "\n".join(lines)
+
+
+def _printing(said: dict[int, tuple[str, str]], line: int, comment: str) -> Any:
+    """print, keeping what the line printed (the first time) beside its comment in `said`."""
+
+    def printing(*args: Any, **kwargs: Any) -> None:
+        said.setdefault(line, (comment, kwargs.get("sep", " ").join(str(arg) for arg in args)))
+        print(*args, **kwargs)
+
+    return printing
+
+
 def run(items_file: str) -> None:
     """Run the blocks listed in items_file (JSON: name, code, timeout) one after another, each in a fresh namespace
     named __main__, printing one JSON line per block: its error (a traceback) or None, and what it printed."""
@@ -77,19 +124,27 @@ def run(items_file: str) -> None:
 
     signal.signal(signal.SIGALRM, too_long)
     for item in json.loads(Path(items_file).read_text()):
+        said: dict[int, tuple[str, str]] = {}
         printed = io.StringIO()
         start = time.monotonic()
         error = None
         signal.alarm(int(item["timeout"]))
         try:
             with contextlib.redirect_stdout(printed):
-                exec(compile(item["code"], item["name"], "exec"), {"__name__": "__main__"})
+                code = compile(instrumented(item["code"]), item["name"], "exec")
+                exec(code, {"__name__": "__main__", "__said__": functools.partial(_printing, said)})
         except BaseException:
             error = traceback.format_exc(limit=-8)
         finally:
             signal.alarm(0)
         seconds = round(time.monotonic() - start, 2)
-        record = {"name": item["name"], "error": error, "stdout": printed.getvalue()[-2000:], "seconds": seconds}
+        record = {
+            "name": item["name"],
+            "error": error,
+            "stdout": printed.getvalue()[-2000:],
+            "seconds": seconds,
+            "said": [[line, *said[line]] for line in sorted(said)],
+        }
         print(json.dumps(record), flush=True)
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from scaler import SchedulerClusterCombo
-from tests.e2e.docs_blocks import ADDRESS, ROOT, Block, blocks, documents
+from tests.e2e.docs_blocks import ADDRESS, ROOT, Block, blocks, documents, prints_as_said
 from tests.helpers import free_port, kill_tree
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,7 +37,15 @@ def cluster() -> Iterator[SchedulerClusterCombo]:
 
 def runnable(block: Block, shared_port: int) -> str:
     port = free_port() if block.starts_a_cluster else shared_port
-    return ADDRESS.sub(f"127.0.0.1:{port}", block.code)
+    return ADDRESS.sub(lambda match: f"127.0.0.1{match.group(1)}{port}", block.code)
+
+
+def test_a_comment_after_print_is_read_as_the_output_and_a_closing_remark() -> None:
+    assert prints_as_said("[0, 1, 4, ..., 49] (after a progress bar)", "[0, 1, 4, 9, 16, 25, 36, 49]")
+    assert prints_as_said("ProfilingInfo(duration_us=..., peak=...)", "ProfilingInfo(duration_us=3, peak=9)")
+    assert prints_as_said("(np.int64(4950), 30)", "(np.int64(4950), 30)")
+    assert not prints_as_said("36 (the lines go elsewhere)", "37")
+    assert not prints_as_said("661.46...", "61.46")  # (the text before ... must begin it)
 
 
 def test_every_skipped_block_says_why() -> None:
@@ -81,6 +89,13 @@ def test_the_python_blocks_of_a_document_run(document: Path, cluster: SchedulerC
     failed = [f"{r['name']}:\n{r['error']}" for r in records if r["error"]]
     assert not failed, "\n".join(failed) + f"\nstderr: {err[-2000:]}"
     assert [r["name"] for r in records] == [item["name"] for item in items], err[-3000:]
+    wrong = [
+        f"{r['name']} (line {line} of the block) says it prints {comment!r}, but printed {text!r}"
+        for r in records
+        for line, comment, text in r["said"]
+        if not prints_as_said(comment, text)
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 # ----------------------------------------------------------------------------------------------- shell commands
