@@ -8,7 +8,7 @@ import sys
 TEXT = (
     "scaler_object_storage_server: this Scaler keeps objects in the scheduler, with no object storage server: "
     "nothing to start. Start scaler_scheduler and scaler_cluster alone (a 2.x --object-storage-address or "
-    "object_storage_address is ignored; docs/deploying.md)"
+    "object_storage_address is ignored; docs/deploying/config.md)"
 )
 
 

@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
         "tables (each with its type) and [ui], whose keys are those commands' long option names with _. Ctrl-C stops "
         "everything it started.",
         epilog='Example file: [scheduler] address = "tcp://127.0.0.1:8516"; [[worker_manager]] type = "local", '
-        "max_workers = 4. See docs/deploying.md, 'One config file'.",
+        "max_workers = 4. See docs/deploying/config.md.",
         formatter_class=HelpFormatter,
     )
     add_version(p)

@@ -1,6 +1,6 @@
 """scaler_worker_manager TYPE [options] SCHEDULER_ADDRESS: start and stop units of workers where the machines are,
-as many as the scheduler asks for (docs/deploying.md). TYPE is `local` (processes on this machine), `slurm` (Slurm
-jobs) or `kubernetes` (pods)."""
+as many as the scheduler asks for (docs/deploying/autoscaling.md). TYPE is `local` (processes on this machine),
+`slurm` (Slurm jobs) or `kubernetes` (pods)."""
 
 from __future__ import annotations
 

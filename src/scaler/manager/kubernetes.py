@@ -324,7 +324,7 @@ class KubernetesUnits:
         if keys is not None and not settings.keys_secret:
             raise KubernetesError(
                 "with --keys, the pods' workers need keys too: give --keys-secret NAME, a Secret holding "
-                f"{SCHEDULER_PUBLIC} and {WORKER_SECRET} (docs/deploying.md, Kubernetes)"
+                f"{SCHEDULER_PUBLIC} and {WORKER_SECRET} (docs/deploying/kubernetes.md)"
             )
         if keys is None and settings.keys_secret:
             raise KubernetesError("--keys-secret without --keys: the scheduler has keys, or it has not (give both)")

@@ -45,8 +45,7 @@ def add_config_option(parser: argparse.ArgumentParser, section: str) -> None:
         metavar="FILE.toml",
         default=None,
         help=f"read settings from a TOML file: its keys are this command's long option names with _ (at the top "
-        f"level, or in a [{section}] table); options given here win (default: none; docs/deploying.md, 'One config "
-        f"file')",
+        f"level, or in a [{section}] table); options given here win (default: none; docs/deploying/config.md)",
     )
     parser.add_argument(
         SECTION_FLAG,

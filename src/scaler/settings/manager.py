@@ -1,5 +1,5 @@
 """What a worker manager (scaler_worker_manager) is started with: the settings every type shares, then each type's
-own (docs/deploying.md)."""
+own (docs/deploying/autoscaling.md)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ class KubernetesManagerSettings(ManagerSettings):
         "",
         metavar="NAME",
         help="with --keys: the Secret in the namespace that holds scheduler.key and worker.key_secret, mounted "
-        "read-only in each pod for its workers (docs/deploying.md, Kubernetes)",
+        "read-only in each pod for its workers (docs/deploying/kubernetes.md)",
         rule=any_text(),
     )
     pod_spec: str = setting(

@@ -34,7 +34,7 @@ _IGNORED_STORAGE = (
 _REFUSED = {
     "--adapter-webhook-url": (
         "--adapter-webhook-url: Scaler grows and shrinks workers through scaler_worker_manager (native, slurm, "
-        "kubernetes), which connects to the scheduler itself: start one instead (docs/deploying.md)"
+        "kubernetes), which connects to the scheduler itself: start one instead (docs/deploying/autoscaling.md)"
     ),
 }
 _REFUSED_FLAGS = frozenset({("scheduler", "--adapter-webhook-url")})

@@ -107,8 +107,9 @@ class ClusterSettings(ProcessSettings):
     unit: str = setting(
         "",
         metavar="NAME",
-        help="the unit a worker manager started these workers in (scaler_worker_manager passes it; docs/deploying.md): "
-        "the scheduler retires them by unit when they are idle. Leave it out when starting workers by hand",
+        help="the unit a worker manager started these workers in (scaler_worker_manager passes it; "
+        "docs/deploying/autoscaling.md): the scheduler retires them by unit when they are idle. Leave it out when "
+        "starting workers by hand",
         rule=any_text(),
     )
     worker_name_prefix: str = setting(

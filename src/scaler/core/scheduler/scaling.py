@@ -1,4 +1,4 @@
-"""How many units each worker manager should run: the one place that decides (issue 27; docs/deploying.md).
+"""How many units each worker manager should run: the one place that decides (issue 27; docs/deploying/autoscaling.md).
 
 The scheduler alone knows the queue; a worker manager (local processes, Slurm jobs, Kubernetes pods) only starts and
 stops *units* on its resource manager, each unit bringing `workers_per_unit` Scaler workers that say in their hello
