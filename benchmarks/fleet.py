@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import select
 import shlex
 import signal
 import statistics
@@ -47,6 +48,9 @@ from scaler.protocol.messages import Status, decode, encode
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
+
+
+JOIN_SECONDS = 300  # every fake worker welcomed by then, or the point fails (it does not wait forever)
 
 
 def noop(x: int) -> None:
@@ -123,10 +127,16 @@ def start_fleet(
                 text=True,
             )
         )
-    for fleet in fleets:
-        line = fleet.stdout.readline() if fleet.stdout else ""
+    deadline = time.monotonic() + JOIN_SECONDS
+    for k, fleet in enumerate(fleets):
+        assert fleet.stdout is not None
+        ready, _, _ = select.select([fleet.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        line = fleet.stdout.readline() if ready else ""
         if not line.startswith("ready"):
-            raise RuntimeError(f"fake workers did not start: {line!r}")
+            for each in fleets:
+                each.kill()
+            why = repr(line) if ready else f"not all welcomed within {JOIN_SECONDS}s"
+            raise RuntimeError(f"fake workers of fleet{k} did not start: {why} (see {log_dir}/fleet{k}.err)")
     return fleets
 
 

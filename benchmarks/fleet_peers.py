@@ -5,7 +5,8 @@
 Each fake worker says hello as a worker, heartbeats every --heartbeat seconds (staggered), answers every
 dispatchTasks at once with a taskResults of successes (payload: None serialized as Python peers do), every
 balanceRequest with an empty balanceResponse (nothing is ever left queued) and every cancelTasks with `canceled`
-results. Prints "ready N" once every worker is welcomed, then counts on stdout at exit (SIGTERM or stdin closed).
+results. A worker the scheduler answers `notConnected` says hello again, as a real worker does.
+Prints "ready N" once every worker is welcomed, then counts on stdout at exit (SIGTERM or stdin closed).
 Speaks the real protocol through scaler.protocol.messages; runs no user code.
 """
 
@@ -30,6 +31,8 @@ from scaler.protocol.messages import (
     BalanceResponse,
     CancelTasks,
     DispatchTasks,
+    Error,
+    ErrorCode,
     Heartbeat,
     Hello,
     PeerKind,
@@ -54,6 +57,7 @@ class Fleet:
         self.ctx.setsockopt(zmq.MAX_SOCKETS, count + 64)
         self.poller = zmq.Poller()
         self.sockets: list[zmq.Socket[Any]] = []
+        self.hellos: list[Hello] = []
         self.heartbeat = heartbeat
         self.counts: dict[str, int] = {}
         host, pid = socket.gethostname(), os.getpid()
@@ -77,6 +81,7 @@ class Fleet:
             )
             # here and below: encode's frames are bytes or buffers (Payload in its type); zmq sends them as they are
             sock.send_multipart(encode(hello))  # type: ignore[arg-type]
+            self.hellos.append(hello)
             self.poller.register(sock, zmq.POLLIN)
             self.sockets.append(sock)
         self.index = {sock: i for i, sock in enumerate(self.sockets)}
@@ -109,6 +114,11 @@ class Fleet:
                 sock.send_multipart(encode(reply))  # type: ignore[arg-type]
             elif isinstance(message, Welcome):
                 self.welcomed.add(index)
+            elif isinstance(message, Error) and message.code == ErrorCode.NOT_CONNECTED:
+                # the scheduler has no session for it (its connection was ended, e.g. as silent while thousands
+                # joined at once on a busy machine): say hello again, as a real worker does (core.worker.agent)
+                self._count("hellos again")
+                sock.send_multipart(encode(self.hellos[index]))  # type: ignore[arg-type]
 
     def run(self, stop: list[bool]) -> None:
         announced = False

@@ -48,3 +48,43 @@ def test_fifty_fake_workers_run_a_map_of_two_thousand(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+def test_fake_workers_say_hello_again_to_a_scheduler_that_lost_them(tmp_path: Path) -> None:
+    """A fake worker answered notConnected (its session is gone: here the scheduler was restarted without a journal;
+    in the 5,000-worker sitting of 2026-12-05, connections ended as silent) says hello again, as a real worker does:
+    without it, fleet.py waited for its welcome forever."""
+    address = free_address()
+    command = [
+        str(BIN / "scaler_scheduler"),
+        address,
+        "--monitor-address",
+        f"ipc://{tmp_path}/monitor",
+        "--cpu",
+        "none",
+    ]
+    first = subprocess.Popen([*command, "-ll", "WARNING", "-lp", str(tmp_path / "first.log")])
+    fleet = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet_peers.py"), address, "5", "--heartbeat", "0.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    second = None
+    try:
+        assert fleet.stdout is not None
+        assert fleet.stdout.readline().strip() == "ready 5"
+        first.terminate()
+        first.wait(timeout=20)
+        second = subprocess.Popen([*command, "-ll", "WARNING", "-lp", str(tmp_path / "second.log")])
+        with Client(address, timeout_seconds=30) as client:  # (only the fake workers can run it)
+            assert client.map(noop, [(i,) for i in range(100)], timeout=30) == [None] * 100
+        fleet.terminate()
+        out, _ = fleet.communicate(timeout=10)
+        counts = json.loads(out.strip().splitlines()[-1])
+        assert counts["hellos again"] >= 5
+        assert counts["Welcome"] >= 10
+    finally:
+        for proc in (fleet, first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
