@@ -180,3 +180,39 @@ def test_one_client_alone_fills_the_workers_queues_as_before() -> None:
     run.submit(b"a", 100)
     run.run_for(0.1)
     assert sorted(len(agent.tasks) for agent in run.agents.values()) == [10, 10]
+
+
+def test_a_client_sending_one_task_at_a_time_waits_for_the_running_tasks_between_its_pauses() -> None:
+    """benchmarks/fairness.py's case (found re-measuring on 2026-12-05: 95 ms a round trip, against bafba30's 3.9 ms):
+    client B sends one task at a time, waiting for each and pausing 5 ms, while client A's tasks of 1 ms are queued
+    (2,000: 1 s of work, more than the test lasts). In each pause B had nothing unfinished, placement went back to
+    levelling A's backlog into the workers' queues up to their capacity, and B's next task waited for it to be asked
+    back (at most once per balance interval). Placement now stays fair for FAIR_LINGER_SECONDS after several clients
+    were busy at once."""
+    run = FairnessRun()
+    run.run_for(0.05)
+    run.connect(b"b", 0.0001)
+    prefix = run.prefixes[b"b"]
+    next_id = itertools.count(100)
+
+    def round_trip() -> float:
+        task_id = tid(prefix, next(next_id))
+        sent = run.now
+        run.send_to_scheduler(b"b", submit((task_id, tid(prefix, 1), [b"x"])))
+        while task_id not in run.ended:
+            run.run_for(run.now + 0.0005)
+        return run.ended[task_id] - sent
+
+    for _ in range(10):  # B's run time becomes known, as in benchmarks/fairness.py
+        round_trip()
+    run.connect(b"a", 0.001)
+    run.submit(b"a", 2000)
+    run.run_for(run.now + 0.5)
+    times = []
+    for _ in range(40):
+        times.append(round_trip())
+        run.run_for(run.now + 0.005)
+    times.sort()
+    assert times[20] < 0.010, f"B's round trips behind A's backlog: median {times[20] * 1000:.1f} ms"
+    # A keeps both workers busy meanwhile: its queue on each stays about FAIR_QUEUE_US long, not empty
+    assert all(5 <= len(worker.assigned) <= 100 for worker in run.core.workers.values())

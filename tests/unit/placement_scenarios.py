@@ -5,7 +5,8 @@ tests/unit/test_scheduler_capabilities.py checks that, when every worker can run
 capabilities decides exactly as the plain core does: the digests in placement_digests.json were made by this module
 on the plain scenarios (`python tests/unit/placement_scenarios.py SEED...` prints them); they were first made on the
 core before capabilities, and made again when placement changed on purpose (issue 25: fair placement between
-clients, which every scenario has). Only what both cores understand
+clients, which every scenario has; 2026-12-05: placement stays fair for FAIR_LINGER_SECONDS after several clients
+were busy, which changed 21 of the 60). Only what both cores understand
 is used here; `requirement` and `offers` dress the same scenario in capabilities. Pure; no sockets, no clock.
 """
 

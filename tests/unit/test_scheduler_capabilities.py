@@ -263,7 +263,8 @@ def test_when_every_worker_can_run_every_task_the_decisions_are_those_of_the_cor
     seed: int,
 ) -> None:
     """placement_digests.json holds the digests of these scenarios (first made on the core before capabilities,
-    commit 2d0c9c1; made again for issue 25's fair placement: `python tests/unit/placement_scenarios.py`): the same
+    commit 2d0c9c1; made again for issue 25's fair placement and for its linger: `python
+    tests/unit/placement_scenarios.py`): the same
     messages, without capabilities and with them."""
     assert placement_scenarios.run(seed) == DIGESTS[str(seed)]
     assert placement_scenarios.run(seed, _python_everywhere, _python_worker) == DIGESTS[str(seed)]

@@ -15,7 +15,7 @@ import pytest
 from scaler.core.scheduler import Log, Malformed, Received, SchedulerConfig, SchedulerCore, Send, Stop
 from scaler.core.scheduler.config import DEFAULT_MAX_PAYLOAD_BYTES as LIMIT
 from scaler.core.scheduler.needs import Need, ready_queue
-from scaler.core.scheduler.placement import lone_worker, water_fill
+from scaler.core.scheduler.placement import FAIR_LINGER_SECONDS, lone_worker, water_fill
 from scaler.core.scheduler.sessions import WorkerSession
 from scaler.core.scheduler.tasks import (
     EVENT_NAMES,
@@ -1085,7 +1085,11 @@ def test_a_client_that_comes_is_not_queued_behind_another_clients_long_tasks() -
     assert out.task_ids == [tid(other, k) for k in range(2, 5)]  # and not C's next one, of 1 s
     d.now = 2.001
     [(_, out)] = of_type(d.recv(W1, ok(*out.task_ids)), DispatchTasks)
-    assert out.task_ids == [t(i) for i in range(3, 11)]  # c2 is done: C is alone again, its queue fills as before
+    # c2 is done, but was busy a moment ago: placement stays fair a while (a client sending a task at a time has
+    # nothing unfinished between its tasks), so C's tasks of 1 s go one at a time
+    assert out.task_ids == [t(3)]
+    [(_, out)] = of_type(d.tick(2.001 + FAIR_LINGER_SECONDS), DispatchTasks)
+    assert out.task_ids == [t(i) for i in range(4, 11)]  # then C is alone again: its queue fills as before
 
 
 def test_before_any_task_of_a_client_ended_its_running_one_tells_how_long_its_tasks_take_at_least() -> None:

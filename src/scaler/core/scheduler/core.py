@@ -59,6 +59,7 @@ from scaler.core.scheduler.needs import Need, NeedTable
 from scaler.core.scheduler.objects import ObjectStore
 from scaler.core.scheduler.output import OutputRelay
 from scaler.core.scheduler.placement import (
+    FAIR_LINGER_SECONDS,
     FAIR_QUEUE_US,
     UNKNOWN_TASK_US,
     Lane,
@@ -133,6 +134,7 @@ class SchedulerCore:
         # queue may hold tasks that ended meanwhile (skipped).
         self.needs = NeedTable(self._task_cost)
         self.busy_clients = 0  # clients with unfinished tasks: from two on, placement is fair (_place_fairly)
+        self.fair_until = -1.0  # ...and stays fair until then, once several were busy at once (FAIR_LINGER_SECONDS)
         # Tasks waiting on nested tasks, as the workers' heartbeats last said: while there are any, placement is by
         # turns only (the nested tasks must reach workers whatever their queues hold; _place)
         self.waiting_total = 0
@@ -776,7 +778,10 @@ class SchedulerCore:
             self.needs.clear()
             return
         split = [need for need in self.needs.split if need.queued] if self.needs.split else []
-        fair = self.busy_clients > 1 and not self.waiting_total
+        busy = self.busy_clients
+        if busy > 1:
+            self.fair_until = self.now + FAIR_LINGER_SECONDS
+        fair = (busy > 1 or (busy == 1 and self.now < self.fair_until)) and not self.waiting_total
         if queued == 1 and not fair:  # the common lone task
             lone = split[0] if split else None
             worker = lone_worker(self.workers.values(), lone.caps if lone is not None else None, self.now)
