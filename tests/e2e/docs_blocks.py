@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```\s*$", re.M | re.S)  # (indented too: in a list item)
 MARK = re.compile(r"<!--\s*docs-test:\s*([\w-]+)(?::\s*(.*?))?\s*-->\s*$")
 # the documents' scheduler addresses (also in a monitor's ipc path: 127.0.0.1_2345_monitor)
 ADDRESS = re.compile(r"127\.0\.0\.1([:_])(2345|2346|2347|8516)(?!\d)")
@@ -58,8 +59,8 @@ def blocks(path: Path) -> list[Block]:
             Block(
                 str(path.relative_to(ROOT)),
                 line,
-                match.group(1),
                 match.group(2),
+                textwrap.dedent(match.group(3)) if match.group(1) else match.group(3),
                 mark.group(1) if mark else None,
                 mark.group(2) if mark else None,
             )
