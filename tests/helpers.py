@@ -50,6 +50,25 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval:
         time.sleep(interval)
 
 
+def collect_output(fd: int, chunks: list[bytes]) -> threading.Thread:
+    """A daemon thread appending what is read from `fd` (a pipe or a pseudo-terminal's master) to `chunks` until it
+    ends or is closed; started and returned."""
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
 def my_children() -> list[psutil.Process]:
     """The live direct children of this process (zombies waiting to be reaped do not count)."""
     try:

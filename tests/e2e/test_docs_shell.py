@@ -28,7 +28,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ import pytest
 
 from scaler import Client, MissingCapabilityError, SchedulerClusterCombo
 from tests.e2e.docs_blocks import ROOT, Block, blocks, documents
-from tests.helpers import free_port
+from tests.helpers import collect_output, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -140,18 +139,7 @@ class Started:
         )
         os.close(slave)
         self.master = master
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.chunks.append(chunk)
+        self.reader = collect_output(master, self.chunks)
 
     @property
     def output(self) -> str:

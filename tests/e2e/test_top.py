@@ -29,7 +29,7 @@ from scaler.scheduler.monitors import MonitorChannel, bind_monitor_router
 from tests.e2e.dashboard_browser import browser
 from tests.e2e.test_cli import ENV, Program, cli, run
 from tests.e2e.test_ui import dashboard_page, metrics_of, start_ui, status_of
-from tests.helpers import free_address, wait_until
+from tests.helpers import collect_output, free_address, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,17 +81,7 @@ class Terminal:
         os.close(slave)
         self.master = master
         self._chunks: list[bytes] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self._chunks.append(chunk)
+        collect_output(master, self._chunks)
 
     @property
     def text(self) -> str:
