@@ -9,7 +9,8 @@ reader would type it, with only ports and paths changed:
   fresh folder, where a TOML block of the same document that starts with `# NAME.toml` is written first;
 - a program that keeps running (a scheduler, cluster, worker manager, dashboard, `scaler FILE.toml`, a TypeScript
   worker, `scaler_top` in a pseudo-terminal) is started in the background whether or not its line ends with `&`;
-  every other command must end with status 0 within a minute;
+  every other command must end with status 0 within a minute, and runs once the programs started before it say they
+  are ready (a scheduler listening, a worker connected, the dashboard serving), as a reader would wait to see;
 - when the block started a scheduler and workers, a client (with the block's keys, if it made any) runs a task there;
 - every program started must still be running a moment later, print no ERROR and no traceback, and stop when
   interrupted, as Ctrl-C would stop it;
@@ -49,6 +50,15 @@ PORT = re.compile(r"(?<!\d)(" + "|".join(PORTS) + r")(?!\d)")
 CHECKOUT_PATH = re.compile(r"(?<![\w/.~-])(\./scripts|\.venv-pypy|\.venv|ts/dist)/")
 SERVERS = {"scaler_scheduler", "scaler_cluster", "scaler_worker", "scaler_worker_manager", "scaler_ui", "scaler"}
 WORKERS = {"scaler_cluster", "scaler_worker", "scaler_worker_manager"}
+# What a program that keeps running prints once it is ready, as a reader waits to see it before the next command
+# (a TypeScript client started before the TypeScript worker had joined saw its tasks fail: no worker offered them)
+READY = {
+    "scaler_scheduler": "listening on",
+    "scaler_cluster": "connected to scheduler",
+    "scaler_worker": "connected to scheduler",
+    "node": "connected to scheduler",
+    "scaler_ui": "dashboard at",
+}
 COMMAND_SECONDS = 60
 SETTLE_SECONDS = 1.0
 
@@ -257,6 +267,8 @@ def test_the_shell_block_runs(block: Block, reader_cluster: SchedulerClusterComb
                 if command.starts_a_scheduler:
                     scheduler = Command(line)
                     wait_for_line(started[-1], "listening on")
+                elif command.program in READY:
+                    wait_for_line(started[-1], READY[command.program])
                 workers = workers or command.program in WORKERS or command.program == "scaler"
                 workers = workers or (command.program == "node" and "worker.js" in line)
             else:
